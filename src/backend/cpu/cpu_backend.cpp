@@ -1,0 +1,157 @@
+// The CPU backend: the reference for every other backend. It runs the planned graph op by op;
+// accepted Q/K/V and gate/up groups run as one pass over their shared input (activations are
+// quantized once and the rows of all members are split across threads together).
+#include <cstring>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "util/status.h"
+
+namespace lmf {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& o) : opts_(o), pool_(o.n_threads) {}
+
+  std::string name() const override { return "cpu"; }
+  std::string description() const override {
+    return cat("CPU ", cpu::isa_name(cpu::active_isa()), ", ", pool_.size(), " threads");
+  }
+  const BackendOptions& options() const override { return opts_; }
+
+  void load(const Model& m) override {
+    m_ = &m;
+    const auto& hp = m.hp;
+    LMF_CHECK(opts_.n_ctx > 0);
+    kc_.assign(size_t(hp.n_layer), std::vector<uint16_t>(size_t(opts_.n_ctx * hp.kv_dim())));
+    vc_.assign(size_t(hp.n_layer), std::vector<uint16_t>(size_t(opts_.n_ctx * hp.kv_dim())));
+  }
+
+  void prepare(Graph& g) override {
+    const Knobs& k = opts_.knobs;
+    const bool fusion = k.fusion != Tri::Off;
+    for (auto& grp : g.groups) {
+      switch (grp.kind) {
+        case GroupKind::QKV:
+        case GroupKind::GateUp: {
+          const Tri knob = grp.kind == GroupKind::QKV ? k.qkv_fusion : k.gateup_fusion;
+          // One pass over the shared input always pays on the CPU (activations quantized once,
+          // one parallel region): automatic = on.
+          grp.accepted = fusion && tri_resolve(knob, true);
+          if (!grp.accepted) {
+            grp.reject_reason = fusion ? "knob off" : "fusion disabled";
+            break;
+          }
+          // Folding the norm saves nothing on the CPU (the leader would run the same loop):
+          // automatic = off, forcing it on runs it inside the leader's launch.
+          grp.fold_norm = grp.norm >= 0 && tri_resolve(k.ln_fusion, false);
+          grp.fold_add = grp.fold_norm && grp.add >= 0;
+          grp.fold_epilogue = false;
+          break;
+        }
+        case GroupKind::OResid:
+        case GroupKind::DownResid:
+          grp.reject_reason = "residual epilogue not fused on the CPU";
+          break;
+      }
+    }
+  }
+
+  void finalize(Graph& g) override {
+    if (arena_.size() < g.total_bytes / sizeof(float) + 1) arena_.resize(g.total_bytes / sizeof(float) + 1);
+  }
+
+  void run(Graph& g, const StepInput& in) override {
+    LMF_CHECK(g.n_tokens == in.n_tokens);
+    finalize(g);
+    for (size_t i = 0; i < g.ops.size(); ++i) {
+      const Op& op = g.ops[i];
+      if (!op.launch) continue;
+      if (op.group >= 0) run_group(g, g.groups[size_t(op.group)], in);
+      else run_op(g, op, in);
+    }
+    const GTensor& lt = g.t(g.logits);
+    std::memcpy(in.logits, ptr(g, g.logits), lt.bytes());
+  }
+
+ private:
+  float* ptr(const Graph& g, int t) { return arena_.data() + g.t(t).offset / sizeof(float); }
+
+  void run_group(Graph& g, const FusionGroup& grp, const StepInput& in) {
+    if (grp.fold_add) run_op(g, g.ops[size_t(grp.add)], in);
+    if (grp.fold_norm) run_op(g, g.ops[size_t(grp.norm)], in);
+    std::vector<cpu::MatmulTask> tasks;
+    const Op& lead = g.ops[size_t(grp.leader())];
+    for (int mi : grp.members) {
+      const Op& m = g.ops[size_t(mi)];
+      tasks.push_back({m.w, ptr(g, m.out[0]), m.w->rows, m.b ? cpu::as_f32(*m.b) : nullptr});
+    }
+    const GTensor& x = g.t(lead.in[0]);
+    cpu::matmul(tasks, ptr(g, lead.in[0]), x.rows, x.cols, pool_, scratch_);
+    if (grp.fold_epilogue)
+      for (int e : grp.epilogue) run_op(g, g.ops[size_t(e)], in);
+  }
+
+  void run_op(Graph& g, const Op& op, const StepInput& in) {
+    const auto& hp = m_->hp;
+    auto IN = [&](int i) { return ptr(g, op.in[size_t(i)]); };
+    auto OUT = [&](int i) { return ptr(g, op.out[size_t(i)]); };
+    const int64_t T = g.n_tokens;
+    switch (op.kind) {
+      case OpKind::Embed:
+        for (int64_t t = 0; t < T; ++t) cpu::embed_row(*op.w, in.tokens[t], OUT(0) + t * hp.n_embd);
+        break;
+      case OpKind::RmsNorm: {
+        const GTensor& y = g.t(op.out[0]);
+        cpu::rms_norm(IN(0) + op.row_begin * y.cols, cpu::as_f32(*op.w), OUT(0), y.rows, y.cols, op.eps);
+        break;
+      }
+      case OpKind::MatMul: {
+        const GTensor& x = g.t(op.in[0]);
+        cpu::MatmulTask task{op.w, OUT(0), op.w->rows, op.b ? cpu::as_f32(*op.b) : nullptr};
+        cpu::matmul({&task, 1}, IN(0), x.rows, x.cols, pool_, scratch_);
+        break;
+      }
+      case OpKind::HeadNorm: {
+        const GTensor& x = g.t(op.in[0]);
+        cpu::head_norm(IN(0), cpu::as_f32(*op.w), OUT(0), x.rows, int(x.cols / op.head_dim), op.head_dim, op.eps);
+        break;
+      }
+      case OpKind::Rope: {
+        const GTensor& x = g.t(op.in[0]);
+        cpu::rope(IN(0), OUT(0), x.rows, int(x.cols / op.head_dim), op.head_dim, in.pos0, op.rope_theta, op.rope_neox);
+        break;
+      }
+      case OpKind::KvStore:
+        cpu::kv_store(IN(0), IN(1), kc_[size_t(op.layer)].data(), vc_[size_t(op.layer)].data(), T, hp.kv_dim(), in.pos0);
+        break;
+      case OpKind::Attention:
+        cpu::attention(IN(0), kc_[size_t(op.layer)].data(), vc_[size_t(op.layer)].data(), OUT(0), T, in.pos0,
+                       op.n_head, op.n_head_kv, op.head_dim, pool_);
+        break;
+      case OpKind::Add:
+        cpu::add(IN(0), IN(1), OUT(0), g.t(op.out[0]).rows * g.t(op.out[0]).cols);
+        break;
+      case OpKind::SiluMul:
+        cpu::silu_mul(IN(0), IN(1), OUT(0), g.t(op.out[0]).rows * g.t(op.out[0]).cols);
+        break;
+    }
+  }
+
+  BackendOptions opts_;
+  ThreadPool pool_;
+  const Model* m_ = nullptr;
+  std::vector<float> arena_;
+  std::vector<std::vector<uint16_t>> kc_, vc_;
+  cpu::MatmulScratch scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o) { return std::make_unique<CpuBackend>(o); }
+
+}  // namespace lmf

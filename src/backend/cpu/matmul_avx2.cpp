@@ -1,0 +1,14 @@
+// AVX2 + FMA + F16C matmul kernels (maddubs/madd integer dots). Built with -mavx2 -mfma -mf16c;
+// only called after cpuid confirmed support (cpu_features.h).
+#include <cstring>
+
+#include "backend/cpu/matmul_x86.inc"
+
+namespace lmf::cpu {
+
+const MatmulKernels& matmul_kernels_avx2() {
+  static const MatmulKernels k{quant_x86, flt_x86};
+  return k;
+}
+
+}  // namespace lmf::cpu

@@ -1,0 +1,27 @@
+// Per-ISA kernel table behind matmul() (internal to the CPU backend). Each kernel computes a
+// contiguous range of rows of one weight for all T tokens; matmul() splits the work and adds
+// the bias.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/act_quant.h"
+#include "format/quant/types.h"
+
+namespace lmf::cpu {
+
+struct MatmulKernels {
+  // Quantized weight rows: w points at row 0 of the range, `stride` bytes per row, nb blocks of
+  // 32 per row. xq: [T, nb] activation blocks. y[t*ldy + r] for r < nrows.
+  void (*quant)(DType type, const uint8_t* w, size_t stride, int64_t nrows, int64_t nb,
+                const ActBlock* xq, int64_t T, float* y, int64_t ldy);
+  // Float weight rows (F32/F16/BF16): x is [T, ldx] f32, cols inputs per row.
+  void (*flt)(DType type, const uint8_t* w, size_t stride, int64_t nrows, int64_t cols,
+              const float* x, int64_t ldx, int64_t T, float* y, int64_t ldy);
+};
+
+const MatmulKernels& matmul_kernels_scalar();
+const MatmulKernels& matmul_kernels_avx2();    // defined in matmul_avx2.cpp
+const MatmulKernels& matmul_kernels_avx512();  // defined in matmul_avx512.cpp
+
+}  // namespace lmf::cpu

@@ -1,0 +1,93 @@
+// Portable matmul kernels (no vector intrinsics): the fallback when the CPU lacks AVX2, and the
+// simplest statement of what the vector kernels compute. Each weight row is unpacked once into a
+// small buffer and then dotted with every token.
+#include <vector>
+
+#include "backend/cpu/matmul_kernels.h"
+#include "format/quant/half.h"
+#include "format/quant/quantize.h"
+
+namespace lmf::cpu {
+
+namespace {
+
+// Unpacks one quantized row into integer weights and per-block scale / minimum.
+// Q4_0: q - 8 (so the dot needs no offset); Q4_1: q in [0, 15]; Q8_0: q.
+void unpack_row(DType type, const uint8_t* w, int64_t nb, int8_t* wq, float* dw, float* mw) {
+  for (int64_t b = 0; b < nb; ++b, wq += QK) {
+    if (type == DType::Q8_0) {
+      const auto& blk = reinterpret_cast<const BlockQ8_0*>(w)[b];
+      dw[b] = fp16_to_f32(blk.d);
+      for (int j = 0; j < QK; ++j) wq[j] = blk.qs[j];
+    } else {
+      const uint8_t* qs;
+      int off = 0;
+      if (type == DType::Q4_0) {
+        const auto& blk = reinterpret_cast<const BlockQ4_0*>(w)[b];
+        dw[b] = fp16_to_f32(blk.d);
+        qs = blk.qs;
+        off = 8;
+      } else {
+        const auto& blk = reinterpret_cast<const BlockQ4_1*>(w)[b];
+        dw[b] = fp16_to_f32(blk.d);
+        mw[b] = fp16_to_f32(blk.m);
+        qs = blk.qs;
+      }
+      for (int j = 0; j < QK / 2; ++j) {
+        wq[j] = int8_t((qs[j] & 15) - off);
+        wq[j + QK / 2] = int8_t((qs[j] >> 4) - off);
+      }
+    }
+  }
+}
+
+void quant_scalar(DType type, const uint8_t* w, size_t stride, int64_t nrows, int64_t nb,
+                  const ActBlock* xq, int64_t T, float* y, int64_t ldy) {
+  thread_local std::vector<int8_t> wq;
+  thread_local std::vector<float> dw, mw;
+  wq.resize(size_t(nb * QK));
+  dw.resize(size_t(nb));
+  mw.assign(size_t(nb), 0.0f);
+  for (int64_t r = 0; r < nrows; ++r) {
+    unpack_row(type, w + size_t(r) * stride, nb, wq.data(), dw.data(), mw.data());
+    for (int64_t t = 0; t < T; ++t) {
+      const ActBlock* a = xq + t * nb;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int8_t* q = wq.data() + b * QK;
+        int dot = 0;
+        for (int j = 0; j < QK; ++j) dot += int(q[j]) * int(a[b].qs[j]);
+        // Q4_1: sum((d*q + m) * da*qa) = d*da*dot + m*s.
+        acc += dw[size_t(b)] * a[b].d * float(dot) + mw[size_t(b)] * a[b].s;
+      }
+      y[t * ldy + r] = acc;
+    }
+  }
+}
+
+void flt_scalar(DType type, const uint8_t* w, size_t stride, int64_t nrows, int64_t cols,
+                const float* x, int64_t ldx, int64_t T, float* y, int64_t ldy) {
+  thread_local std::vector<float> wf;
+  wf.resize(size_t(cols));
+  for (int64_t r = 0; r < nrows; ++r) {
+    dequantize_row(type, w + size_t(r) * stride, wf.data(), cols);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xt = x + t * ldx;
+      float acc[4] = {0, 0, 0, 0};  // four partial sums: fewer roundings on long rows
+      int64_t i = 0;
+      for (; i + 4 <= cols; i += 4)
+        for (int k = 0; k < 4; ++k) acc[k] += wf[size_t(i + k)] * xt[i + k];
+      for (; i < cols; ++i) acc[0] += wf[size_t(i)] * xt[i];
+      y[t * ldy + r] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    }
+  }
+}
+
+}  // namespace
+
+const MatmulKernels& matmul_kernels_scalar() {
+  static const MatmulKernels k{quant_scalar, flt_scalar};
+  return k;
+}
+
+}  // namespace lmf::cpu

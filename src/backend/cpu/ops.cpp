@@ -1,0 +1,123 @@
+#include "backend/cpu/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "format/quant/half.h"
+#include "format/quant/quantize.h"
+#include "util/status.h"
+
+namespace lmf::cpu {
+
+void rms_norm(const float* x, const float* gamma, float* y, int64_t rows, int64_t n, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += double(xr[i]) * xr[i];
+    const float s = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
+    for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * s * gamma[i];
+  }
+}
+
+void head_norm(const float* x, const float* gamma, float* y, int64_t rows, int n_heads, int hd, float eps) {
+  rms_norm(x, gamma, y, rows * n_heads, hd, eps);
+}
+
+void rope(const float* x, float* y, int64_t rows, int n_heads, int hd, int64_t pos0, float base, bool neox) {
+  const int half = hd / 2;
+  std::vector<float> cs(static_cast<size_t>(hd));  // [cos, sin] per frequency
+  for (int64_t t = 0; t < rows; ++t) {
+    const double pos = double(pos0 + t);
+    for (int i = 0; i < half; ++i) {
+      const double th = pos * std::pow(double(base), -2.0 * i / hd);
+      cs[size_t(2 * i)] = float(std::cos(th));
+      cs[size_t(2 * i + 1)] = float(std::sin(th));
+    }
+    for (int h = 0; h < n_heads; ++h) {
+      const float* xh = x + (t * n_heads + h) * hd;
+      float* yh = y + (t * n_heads + h) * hd;
+      for (int i = 0; i < half; ++i) {
+        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float c = cs[size_t(2 * i)], s = cs[size_t(2 * i + 1)];
+        const float x0 = xh[a], x1 = xh[b];
+        yh[a] = x0 * c - x1 * s;
+        yh[b] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+void kv_store(const float* k, const float* v, uint16_t* kc, uint16_t* vc, int64_t T, int64_t kv_dim, int64_t pos0) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < kv_dim; ++i) {
+      kc[(pos0 + t) * kv_dim + i] = f32_to_fp16(k[t * kv_dim + i]);
+      vc[(pos0 + t) * kv_dim + i] = f32_to_fp16(v[t * kv_dim + i]);
+    }
+}
+
+static const float* fp16_table() {
+  static const std::vector<float> tab = [] {
+    std::vector<float> t(65536);
+    for (uint32_t i = 0; i < 65536; ++i) t[i] = fp16_to_f32(uint16_t(i));
+    return t;
+  }();
+  return tab.data();
+}
+
+void attention(const float* q, const uint16_t* kc, const uint16_t* vc, float* out, int64_t T, int64_t pos0,
+               int n_head, int n_head_kv, int hd, ThreadPool& pool) {
+  const float* h2f = fp16_table();
+  const int group = n_head / n_head_kv;
+  const int64_t kv_dim = int64_t(n_head_kv) * hd;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  pool.parallel_for(T * n_head, [&](int, int64_t b, int64_t e) {
+    std::vector<float> sc(static_cast<size_t>(pos0 + T));
+    std::vector<float> acc(static_cast<size_t>(hd));
+    for (int64_t job = b; job < e; ++job) {
+      const int64_t t = job / n_head;
+      const int h = int(job % n_head), kvh = h / group;
+      const float* qh = q + (t * n_head + h) * hd;
+      const int64_t n = pos0 + t + 1;  // causal: positions 0..pos0+t
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        const uint16_t* kr = kc + j * kv_dim + int64_t(kvh) * hd;
+        float s = 0;
+        for (int i = 0; i < hd; ++i) s += qh[i] * h2f[kr[i]];
+        sc[size_t(j)] = s * scale;
+        mx = std::max(mx, sc[size_t(j)]);
+      }
+      float sum = 0;
+      for (int64_t j = 0; j < n; ++j) sum += sc[size_t(j)] = std::exp(sc[size_t(j)] - mx);
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t j = 0; j < n; ++j) {
+        const uint16_t* vr = vc + j * kv_dim + int64_t(kvh) * hd;
+        const float p = sc[size_t(j)];
+        for (int i = 0; i < hd; ++i) acc[size_t(i)] += p * h2f[vr[i]];
+      }
+      float* oh = out + (t * n_head + h) * hd;
+      for (int i = 0; i < hd; ++i) oh[i] = acc[size_t(i)] / sum;
+    }
+  });
+}
+
+void add(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+void silu_mul(const float* g, const float* u, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void embed_row(const Weight& w, int32_t token, float* y) {
+  LMF_CHECK(token >= 0 && token < w.rows);
+  dequantize_row(w.type, w.data + size_t(token) * w.row_stride(), y, w.cols);
+}
+
+const float* as_f32(const Weight& w) {
+  LMF_CHECK(w.type == DType::F32, "weight ", w.name);
+  return reinterpret_cast<const float*>(w.data);
+}
+
+}  // namespace lmf::cpu

@@ -1,0 +1,32 @@
+// CPU reference ops (other than matmul, see matmul.h). These are the reference every other
+// backend is tested against, op by op. Activations are fp32 row-major [T, n]; the KV cache is
+// fp16, per layer [n_ctx, n_kv_heads * head_dim] for K and for V.
+#pragma once
+#include <cstdint>
+
+#include "model/weights.h"
+#include "util/threadpool.h"
+
+namespace lmf::cpu {
+
+// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * gamma, rows of n.
+void rms_norm(const float* x, const float* gamma, float* y, int64_t rows, int64_t n, float eps);
+// Per-head RMSNorm: each row holds n_heads heads of head_dim; gamma has head_dim entries.
+void head_norm(const float* x, const float* gamma, float* y, int64_t rows, int n_heads, int head_dim, float eps);
+// RoPE on rows of n_heads * head_dim at positions pos0 + t. neox: pairs (i, i + hd/2);
+// otherwise adjacent pairs (2i, 2i+1). theta_i = pos * base^(-2i/hd).
+void rope(const float* x, float* y, int64_t rows, int n_heads, int head_dim, int64_t pos0, float base, bool neox);
+// Writes k, v rows (T of them) into the fp16 cache at positions pos0..pos0+T-1.
+void kv_store(const float* k, const float* v, uint16_t* kc, uint16_t* vc, int64_t T, int64_t kv_dim, int64_t pos0);
+// Causal attention of T queries at positions pos0..pos0+T-1 over cache positions 0..pos.
+// GQA: query head h reads kv head h / (n_head / n_head_kv). Scale 1/sqrt(head_dim).
+void attention(const float* q, const uint16_t* kc, const uint16_t* vc, float* out, int64_t T, int64_t pos0,
+               int n_head, int n_head_kv, int head_dim, ThreadPool& pool);
+void add(const float* a, const float* b, float* y, int64_t n);
+void silu_mul(const float* g, const float* u, float* y, int64_t n);
+// Row `token` of a token-embedding weight of any supported type, as fp32.
+void embed_row(const Weight& w, int32_t token, float* y);
+// Converts a whole 1-D weight to fp32 (norm gammas and biases are f32 already).
+const float* as_f32(const Weight& w);
+
+}  // namespace lmf::cpu

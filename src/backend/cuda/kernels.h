@@ -1,0 +1,174 @@
+// Host API of the CUDA decode kernels (batch 1). Everything here is plain C++ (no CUDA headers
+// beyond the runtime API), so the backend and the tests include it from .cpp files.
+//
+// Conventions
+//  - Activations are fp32 on the device. Weights are repacked at load (repack_* below).
+//  - Every launcher only launches (no allocation, no sync, no host reads of device data): a chain
+//    of them can be captured in a CUDA graph and replayed. Positions and lengths are read from
+//    DEVICE memory (`const int* pos`), so a replay needs no re-capture.
+//  - KV cache layout (per layer, K and V alike), fp16 bits:
+//        cache[kv_head][n_ctx][head_dim]          (head-major)
+//    Why head-major rather than [n_ctx][n_kv*head_dim]: decode attention streams one KV head's
+//    keys for a range of positions; head-major makes that range one contiguous run of memory
+//    (full DRAM pages, no strided rows), and appending one position writes n_kv runs of
+//    head_dim*2 bytes either way.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "format/quant/types.h"
+
+namespace lmf::cuda {
+
+// ---------------------------------------------------------------------------------------------
+// Repacked weights.
+//
+// Layout ("16-byte tiled"). A row of `cols` elements is nblk = cols/32 blocks of 32 elements.
+// Each block's data is P 16-byte pieces (P = 1 for Q4_0/Q4_1: the 16 nibble bytes, GGUF nibble
+// order kept: byte j = element j (low) and j+16 (high); P = 2 for Q8_0: 32 int8; P = 4 for
+// F16/BF16: 32 x 2 bytes). Blocks are grouped by 32 (one per lane of a warp); group g holds
+// gb = min(32, nblk - 32g) blocks and stores piece p of its block l at
+//     q + row*row_stride + g*32*P*16 + (p*gb + l)*16          (row_stride = nblk*P*16)
+// so each load instruction of a warp reads gb*16 contiguous bytes (fully coalesced, 16 B per
+// lane). Scales are separate: Q4_0/Q8_0: fp16 d [rows][nblk]; Q4_1: {fp16 d, fp16 m} [rows][nblk].
+// F16/BF16 have no scales. cols must be a multiple of 32 (every supported model dimension is).
+struct HostPacked {
+  DType type = DType::F16;
+  int64_t rows = 0, cols = 0;
+  std::vector<uint8_t> q;       // [rows][row_stride] tiled data
+  std::vector<uint8_t> scales;  // [rows][nblk] fp16 d (or d,m pairs); empty for F16/BF16
+};
+
+// `src` holds `rows` GGUF rows of `cols` elements back to back (row_bytes(t, cols) each).
+// Supported: Q4_0, Q4_1, Q8_0, F16, BF16. Throws lmf::Error on other types or cols % 32 != 0.
+HostPacked repack_rows(DType t, const void* src, int64_t rows, int64_t cols);
+// Q|K|V (or any list): the rows of each part, concatenated in order, as one weight.
+struct RowsRef {
+  const void* data;
+  int64_t rows;
+};
+HostPacked repack_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols);
+// gate/up for the SiLU-mul epilogue: output rows interleaved gate0, up0, gate1, up1, ...
+HostPacked repack_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols);
+
+// Device copy of a HostPacked weight (owns its memory through upload/free below).
+struct DeviceWeight {
+  DType type = DType::F16;
+  int64_t rows = 0, cols = 0;
+  const uint8_t* q = nullptr;
+  const uint8_t* scales = nullptr;
+  size_t q_bytes = 0, scale_bytes = 0;
+};
+DeviceWeight upload_weight(const HostPacked& h, cudaStream_t s = nullptr);
+void free_weight(DeviceWeight& w);
+// Bytes a GEMV over w reads from weights (for bandwidth figures).
+inline size_t weight_bytes(const DeviceWeight& w) { return w.q_bytes + w.scale_bytes; }
+
+// ---------------------------------------------------------------------------------------------
+// GEMV y = W x (W [rows, cols]) with a fused prologue and epilogue, one launch.
+enum class Prologue {
+  None,     // x given: x = in
+  Norm,     // x = rmsnorm(in) * gamma                       (in [cols])
+  AddNorm,  // h = in + residual; x = rmsnorm(h) * gamma; block 0 writes h to residual_out
+};
+enum class Epilogue {
+  Store,     // y[r] = (W x)[r] (+ bias[r])                                   y [rows]
+  Residual,  // y[r] = (W x)[r] + y_residual[r]   (y may alias y_residual)    y [rows]
+  SiluMul,   // W from repack_gate_up: y[i] = silu((Wx)[2i]) * (Wx)[2i+1]     y [rows/2]
+  QKV,       // W = Q|K|V rows: bias, per-head RMSNorm of q,k, RoPE, q -> q_out, k,v -> cache
+};
+enum class RopeStyle { NeoX, Adjacent };  // NeoX: pairs (i, i+d/2) (qwen2/3); Adjacent: (2i, 2i+1)
+
+struct QkvParams {
+  int n_head = 0, n_kv_head = 0, head_dim = 0;  // head_dim 64 or 128 (multiple of 64)
+  const float* q_norm = nullptr;                // [head_dim] or null (no per-head norm)
+  const float* k_norm = nullptr;                // [head_dim] or null
+  float norm_eps = 1e-6f;
+  RopeStyle rope = RopeStyle::NeoX;
+  float theta = 1e6f;
+  const int* pos = nullptr;     // DEVICE: position of this token
+  float* q_out = nullptr;       // [n_head*head_dim]
+  uint16_t* k_cache = nullptr;  // fp16 [n_kv_head][n_ctx][head_dim] (this layer)
+  uint16_t* v_cache = nullptr;
+  int64_t n_ctx = 0;
+  // Scratch (DEVICE): `raw` [rows] fp32, and `counters` [n_head + 2*n_kv_head] uint32 that must
+  // be zero before the first launch (qkv_counters_alloc); the kernel leaves them zero again.
+  float* raw = nullptr;
+  unsigned* counters = nullptr;
+};
+
+struct GemvArgs {
+  const DeviceWeight* w = nullptr;
+  const float* in = nullptr;        // [cols]
+  const float* residual = nullptr;  // AddNorm: [cols]
+  // AddNorm: [cols] receives in + residual. Must NOT alias in or residual: other blocks are
+  // still reading those while block 0 writes (the graph memory plan gives it its own buffer).
+  float* residual_out = nullptr;
+  const float* gamma = nullptr;  // Norm/AddNorm: [cols]
+  float eps = 1e-6f;
+  float* y = nullptr;                 // see Epilogue
+  const float* y_residual = nullptr;  // Residual epilogue
+  const float* bias = nullptr;        // Store/QKV: [rows] or null
+  QkvParams qkv;                      // QKV epilogue
+};
+
+// Validates the arguments (throws lmf::Error naming what is wrong) and launches. Grid sizes come
+// from a per-device table computed on first use (cached), so this is capture-safe after one
+// warm-up call per (type, prologue, epilogue).
+void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s = nullptr);
+bool gemv_supported(DType t, Prologue pro, Epilogue epi);  // the allow-list
+unsigned* qkv_counters_alloc(int n_head, int n_kv_head);   // zeroed device counters
+
+// ---------------------------------------------------------------------------------------------
+// Decode attention over the fp16 KV cache (flash-decoding: n_splits blocks per KV head, then a
+// log-sum-exp merge). Length = *pos + 1, read on the device; any length up to n_ctx.
+struct AttnArgs {
+  const float* q = nullptr;  // [n_head][head_dim]
+  const uint16_t* k_cache = nullptr;
+  const uint16_t* v_cache = nullptr;  // [n_kv_head][n_ctx][head_dim] fp16
+  int n_head = 0, n_kv_head = 0, head_dim = 0;  // head_dim 64 or 128; n_head/n_kv_head <= 8
+  int64_t n_ctx = 0;
+  const int* pos = nullptr;  // DEVICE
+  float* out = nullptr;      // [n_head][head_dim]
+  int n_splits = 1;          // from attn_plan
+  float* partial = nullptr;  // scratch, attn_scratch_floats(...) floats
+};
+int attn_plan_splits(int n_kv_head, int64_t n_ctx);  // plan-time split count for this device
+size_t attn_scratch_floats(int n_head, int head_dim, int n_splits);
+void attention_decode(const AttnArgs& a, cudaStream_t s = nullptr);
+
+// ---------------------------------------------------------------------------------------------
+// Unfused building blocks (fallbacks, prefill helpers, and references for the fused paths).
+// `raw` embedding: GGUF rows (not repacked), types F32, F16, BF16, Q4_0, Q4_1, Q8_0.
+void embed_lookup(DType t, const void* table, int64_t cols, const int* token, float* out,
+                  cudaStream_t s = nullptr);
+// y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * gamma, rows of n (per-head norm: n = head_dim).
+void rmsnorm_rows(const float* x, const float* gamma, float* y, int64_t rows, int n, float eps,
+                  cudaStream_t s = nullptr);
+// In place, x [n_heads][head_dim], position from device memory.
+void rope(float* x, int n_heads, int head_dim, RopeStyle st, float theta, const int* pos,
+          cudaStream_t s = nullptr);
+// k, v [n_kv][head_dim] fp32 -> caches at *pos.
+void kv_store(const float* k, const float* v, uint16_t* k_cache, uint16_t* v_cache, int n_kv,
+              int head_dim, int64_t n_ctx, const int* pos, cudaStream_t s = nullptr);
+void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s = nullptr);
+// y[i] = silu(g[i]) * u[i]
+void silu_mul(const float* g, const float* u, float* y, int64_t n, cudaStream_t s = nullptr);
+// Greedy: *out = smallest index of the maximum of x[n] (NaN never wins). One launch; scratch
+// from argmax_scratch_alloc (self-resetting).
+struct ArgmaxScratch {
+  void* partial = nullptr;  // device
+  unsigned* counter = nullptr;
+  int blocks = 0;
+};
+ArgmaxScratch argmax_scratch_alloc();
+void argmax_scratch_free(ArgmaxScratch& a);
+void argmax(const float* x, int64_t n, int* out, const ArgmaxScratch& scratch,
+            cudaStream_t s = nullptr);
+
+int device_sm_count();  // current device, cached
+
+}  // namespace lmf::cuda

@@ -1,0 +1,159 @@
+// Decode attention (one query token) over the head-major fp16 KV cache, flash-decoding style.
+//
+// Pass 1, grid (n_kv_head, n_splits): a block owns one KV head and one contiguous slice of the
+// positions [0, L), L = *pos + 1 read on the device, slice = ceil(L / n_splits). All G query
+// heads of the KV head are handled by the block, so each K/V row is loaded once for G heads
+// (GQA). A timestep is handled by LPT = HD/8 lanes, each holding 8 dims (one 16-byte load of K
+// and of V); a warp covers 32/LPT timesteps per step. Each lane group keeps an online softmax
+// (m, l, acc); the block merges its groups in shared memory and writes, per query head and
+// split, the normalized partial output o_s [HD] and (m_s, l_s).
+// Pass 2, grid n_head: o = sum_s o_s l_s e^(m_s - M) / sum_s l_s e^(m_s - M), M = max m_s.
+// Empty splits (L small) write l = 0 and are skipped by the merge.
+#pragma once
+#include <cuda_fp16.h>
+
+#include "backend/cuda/kernels/common.cuh"
+
+namespace lmf::cuda::dev {
+
+constexpr int kAttnWarps = 4;
+
+struct AttnParams {
+  const float* q;
+  const __half* k;
+  const __half* v;
+  int n_head, n_kv, n_ctx, n_splits;
+  const int* pos;
+  float* out;
+  float* part_o;   // [n_head][n_splits][HD]
+  float* part_ml;  // [n_head][n_splits][2]
+  float scale;
+};
+
+template <int HD, int GMAX>
+__global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __grid_constant__ AttnParams p) {
+  constexpr int LPT = HD / 8;     // lanes per timestep
+  constexpr int TPW = 32 / LPT;   // timesteps per warp step
+  constexpr int SLOTS = kAttnWarps * TPW;
+  static_assert(HD % 64 == 0 && LPT <= 32, "head_dim 64 or 128");
+  __shared__ float sm_m[SLOTS][GMAX], sm_l[SLOTS][GMAX];
+  __shared__ float sm_acc[SLOTS][GMAX][HD];
+
+  const int kvh = blockIdx.x, split = blockIdx.y;
+  const int G = p.n_head / p.n_kv;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int sub = lane % LPT, tg = lane / LPT, slot = warp * TPW + tg;
+  const int L = *p.pos + 1;
+  const int chunk = (L + p.n_splits - 1) / p.n_splits;
+  const int start = split * chunk, end = min(L, start + chunk);
+
+  float q[GMAX][8];  // this lane's 8 dims of each query head, pre-scaled by 1/sqrt(HD)
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g)
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      q[g][i] = g < G ? p.q[size_t(kvh * G + g) * HD + sub * 8 + i] * p.scale : 0.f;
+  float m[GMAX], l[GMAX], acc[GMAX][8];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
+  }
+  const __half* K = p.k + size_t(kvh) * p.n_ctx * HD + sub * 8;
+  const __half* V = p.v + size_t(kvh) * p.n_ctx * HD + sub * 8;
+
+  for (int t0 = start + warp * TPW; t0 < end; t0 += SLOTS) {  // warp-uniform trip count
+    const int t = t0 + tg;
+    const bool valid = t < end;
+    uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
+    if (valid) {
+      kr = __ldg(reinterpret_cast<const uint4*>(K + size_t(t) * HD));
+      vr = __ldg(reinterpret_cast<const uint4*>(V + size_t(t) * HD));
+    }
+    float kf[8], vf[8];
+    {
+      const __half2* kh = reinterpret_cast<const __half2*>(&kr);
+      const __half2* vh = reinterpret_cast<const __half2*>(&vr);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 a = __half22float2(kh[i]), b = __half22float2(vh[i]);
+        kf[2 * i] = a.x;
+        kf[2 * i + 1] = a.y;
+        vf[2 * i] = b.x;
+        vf[2 * i + 1] = b.y;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) {
+      if (g >= G) break;
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s = fmaf(q[g][i], kf[i], s);
+#pragma unroll
+      for (int o = LPT / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (valid) {
+        const float mn = fmaxf(m[g], s);
+        const float corr = __expf(m[g] - mn);  // m = -inf -> 0
+        const float pe = __expf(s - mn);
+        l[g] = l[g] * corr + pe;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(pe, vf[i], acc[g][i] * corr);
+        m[g] = mn;
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    if (g >= G) break;
+    if (sub == 0) {
+      sm_m[slot][g] = m[g];
+      sm_l[slot][g] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sm_acc[slot][g][sub * 8 + i] = acc[g][i];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * HD; idx += blockDim.x) {
+    const int g = idx / HD, d = idx % HD;
+    float M = -INFINITY;
+    for (int s = 0; s < SLOTS; ++s)
+      if (sm_l[s][g] > 0.f) M = fmaxf(M, sm_m[s][g]);
+    float den = 0.f, num = 0.f;
+    for (int s = 0; s < SLOTS; ++s)
+      if (sm_l[s][g] > 0.f) {
+        const float w = __expf(sm_m[s][g] - M);
+        den = fmaf(sm_l[s][g], w, den);
+        num = fmaf(sm_acc[s][g][d], w, num);
+      }
+    const int h = kvh * G + g;
+    const size_t ps = size_t(h) * p.n_splits + split;
+    p.part_o[ps * HD + d] = den > 0.f ? num / den : 0.f;
+    if (d == 0) {
+      p.part_ml[ps * 2] = M;
+      p.part_ml[ps * 2 + 1] = den;
+    }
+  }
+}
+
+template <int HD>
+__global__ void attn_merge_kernel(const __grid_constant__ AttnParams p) {
+  const int h = blockIdx.x, d = threadIdx.x;
+  const float* ml = p.part_ml + size_t(h) * p.n_splits * 2;
+  float M = -INFINITY;
+  for (int s = 0; s < p.n_splits; ++s)
+    if (ml[2 * s + 1] > 0.f) M = fmaxf(M, ml[2 * s]);
+  float den = 0.f, num = 0.f;
+  for (int s = 0; s < p.n_splits; ++s) {
+    const float ls = ml[2 * s + 1];
+    if (ls > 0.f) {
+      const float w = ls * __expf(ml[2 * s] - M);
+      den += w;
+      num = fmaf(p.part_o[(size_t(h) * p.n_splits + s) * HD + d], w, num);
+    }
+  }
+  p.out[size_t(h) * HD + d] = num / den;
+}
+
+}  // namespace lmf::cuda::dev

@@ -1,0 +1,68 @@
+// Small device helpers shared by the kernel families.
+#pragma once
+#include <cuda_fp16.h>
+#include <cstdint>
+
+namespace lmf::cuda::dev {
+
+// Weights are read once per token: no L1 allocation and an evict-first L2 policy keep them from
+// pushing out the activations and KV cache that are reused. .nc: read-only during the kernel.
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t pol;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+__device__ __forceinline__ uint4 ld_stream16(const void* p, uint64_t pol) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "l"(pol));
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_stream4(const void* p, uint64_t pol) {
+  uint32_t v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(pol));
+  return v;
+}
+__device__ __forceinline__ uint16_t ld_stream2(const void* p, uint64_t pol) {
+  uint16_t v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(pol));
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (all threads must call; blockDim.x a multiple of 32, <= 1024).
+__device__ __forceinline__ float block_sum(float v, float* sh /* [32] */) {
+  v = warp_sum(v);
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  __syncthreads();  // sh may be in use by a previous call
+  if (l == 0) sh[w] = v;
+  __syncthreads();
+  const int nw = blockDim.x >> 5;
+  v = l < nw ? sh[l] : 0.f;
+  return warp_sum(v);
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint32_t bits) { return __uint_as_float(bits << 16); }
+
+// RoPE angle for pair index i of a head of size d: pos * theta^(-2i/d), computed in fp32 as the
+// Hugging Face reference does (inv_freq in fp32, then the product), then an accurate sincos.
+__device__ __forceinline__ void rope_cs(int pos, int i, int d, float theta, float* c, float* s) {
+  const float inv_freq = 1.0f / powf(theta, float(2 * i) / float(d));
+  const float ang = float(pos) * inv_freq;
+  sincosf(ang, s, c);
+}
+
+}  // namespace lmf::cuda::dev

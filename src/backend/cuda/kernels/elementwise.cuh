@@ -1,0 +1,161 @@
+// Unfused building blocks: embedding lookup, row RMSNorm, RoPE, KV store, add, SiLU-mul, argmax.
+#pragma once
+#include <cuda_fp16.h>
+
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels/common.cuh"
+
+namespace lmf::cuda::dev {
+
+// One element of a GGUF row (raw block layout of format/quant/types.h).
+template <DType T>
+__device__ __forceinline__ float gguf_elem(const uint8_t* row, int i) {
+  const int b = i >> 5, e = i & 31;
+  if constexpr (T == DType::F32) {
+    return reinterpret_cast<const float*>(row)[i];
+  } else if constexpr (T == DType::F16) {
+    return __half2float(reinterpret_cast<const __half*>(row)[i]);
+  } else if constexpr (T == DType::BF16) {
+    return bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
+  } else if constexpr (T == DType::Q4_0) {
+    const uint8_t* blk = row + b * 18;
+    const float d = __half2float(__ushort_as_half(uint16_t(blk[0] | (blk[1] << 8))));
+    const int q = (blk[2 + (e & 15)] >> (e < 16 ? 0 : 4)) & 15;
+    return d * float(q - 8);
+  } else if constexpr (T == DType::Q4_1) {
+    const uint8_t* blk = row + b * 20;
+    const float d = __half2float(__ushort_as_half(uint16_t(blk[0] | (blk[1] << 8))));
+    const float m = __half2float(__ushort_as_half(uint16_t(blk[2] | (blk[3] << 8))));
+    const int q = (blk[4 + (e & 15)] >> (e < 16 ? 0 : 4)) & 15;
+    return fmaf(d, float(q), m);
+  } else {  // Q8_0
+    const uint8_t* blk = row + b * 34;
+    const float d = __half2float(__ushort_as_half(uint16_t(blk[0] | (blk[1] << 8))));
+    return d * float(int8_t(blk[2 + e]));
+  }
+}
+
+template <DType T>
+__global__ void embed_kernel(const uint8_t* table, size_t row_bytes, int cols, const int* token,
+                             float* out) {
+  const uint8_t* row = table + size_t(*token) * row_bytes;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += gridDim.x * blockDim.x)
+    out[i] = gguf_elem<T>(row, i);
+}
+
+__global__ void rmsnorm_rows_kernel(const float* x, const float* gamma, float* y, int n, float eps) {
+  __shared__ float sh[32];
+  const float* xr = x + size_t(blockIdx.x) * n;
+  float* yr = y + size_t(blockIdx.x) * n;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+  const float r = rsqrtf(block_sum(ss, sh) / float(n) + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * r * gamma[i];
+}
+
+// grid n_heads, block head_dim/2: one pair per thread.
+__global__ void rope_kernel(float* x, int hd, RopeStyle st, float theta, const int* pos) {
+  const int i = threadIdx.x, half_d = hd / 2;
+  float* h = x + size_t(blockIdx.x) * hd;
+  const int a = st == RopeStyle::NeoX ? i : 2 * i, b = st == RopeStyle::NeoX ? i + half_d : 2 * i + 1;
+  float c, s;
+  rope_cs(*pos, i, hd, theta, &c, &s);
+  const float va = h[a], vb = h[b];
+  h[a] = va * c - vb * s;
+  h[b] = vb * c + va * s;
+}
+
+// grid n_kv, block head_dim.
+__global__ void kv_store_kernel(const float* k, const float* v, __half* kc, __half* vc, int hd,
+                                int n_ctx, const int* pos) {
+  const int h = blockIdx.x, d = threadIdx.x;
+  const size_t dst = (size_t(h) * n_ctx + *pos) * hd + d;
+  kc[dst] = __float2half_rn(k[size_t(h) * hd + d]);
+  vc[dst] = __float2half_rn(v[size_t(h) * hd + d]);
+}
+
+__global__ void add_kernel(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = a[i] + b[i];
+}
+__global__ void silu_mul_kernel(const float* g, const float* u, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = silu(g[i]) * u[i];
+}
+
+// (value, index) with "better" = larger value, then smaller index; NaN never better.
+__device__ __forceinline__ bool am_better(float v, int i, float bv, int bi) {
+  return v > bv || (v == bv && i < bi) || (bi < 0 && !isnan(v));
+}
+__device__ __forceinline__ void am_warp(float& v, int& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (oi >= 0 && am_better(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+}
+// Block-level reduce of (v, i) -> thread 0.
+__device__ __forceinline__ void am_block(float& v, int& i) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  am_warp(v, i);
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  if (l == 0) {
+    sv[w] = v;
+    si[w] = i;
+  }
+  __syncthreads();
+  if (w == 0) {
+    const int nw = blockDim.x >> 5;
+    v = l < nw ? sv[l] : -INFINITY;
+    i = l < nw ? si[l] : -1;
+    am_warp(v, i);
+  }
+}
+
+// One launch: blocks reduce slices, the last block to finish reduces the partials.
+__global__ void argmax_kernel(const float* x, int64_t n, int* out, float* pv, int* pi,
+                              unsigned* counter) {
+  float v = -INFINITY;
+  int idx = -1;
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
+    const float xj = x[j];
+    if (am_better(xj, int(j), v, idx)) {
+      v = xj;
+      idx = int(j);
+    }
+  }
+  am_block(v, idx);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    pv[blockIdx.x] = v;
+    pi[blockIdx.x] = idx;
+    __threadfence();
+    last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  v = -INFINITY;
+  idx = -1;
+  for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
+    const float bv = __ldcg(pv + b);
+    const int bi = __ldcg(pi + b);
+    if (bi >= 0 && am_better(bv, bi, v, idx)) {
+      v = bv;
+      idx = bi;
+    }
+  }
+  __syncthreads();
+  am_block(v, idx);
+  if (threadIdx.x == 0) {
+    *out = idx < 0 ? 0 : idx;
+    *counter = 0;
+  }
+}
+
+}  // namespace lmf::cuda::dev

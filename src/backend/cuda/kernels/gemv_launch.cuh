@@ -1,0 +1,56 @@
+// Launch glue for gemv_kernel instances and the allow-list of (prologue, epilogue) pairs that
+// are instantiated for every weight type. Each kernels_gemv_<type>.cu includes this and expands
+// LMF_GEMV_ALLOW_LIST for its type, so instances compile in parallel, one file per type.
+#pragma once
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/gemv.cuh"
+
+// The allow-list. Why these: Store (+Norm for the final logits, +AddNorm for fused layers),
+// Residual for o_proj/down, SiluMul and QKV after the attention/ffn norms, with or without the
+// residual add folded in.
+#define LMF_GEMV_ALLOW_LIST(X) LMF_GEMV_ALLOW_LIST_PLAIN(X)
+#define LMF_GEMV_ALLOW_LIST_PLAIN(X)  \
+  X(None, Store)                \
+  X(Norm, Store)                \
+  X(AddNorm, Store)             \
+  X(None, Residual)             \
+  X(Norm, SiluMul)              \
+  X(AddNorm, SiluMul)           \
+  X(Norm, QKV)                  \
+  X(AddNorm, QKV)
+
+namespace lmf::cuda::dev {
+
+int gemv_grid(const void* func, int rows, size_t smem);  // kernels_gemv.cu
+
+template <DType T, Prologue PRO, Epilogue EPI>
+void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {
+  auto* k = &gemv_kernel<T, PRO, EPI>;
+  const size_t smem = gemv_smem_bytes(p.cols);
+  static bool attr_set = false;  // first call per instance happens before any graph capture
+  if (!attr_set && smem > 48 * 1024) {
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    attr_set = true;
+  }
+  const int grid = gemv_grid(reinterpret_cast<const void*>(k), p.rows, smem);
+  k<<<grid, kGemvThreads, smem, s>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace lmf::cuda::dev
+
+#define LMF_GEMV_CASE(PRO_, EPI_)                                                         \
+  if (pro == Prologue::PRO_ && epi == Epilogue::EPI_) {                                  \
+    launch_gemv_instance<kType, Prologue::PRO_, Epilogue::EPI_>(p, s);                   \
+    return true;                                                                         \
+  }
+
+// Defines bool launch_gemv_<name>(Prologue, Epilogue, const GemvParams&, cudaStream_t).
+#define LMF_GEMV_TYPE_FILE(name, TYPE)                                                    \
+  namespace lmf::cuda::dev {                                                              \
+  bool launch_gemv_##name(Prologue pro, Epilogue epi, const GemvParams& p, cudaStream_t s) { \
+    constexpr DType kType = TYPE;                                                         \
+    LMF_GEMV_ALLOW_LIST(LMF_GEMV_CASE)                                                    \
+    return false;                                                                         \
+  }                                                                                       \
+  }

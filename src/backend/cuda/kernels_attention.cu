@@ -1,0 +1,66 @@
+// Decode attention launchers (kernels/attention.cuh); instances: head_dim {64, 128} x
+// query heads per KV head {1, 2, 4, 8} (G is rounded up to the next instance).
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels/attention.cuh"
+
+namespace lmf::cuda {
+
+int attn_plan_splits(int n_kv_head, int64_t n_ctx) {
+  // About two blocks per SM at full length; never slices shorter than 16 positions.
+  const int want = (2 * device_sm_count() + n_kv_head - 1) / n_kv_head;
+  const int64_t cap = std::max<int64_t>(1, n_ctx / 16);
+  return int(std::max<int64_t>(1, std::min<int64_t>(want, cap)));
+}
+
+size_t attn_scratch_floats(int n_head, int head_dim, int n_splits) {
+  return size_t(n_head) * n_splits * (head_dim + 2);
+}
+
+namespace {
+template <int HD, int GMAX>
+void launch(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
+  dev::attn_split_kernel<HD, GMAX><<<dim3(n_kv, p.n_splits), dev::kAttnWarps * 32, 0, s>>>(p);
+  CUDA_CHECK_LAUNCH();
+  dev::attn_merge_kernel<HD><<<p.n_head, HD, 0, s>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+template <int HD>
+void launch_g(const dev::AttnParams& p, int G, int n_kv, cudaStream_t s) {
+  if (G <= 1) launch<HD, 1>(p, n_kv, s);
+  else if (G <= 2) launch<HD, 2>(p, n_kv, s);
+  else if (G <= 4) launch<HD, 4>(p, n_kv, s);
+  else launch<HD, 8>(p, n_kv, s);
+}
+}  // namespace
+
+void attention_decode(const AttnArgs& a, cudaStream_t s) {
+  if (a.head_dim != 64 && a.head_dim != 128)
+    LMF_FAIL("cuda attention: head_dim must be 64 or 128, got ", a.head_dim);
+  if (a.n_kv_head <= 0 || a.n_head % a.n_kv_head != 0 || a.n_head / a.n_kv_head > 8)
+    LMF_FAIL("cuda attention: n_head ", a.n_head, " must be a multiple (<= 8x) of n_kv_head ",
+             a.n_kv_head);
+  if (!a.q || !a.k_cache || !a.v_cache || !a.pos || !a.out || !a.partial || a.n_splits < 1 ||
+      a.n_ctx <= 0 || a.n_ctx > (int64_t(1) << 30))
+    LMF_FAIL("cuda attention: missing pointer or bad n_ctx/n_splits");
+  dev::AttnParams p{};
+  p.q = a.q;
+  p.k = reinterpret_cast<const __half*>(a.k_cache);
+  p.v = reinterpret_cast<const __half*>(a.v_cache);
+  p.n_head = a.n_head;
+  p.n_kv = a.n_kv_head;
+  p.n_ctx = int(a.n_ctx);
+  p.n_splits = a.n_splits;
+  p.pos = a.pos;
+  p.out = a.out;
+  p.part_o = a.partial;
+  p.part_ml = a.partial + size_t(a.n_head) * a.n_splits * a.head_dim;
+  p.scale = 1.0f / std::sqrt(float(a.head_dim));
+  const int G = a.n_head / a.n_kv_head;
+  if (a.head_dim == 64) launch_g<64>(p, G, a.n_kv_head, s);
+  else launch_g<128>(p, G, a.n_kv_head, s);
+}
+
+}  // namespace lmf::cuda

@@ -1,0 +1,155 @@
+// GEMV dispatch: argument validation, grid sizing, and the per-type instance launchers.
+#include <mutex>
+#include <map>
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels/gemv_launch.cuh"
+
+namespace lmf::cuda {
+namespace dev {
+bool launch_gemv_q4_0(Prologue, Epilogue, const GemvParams&, cudaStream_t);
+bool launch_gemv_q4_1(Prologue, Epilogue, const GemvParams&, cudaStream_t);
+bool launch_gemv_q8_0(Prologue, Epilogue, const GemvParams&, cudaStream_t);
+bool launch_gemv_f16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
+bool launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
+
+// Blocks for a launch: enough for every row group (kGemvWarps per block), capped at what is
+// resident at once, so each block stages x once and SMs get equal shares of row groups.
+int gemv_grid(const void* func, int rows, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, size_t>, int> occ_cache;
+  int occ;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = occ_cache.find({func, smem});
+    if (it == occ_cache.end()) {
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, func, kGemvThreads, smem));
+      if (occ < 1) occ = 1;
+      occ_cache[{func, smem}] = occ;
+    } else {
+      occ = it->second;
+    }
+  }
+  const int n_rg = (rows + kRows - 1) / kRows;
+  const int want = (n_rg + kGemvWarps - 1) / kGemvWarps;
+  return std::max(1, std::min(want, device_sm_count() * occ));
+}
+}  // namespace dev
+
+int device_sm_count() {
+  static int cached_dev = -1, cached = 0;
+  int d = 0;
+  CUDA_CHECK(cudaGetDevice(&d));
+  if (d != cached_dev) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&cached, cudaDevAttrMultiProcessorCount, d));
+    cached_dev = d;
+  }
+  return cached;
+}
+
+bool gemv_supported(DType t, Prologue pro, Epilogue epi) {
+  if (t != DType::Q4_0 && t != DType::Q4_1 && t != DType::Q8_0 && t != DType::F16 &&
+      t != DType::BF16)
+    return false;
+#define LMF_GEMV_SUPPORTED(PRO_, EPI_) \
+  if (pro == Prologue::PRO_ && epi == Epilogue::EPI_) return true;
+  LMF_GEMV_ALLOW_LIST_PLAIN(LMF_GEMV_SUPPORTED)
+#undef LMF_GEMV_SUPPORTED
+  return false;
+}
+
+void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
+  if (!a.w || !a.w->q) LMF_FAIL("cuda gemv: weight not uploaded");
+  const DeviceWeight& w = *a.w;
+  if (!gemv_supported(w.type, pro, epi))
+    LMF_FAIL("cuda gemv: (", dtype_name(w.type), ", prologue ", int(pro), ", epilogue ",
+             int(epi), ") is not in the instance allow-list");
+  if (w.cols % 32 != 0 || w.cols <= 0 || w.rows <= 0)
+    LMF_FAIL("cuda gemv: cols must be a positive multiple of 32, got ", w.rows, "x", w.cols);
+  if (w.rows > (int64_t(1) << 30) || w.cols > (1 << 20))
+    LMF_FAIL("cuda gemv: shape too large: ", w.rows, "x", w.cols);
+  if (!a.in) LMF_FAIL("cuda gemv: missing input");
+  if (pro != Prologue::None && !a.gamma) LMF_FAIL("cuda gemv: norm prologue needs gamma");
+  if (pro == Prologue::AddNorm) {
+    if (!a.residual || !a.residual_out) LMF_FAIL("cuda gemv: AddNorm needs residual and residual_out");
+    if (a.residual_out == a.in || a.residual_out == a.residual)
+      LMF_FAIL("cuda gemv: residual_out must not alias the inputs (other blocks still read them)");
+  }
+  if (epi == Epilogue::Residual && !a.y_residual) LMF_FAIL("cuda gemv: Residual needs y_residual");
+  if (epi == Epilogue::SiluMul && w.rows % dev::kRows != 0)
+    LMF_FAIL("cuda gemv: SiluMul needs rows % ", dev::kRows, " == 0, got ", w.rows);
+  if (epi != Epilogue::QKV && !a.y) LMF_FAIL("cuda gemv: missing output");
+  if (epi == Epilogue::QKV) {
+    const QkvParams& q = a.qkv;
+    if (q.head_dim != 64 && q.head_dim != 128)
+      LMF_FAIL("cuda gemv QKV: head_dim must be 64 or 128, got ", q.head_dim);
+    if (int64_t(q.n_head + 2 * q.n_kv_head) * q.head_dim != w.rows)
+      LMF_FAIL("cuda gemv QKV: rows ", w.rows, " != (n_head + 2 n_kv_head) * head_dim = ",
+               int64_t(q.n_head + 2 * q.n_kv_head) * q.head_dim);
+    if (!q.pos || !q.q_out || !q.k_cache || !q.v_cache || !q.raw || !q.counters || q.n_ctx <= 0)
+      LMF_FAIL("cuda gemv QKV: missing pos/q_out/cache/scratch pointer");
+  }
+  dev::GemvParams p{};
+  p.q = w.q;
+  p.scales = w.scales;
+  p.rows = int(w.rows);
+  p.cols = int(w.cols);
+  p.in = a.in;
+  p.residual = a.residual;
+  p.residual_out = a.residual_out;
+  p.gamma = a.gamma;
+  p.eps = a.eps;
+  p.y = a.y;
+  p.y_residual = a.y_residual;
+  p.bias = a.bias;
+  p.qkv = a.qkv;
+  bool ok = false;
+  switch (w.type) {
+    case DType::Q4_0: ok = dev::launch_gemv_q4_0(pro, epi, p, s); break;
+    case DType::Q4_1: ok = dev::launch_gemv_q4_1(pro, epi, p, s); break;
+    case DType::Q8_0: ok = dev::launch_gemv_q8_0(pro, epi, p, s); break;
+    case DType::F16: ok = dev::launch_gemv_f16(pro, epi, p, s); break;
+    case DType::BF16: ok = dev::launch_gemv_bf16(pro, epi, p, s); break;
+    default: break;
+  }
+  LMF_CHECK(ok, "gemv instance missing");
+}
+
+unsigned* qkv_counters_alloc(int n_head, int n_kv_head) {
+  unsigned* c = nullptr;
+  const size_t n = size_t(n_head + 2 * n_kv_head);
+  CUDA_CHECK(cudaMalloc(&c, n * sizeof(unsigned)));
+  CUDA_CHECK(cudaMemset(c, 0, n * sizeof(unsigned)));
+  return c;
+}
+
+DeviceWeight upload_weight(const HostPacked& h, cudaStream_t s) {
+  DeviceWeight w;
+  w.type = h.type;
+  w.rows = h.rows;
+  w.cols = h.cols;
+  w.q_bytes = h.q.size();
+  w.scale_bytes = h.scales.size();
+  uint8_t* q = nullptr;
+  uint8_t* sc = nullptr;
+  CUDA_CHECK(cudaMalloc(&q, w.q_bytes));
+  CUDA_CHECK(cudaMemcpyAsync(q, h.q.data(), w.q_bytes, cudaMemcpyHostToDevice, s));
+  if (w.scale_bytes) {
+    CUDA_CHECK(cudaMalloc(&sc, w.scale_bytes));
+    CUDA_CHECK(cudaMemcpyAsync(sc, h.scales.data(), w.scale_bytes, cudaMemcpyHostToDevice, s));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  w.q = q;
+  w.scales = sc;
+  return w;
+}
+
+void free_weight(DeviceWeight& w) {
+  if (w.q) CUDA_CHECK(cudaFree(const_cast<uint8_t*>(w.q)));
+  if (w.scales) CUDA_CHECK(cudaFree(const_cast<uint8_t*>(w.scales)));
+  w.q = w.scales = nullptr;
+}
+
+}  // namespace lmf::cuda

@@ -1,0 +1,4 @@
+// GEMV instances for BF16 weights (the allow-list in kernels/gemv_launch.cuh).
+#include "backend/cuda/kernels/gemv_launch.cuh"
+
+LMF_GEMV_TYPE_FILE(bf16, DType::BF16)

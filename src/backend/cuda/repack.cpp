@@ -1,0 +1,105 @@
+// Host-side repacking of GGUF rows into the 16-byte tiled layout (kernels.h documents it).
+#include <cstring>
+
+#include "backend/cuda/kernels.h"
+#include "util/status.h"
+
+namespace lmf::cuda {
+namespace {
+
+int pieces(DType t) {
+  switch (t) {
+    case DType::Q4_0:
+    case DType::Q4_1: return 1;
+    case DType::Q8_0: return 2;
+    case DType::F16:
+    case DType::BF16: return 4;
+    default: LMF_FAIL("cuda repack: unsupported weight type ", dtype_name(t));
+  }
+}
+int scale_bytes(DType t) {
+  return t == DType::Q4_0 || t == DType::Q8_0 ? 2 : t == DType::Q4_1 ? 4 : 0;
+}
+
+// Packs one GGUF row (src) into dst_q (row_stride bytes) and dst_s (nblk*scale_bytes).
+void pack_row(DType t, const uint8_t* src, int64_t cols, uint8_t* dst_q, uint8_t* dst_s) {
+  const int P = pieces(t);
+  const int64_t nblk = cols / QK;
+  for (int64_t c = 0; c < nblk; ++c) {
+    const int64_t g = c / 32, l = c % 32, gb = std::min<int64_t>(32, nblk - 32 * g);
+    uint8_t* blk = dst_q + g * 32 * P * 16;
+    const uint8_t* data;  // P*16 bytes of this block's elements
+    switch (t) {
+      case DType::Q4_0: {
+        auto* b = reinterpret_cast<const BlockQ4_0*>(src) + c;
+        std::memcpy(dst_s + c * 2, &b->d, 2);
+        data = b->qs;
+        break;
+      }
+      case DType::Q4_1: {
+        auto* b = reinterpret_cast<const BlockQ4_1*>(src) + c;
+        std::memcpy(dst_s + c * 4, &b->d, 2);
+        std::memcpy(dst_s + c * 4 + 2, &b->m, 2);
+        data = b->qs;
+        break;
+      }
+      case DType::Q8_0: {
+        auto* b = reinterpret_cast<const BlockQ8_0*>(src) + c;
+        std::memcpy(dst_s + c * 2, &b->d, 2);
+        data = reinterpret_cast<const uint8_t*>(b->qs);
+        break;
+      }
+      default: data = src + c * QK * 2; break;  // F16 / BF16: 64 bytes of 32 elements
+    }
+    for (int p = 0; p < P; ++p) std::memcpy(blk + (p * gb + l) * 16, data + p * 16, 16);
+  }
+}
+
+HostPacked make(DType t, int64_t rows, int64_t cols) {
+  if (cols <= 0 || cols % QK != 0) LMF_FAIL("cuda repack: cols must be a multiple of 32, got ", cols);
+  if (rows <= 0) LMF_FAIL("cuda repack: rows must be positive, got ", rows);
+  HostPacked h;
+  h.type = t;
+  h.rows = rows;
+  h.cols = cols;
+  const size_t stride = size_t(cols / QK) * pieces(t) * 16;
+  h.q.resize(stride * rows);
+  h.scales.resize(size_t(rows) * (cols / QK) * scale_bytes(t));
+  return h;
+}
+
+void pack_at(HostPacked& h, int64_t row, const uint8_t* src) {
+  const size_t stride = size_t(h.cols / QK) * pieces(h.type) * 16;
+  const size_t sb = size_t(h.cols / QK) * scale_bytes(h.type);
+  pack_row(h.type, src, h.cols, h.q.data() + stride * row, h.scales.data() + sb * row);
+}
+
+}  // namespace
+
+HostPacked repack_rows(DType t, const void* src, int64_t rows, int64_t cols) {
+  return repack_concat(t, {RowsRef{src, rows}}, cols);
+}
+
+HostPacked repack_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols) {
+  int64_t rows = 0;
+  for (auto& p : parts) rows += p.rows;
+  HostPacked h = make(t, rows, cols);
+  const size_t rb = row_bytes(t, cols);
+  int64_t r = 0;
+  for (auto& p : parts)
+    for (int64_t i = 0; i < p.rows; ++i)
+      pack_at(h, r++, static_cast<const uint8_t*>(p.data) + rb * i);
+  return h;
+}
+
+HostPacked repack_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols) {
+  HostPacked h = make(t, 2 * rows, cols);
+  const size_t rb = row_bytes(t, cols);
+  for (int64_t i = 0; i < rows; ++i) {
+    pack_at(h, 2 * i, static_cast<const uint8_t*>(gate) + rb * i);
+    pack_at(h, 2 * i + 1, static_cast<const uint8_t*>(up) + rb * i);
+  }
+  return h;
+}
+
+}  // namespace lmf::cuda

@@ -1,0 +1,58 @@
+#include "model/model.h"
+
+#include <map>
+
+#include "model/arch_table.h"
+#include "util/status.h"
+
+namespace lmf {
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  auto m = std::make_unique<Model>();
+  m->file = gguf::File::open(path);
+  const gguf::File& f = *m->file;
+  std::string arch = f.get_str(key::kArch);
+  const ArchDef* def = nullptr;
+  std::string supported;
+  for (const auto& d : arch_table()) {
+    supported += cat(supported.empty() ? "" : ", ", d.name);
+    if (arch == d.name) def = &d;
+  }
+  if (!def) LMF_FAIL(path, ": unsupported architecture '", arch, "' (supported: ", supported, ")");
+  m->hp.arch = def->arch;
+  m->hp.arch_name = arch;
+  def->read_hparams(f, m->hp);
+  TensorBinder b(f);
+  def->bind(b, m->hp, *m);
+  b.check_all_used();
+  for (const Weight* w : {&m->tok_embd, &m->output})
+    if (w->cols % 32 != 0 && type_info(w->type).quantized)
+      LMF_FAIL(path, ": tensor '", w->name, "' row length ", w->cols, " is not a multiple of 32");
+  return m;
+}
+
+uint64_t Model::weight_bytes() const {
+  uint64_t n = 0;
+  for (const auto& t : file->tensors()) n += t.nbytes;
+  return n;
+}
+
+uint64_t Model::param_count() const {
+  uint64_t n = 0;
+  for (const auto& t : file->tensors()) n += uint64_t(t.nelements());
+  return n;
+}
+
+std::string Model::type_summary() const {
+  std::map<std::string, uint64_t> bytes;
+  for (const auto& t : file->tensors())
+    if (t.ne.size() == 2) bytes[dtype_name(t.type)] += t.nbytes;
+  std::string best;
+  uint64_t most = 0;
+  for (auto& [k, v] : bytes)
+    if (v > most) most = v, best = k;
+  for (auto& c : best) c = char(toupper(c));
+  return best;
+}
+
+}  // namespace lmf

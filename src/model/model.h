@@ -1,0 +1,47 @@
+// A loaded model: hyper-parameters read from GGUF metadata through the architecture table, and
+// every weight bound with a shape check. Weights stay in the file mapping (zero-copy).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/gguf/gguf.h"
+#include "model/weights.h"
+
+namespace lmf {
+
+enum class Arch { Qwen3, Qwen2, Llama };
+
+struct HParams {
+  Arch arch = Arch::Qwen3;
+  std::string arch_name;  // GGUF general.architecture
+  int64_t n_vocab = 0, n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0;
+  int64_t n_ctx_train = 0;
+  float rms_eps = 1e-6f, rope_theta = 10000.f;
+  bool rope_neox = true;  // qwen2/qwen3: rotate halves (NeoX); llama: adjacent pairs
+  bool qk_norm = false;   // qwen3 per-head q/k RMSNorm
+  bool qkv_bias = false;  // qwen2
+  bool tied_output = false;
+  int64_t q_dim() const { return n_head * head_dim; }
+  int64_t kv_dim() const { return n_head_kv * head_dim; }
+};
+
+struct LayerWeights {
+  Weight attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo;
+  Weight ffn_norm, w_gate, w_up, w_down;
+};
+
+struct Model {
+  std::unique_ptr<gguf::File> file;
+  HParams hp;
+  Weight tok_embd, output_norm, output;  // output aliases tok_embd when tied
+  std::vector<LayerWeights> layers;
+
+  // Loads and validates; errors name the file and the problem (expected vs got).
+  static std::unique_ptr<Model> load(const std::string& path);
+  uint64_t weight_bytes() const;   // bytes of all weights (output counted once when tied)
+  uint64_t param_count() const;
+  std::string type_summary() const;  // dominant weight type, e.g. "Q4_0"
+};
+
+}  // namespace lmf

@@ -1,0 +1,72 @@
+#include "runtime/session.h"
+
+#include <algorithm>
+
+#include "model/build_graph.h"
+#include "util/status.h"
+
+namespace lmf {
+
+void prepare_graph(Graph& g, Backend& b, size_t max_rehome_bytes) {
+  g.reset_fusion();
+  b.prepare(g);
+  fix_overlaps(g, max_rehome_bytes);
+  apply_groups(g);
+  b.finalize(g);
+}
+
+Session::Session(const Model& m, Backend& b) : model_(m), backend_(b), n_ctx_(b.options().n_ctx) {
+  LMF_CHECK(n_ctx_ > 0);
+}
+
+Graph& Session::graph_for(int64_t n, bool all) {
+  auto& slot = graphs_[{n, all}];
+  if (!slot) {
+    slot = std::make_unique<Graph>(build_graph(model_, n, all));
+    prepare_graph(*slot, backend_);
+  }
+  return *slot;
+}
+
+void Session::rewind(int64_t p) {
+  LMF_CHECK(p >= 0 && p <= pos_);
+  pos_ = p;
+}
+
+const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool all_logits) {
+  const int64_t T = int64_t(tokens.size());
+  if (T == 0) LMF_FAIL("no tokens to evaluate");
+  if (pos_ + T > n_ctx_)
+    LMF_FAIL(pos_ == 0 ? cat("prompt is ", T, " tokens long; the context holds ", n_ctx_, " (use a larger -c)")
+                       : cat("context full: ", pos_, " tokens in the cache + ", T, " new exceed the context of ",
+                             n_ctx_, " tokens"));
+  for (int32_t t : tokens)
+    if (t < 0 || t >= model_.hp.n_vocab)
+      LMF_FAIL("token id ", t, " is outside the vocabulary (0..", model_.hp.n_vocab - 1, ")");
+  const int64_t V = model_.hp.n_vocab;
+  logits_.assign(size_t((all_logits ? T : 1) * V), 0.f);
+  for (int64_t done = 0; done < T;) {
+    const int64_t n = std::min(max_batch_, T - done);
+    const bool last = done + n == T;
+    Graph& g = graph_for(n, all_logits);
+    StepInput in;
+    in.tokens = tokens.data() + done;
+    in.n_tokens = n;
+    in.pos0 = pos_;
+    std::vector<float> tmp;
+    if (all_logits) {
+      in.logits = logits_.data() + done * V;
+    } else if (last) {
+      in.logits = logits_.data();
+    } else {
+      tmp.resize(size_t(V));
+      in.logits = tmp.data();
+    }
+    backend_.run(g, in);
+    pos_ += n;
+    done += n;
+  }
+  return logits_;
+}
+
+}  // namespace lmf

@@ -1,0 +1,52 @@
+// A Session runs a model on a backend: it owns the KV cache position, builds and prepares one
+// graph per shape (token count, logits mode) and reuses it, so a decode step never re-plans.
+#pragma once
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "graph/graph.h"
+#include "model/model.h"
+
+namespace lmf {
+
+class Session {
+ public:
+  // The backend must have been created with the context length and loaded with this model.
+  Session(const Model& m, Backend& b);
+
+  // Runs tokens at the current position (a prompt in one batched pass, or one decode token)
+  // and advances it. Returns logits [n, vocab]: the last position only unless all_logits.
+  // Errors (nothing is written to the cache): empty input, a token id outside the vocabulary,
+  // or pos() + tokens.size() past the context.
+  const std::vector<float>& eval(std::span<const int32_t> tokens, bool all_logits = false);
+
+  int64_t pos() const { return pos_; }
+  int64_t n_ctx() const { return n_ctx_; }
+  int64_t n_vocab() const { return model_.hp.n_vocab; }
+  const std::vector<float>& logits() const { return logits_; }
+  // Forgets positions >= p (the cache is simply overwritten later).
+  void rewind(int64_t p);
+  void reset() { rewind(0); }
+  // The prepared graph for a shape (for inspection and tests).
+  Graph& graph_for(int64_t n_tokens, bool all_logits);
+  // Prompt longer than this is evaluated in chunks (bounded activation memory).
+  void set_max_batch(int64_t n) { max_batch_ = n; }
+
+ private:
+  const Model& model_;
+  Backend& backend_;
+  int64_t n_ctx_;
+  int64_t pos_ = 0;
+  int64_t max_batch_ = 2048;
+  std::map<std::pair<int64_t, bool>, std::unique_ptr<Graph>> graphs_;
+  std::vector<float> logits_;
+};
+
+// Prepares a graph for a backend: clears old decisions, lets the backend decide fusions, fixes
+// overlaps in the memory plan (re-home or reject) and marks followers.
+void prepare_graph(Graph& g, Backend& b, size_t max_rehome_bytes = SIZE_MAX);
+
+}  // namespace lmf

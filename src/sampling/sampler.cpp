@@ -1,0 +1,82 @@
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+#include "util/status.h"
+
+namespace lmf {
+
+int32_t argmax(std::span<const float> l) {
+  LMF_CHECK(!l.empty());
+  return int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+}
+
+Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
+  if (p.top_p <= 0) LMF_FAIL("top-p must be > 0, got ", p.top_p);
+  if (p.repeat_penalty <= 0) LMF_FAIL("repeat penalty must be > 0, got ", p.repeat_penalty);
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  const int32_t n = int32_t(logits.size());
+  cand_.resize(size_t(n));
+  for (int32_t i = 0; i < n; ++i) cand_[size_t(i)] = {logits[size_t(i)], i};
+  if (p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0) {
+    size_t from = p_.repeat_last_n < 0 || history.size() < size_t(p_.repeat_last_n) ? 0 : history.size() - size_t(p_.repeat_last_n);
+    std::unordered_set<int32_t> seen(history.begin() + long(from), history.end());
+    for (int32_t t : seen)
+      if (t >= 0 && t < n) {
+        float& l = cand_[size_t(t)].first;
+        l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
+      }
+  }
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  if (p_.temperature <= 0) return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
+
+  size_t k = cand_.size();
+  if (p_.top_k > 0 && size_t(p_.top_k) < k) {
+    k = size_t(p_.top_k);
+    std::partial_sort(cand_.begin(), cand_.begin() + long(k), cand_.end(), by_logit);
+  } else {
+    std::sort(cand_.begin(), cand_.end(), by_logit);
+  }
+  cand_.resize(k);
+  // softmax with temperature (sorted descending, so cand_[0] is the max)
+  const float mx = cand_[0].first;
+  std::vector<double> prob(k);
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) sum += prob[i] = std::exp(double(cand_[i].first - mx) / p_.temperature);
+  for (auto& p : prob) p /= sum;
+  // min-p: drop tokens below min_p * p_max
+  size_t keep = k;
+  if (p_.min_p > 0)
+    for (size_t i = 1; i < k; ++i)
+      if (prob[i] < p_.min_p * prob[0]) {
+        keep = i;
+        break;
+      }
+  // top-p: smallest prefix with cumulative probability >= top_p
+  if (p_.top_p < 1) {
+    double c = 0;
+    for (size_t i = 0; i < keep; ++i) {
+      c += prob[i];
+      if (c >= p_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += prob[i];
+  // Draw with 53 random bits so the result does not depend on the library's distributions.
+  const double u = double(rng_() >> 11) * (1.0 / 9007199254740992.0) * total;
+  double c = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    c += prob[i];
+    if (u < c) return cand_[i].second;
+  }
+  return cand_[keep - 1].second;
+}
+
+}  // namespace lmf

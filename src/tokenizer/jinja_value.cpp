@@ -1,0 +1,186 @@
+#include "tokenizer/jinja_value.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "util/status.h"
+
+namespace lmf::jinja {
+
+bool Value::truthy() const {
+  switch (t) {
+    case T::Undefined: case T::None: return false;
+    case T::Bool: return b;
+    case T::Int: return i != 0;
+    case T::Float: return f != 0;
+    case T::Str: return !s.empty();
+    case T::List: return !l->empty();
+    case T::Dict: return !d->empty();
+  }
+  return false;
+}
+
+const Value* Value::get(const std::string& key) const {
+  if (t != T::Dict) return nullptr;
+  for (const auto& [k, v] : *d)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+void Value::set(const std::string& key, Value v) {
+  for (auto& [k, x] : *d)
+    if (k == key) { x = std::move(v); return; }
+  d->emplace_back(key, std::move(v));
+}
+
+const char* Value::type_name() const {
+  switch (t) {
+    case T::Undefined: return "undefined";
+    case T::None: return "none";
+    case T::Bool: return "bool";
+    case T::Int: return "int";
+    case T::Float: return "float";
+    case T::Str: return "string";
+    case T::List: return "list";
+    case T::Dict: return is_namespace ? "namespace" : "dict";
+  }
+  return "?";
+}
+
+namespace {
+// Python's repr(float): shortest round-trip digits, always with a '.' or exponent.
+std::string float_str(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, x);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string py_quote(const std::string& s) {
+  // Python picks single quotes unless the string has ' and no ".
+  char q = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
+  std::string o(1, q);
+  for (unsigned char c : s) {
+    if (c == '\\') o += "\\\\";
+    else if (c == q) { o += '\\'; o += char(c); }
+    else if (c == '\n') o += "\\n";
+    else if (c == '\r') o += "\\r";
+    else if (c == '\t') o += "\\t";
+    else if (c < 0x20 || c == 0x7f) { char b[8]; std::snprintf(b, sizeof b, "\\x%02x", c); o += b; }
+    else o += char(c);
+  }
+  return o + q;
+}
+
+std::string json_quote(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\r': o += "\\r"; break;
+      case '\t': o += "\\t"; break;
+      case '\b': o += "\\b"; break;
+      case '\f': o += "\\f"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", c); o += b; }
+        else o += char(c);
+    }
+  }
+  return o + "\"";
+}
+}  // namespace
+
+std::string Value::to_str() const {
+  switch (t) {
+    case T::Undefined: return "";
+    case T::Str: return s;
+    default: return repr();
+  }
+}
+
+std::string Value::repr() const {
+  switch (t) {
+    case T::Undefined: return "";
+    case T::None: return "None";
+    case T::Bool: return b ? "True" : "False";
+    case T::Int: return std::to_string(i);
+    case T::Float: return float_str(f);
+    case T::Str: return py_quote(s);
+    case T::List: {
+      std::string o = "[";
+      for (size_t k = 0; k < l->size(); ++k) o += (k ? ", " : "") + (*l)[k].repr();
+      return o + "]";
+    }
+    case T::Dict: {
+      if (is_namespace) return "<Namespace>";
+      std::string o = "{";
+      for (size_t k = 0; k < d->size(); ++k)
+        o += (k ? ", " : "") + py_quote((*d)[k].first) + ": " + (*d)[k].second.repr();
+      return o + "}";
+    }
+  }
+  return "";
+}
+
+std::string Value::to_json(int indent, int depth) const {
+  auto nl = [&](int dd) { return indent < 0 ? std::string() : "\n" + std::string(size_t(indent * dd), ' '); };
+  switch (t) {
+    case T::Undefined: LMF_FAIL("chat template: tojson of an undefined value");
+    case T::None: return "null";
+    case T::Bool: return b ? "true" : "false";
+    case T::Int: return std::to_string(i);
+    case T::Float: return std::isfinite(f) ? float_str(f) : (std::isnan(f) ? "NaN" : f > 0 ? "Infinity" : "-Infinity");
+    case T::Str: return json_quote(s);
+    case T::List: {
+      if (l->empty()) return "[]";
+      std::string o = "[";
+      for (size_t k = 0; k < l->size(); ++k)
+        o += (k ? (indent < 0 ? ", " : ",") : "") + nl(depth + 1) + (*l)[k].to_json(indent, depth + 1);
+      return o + nl(depth) + "]";
+    }
+    case T::Dict: {
+      if (d->empty()) return "{}";
+      std::string o = "{";
+      for (size_t k = 0; k < d->size(); ++k)
+        o += (k ? (indent < 0 ? ", " : ",") : "") + nl(depth + 1) + json_quote((*d)[k].first) + ": " +
+             (*d)[k].second.to_json(indent, depth + 1);
+      return o + nl(depth) + "}";
+    }
+  }
+  return "";
+}
+
+bool equal(const Value& a, const Value& b) {
+  using T = Value::T;
+  if (a.is_num() && b.is_num()) {
+    if (a.t != T::Float && b.t != T::Float) return a.as_double() == b.as_double() && (a.t == T::Bool ? int64_t(a.b) : a.i) == (b.t == T::Bool ? int64_t(b.b) : b.i);
+    return a.as_double() == b.as_double();
+  }
+  if (a.t != b.t) return false;
+  switch (a.t) {
+    case T::Undefined: case T::None: return true;
+    case T::Str: return a.s == b.s;
+    case T::List:
+      if (a.l->size() != b.l->size()) return false;
+      for (size_t k = 0; k < a.l->size(); ++k)
+        if (!equal((*a.l)[k], (*b.l)[k])) return false;
+      return true;
+    case T::Dict:
+      if (a.d == b.d) return true;
+      if (a.d->size() != b.d->size()) return false;
+      for (const auto& [k, v] : *a.d) {
+        const Value* o = b.get(k);
+        if (!o || !equal(v, *o)) return false;
+      }
+      return true;
+    default: return false;
+  }
+}
+
+}  // namespace lmf::jinja

@@ -1,0 +1,53 @@
+// Values of the Jinja subset used by chat templates (jinja.h): Python-like dynamic values with
+// Python's truthiness, equality, str() and json.dumps() spellings, because templates are
+// written against Jinja2 running on Python and their output must match it byte for byte.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lmf::jinja {
+
+struct Value;
+using List = std::vector<Value>;
+using Dict = std::vector<std::pair<std::string, Value>>;  // insertion ordered, like Python
+
+struct Value {
+  enum class T { Undefined, None, Bool, Int, Float, Str, List, Dict };
+  T t = T::Undefined;
+  bool b = false;
+  int64_t i = 0;
+  double f = 0;
+  std::string s;
+  std::shared_ptr<List> l;  // shared: Jinja lists/dicts are references
+  std::shared_ptr<Dict> d;
+  bool is_namespace = false;  // namespace(): a dict whose attributes `set ns.x` may assign
+
+  Value() = default;
+  static Value none() { Value v; v.t = T::None; return v; }
+  static Value boolean(bool x) { Value v; v.t = T::Bool; v.b = x; return v; }
+  static Value integer(int64_t x) { Value v; v.t = T::Int; v.i = x; return v; }
+  static Value number(double x) { Value v; v.t = T::Float; v.f = x; return v; }
+  static Value str(std::string x) { Value v; v.t = T::Str; v.s = std::move(x); return v; }
+  static Value list(List x = {}) { Value v; v.t = T::List; v.l = std::make_shared<List>(std::move(x)); return v; }
+  static Value dict(Dict x = {}) { Value v; v.t = T::Dict; v.d = std::make_shared<Dict>(std::move(x)); return v; }
+
+  bool defined() const { return t != T::Undefined; }
+  bool is_str() const { return t == T::Str; }
+  bool is_num() const { return t == T::Int || t == T::Float || t == T::Bool; }
+  double as_double() const { return t == T::Float ? f : t == T::Bool ? double(b) : double(i); }
+  bool truthy() const;
+  const Value* get(const std::string& key) const;  // dict lookup, nullptr if absent
+  void set(const std::string& key, Value v);       // dict insert or replace
+
+  std::string to_str() const;   // Python str(): what {{ v }} prints
+  std::string repr() const;     // Python repr()
+  std::string to_json(int indent = -1, int depth = 0) const;  // json.dumps(ensure_ascii=False)
+  const char* type_name() const;
+};
+
+bool equal(const Value& a, const Value& b);  // Python ==
+
+}  // namespace lmf::jinja

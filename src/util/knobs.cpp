@@ -1,0 +1,65 @@
+#include "util/knobs.h"
+
+#include <cstdlib>
+
+#include "util/status.h"
+
+namespace lmf {
+
+const char* tri_name(Tri t) { return t == Tri::Auto ? "auto" : t == Tri::On ? "1" : "0"; }
+
+const std::vector<KnobInfo>& knob_table() {
+  static const std::vector<KnobInfo> t = {
+      {"fusion", "LMFUSE_FUSION", &Knobs::fusion, "master switch: 0 runs the plain unfused graph"},
+      {"ln_fusion", "LMFUSE_LN_FUSION", &Knobs::ln_fusion, "residual add + RMSNorm folded into the projection"},
+      {"qkv_fusion", "LMFUSE_QKV_FUSION", &Knobs::qkv_fusion, "Q/K/V as one launch"},
+      {"gateup_fusion", "LMFUSE_GATEUP_FUSION", &Knobs::gateup_fusion, "gate/up as one launch + silu*mul"},
+      {"resid_fusion", "LMFUSE_RESID_FUSION", &Knobs::resid_fusion, "residual add in o_proj/down epilogue"},
+      {"rope_fusion", "LMFUSE_ROPE_FUSION", &Knobs::rope_fusion, "q/k norm + RoPE + KV append in QKV epilogue"},
+      {"cuda_graph", "LMFUSE_CUDA_GRAPH", &Knobs::cuda_graph, "decode step as one replayed CUDA graph"},
+      {"norm_staging", "LMFUSE_NORM_STAGING", &Knobs::norm_staging, "stage normalized input in shared memory"},
+      {"prefill_inkernel_dequant", "LMFUSE_PREFILL_INKERNEL_DEQUANT", &Knobs::prefill_inkernel_dequant,
+       "prefill: in-kernel dequant GEMM (1) vs dequant-once + vendor GEMM (0)"},
+  };
+  return t;
+}
+
+static Tri parse_tri(std::string_view name, std::string_view v) {
+  if (v == "1" || v == "on" || v == "true") return Tri::On;
+  if (v == "0" || v == "off" || v == "false") return Tri::Off;
+  if (v.empty() || v == "auto") return Tri::Auto;
+  LMF_FAIL("knob ", name, ": expected 0, 1 or auto, got '", v, "'");
+}
+
+static const KnobInfo& find_knob(std::string_view name) {
+  for (const auto& k : knob_table())
+    if (name == k.short_name || name == k.env_name) return k;
+  std::string all;
+  for (const auto& k : knob_table()) all += std::string(all.empty() ? "" : ", ") + k.short_name;
+  LMF_FAIL("unknown knob '", name, "' (known: ", all, ")");
+}
+
+Knobs Knobs::from_env() {
+  Knobs k;
+  for (const auto& info : knob_table())
+    if (const char* v = std::getenv(info.env_name)) k.*(info.field) = parse_tri(info.env_name, v);
+  return k;
+}
+
+void Knobs::set(std::string_view name, std::string_view value) {
+  const auto& info = find_knob(name);
+  this->*(info.field) = parse_tri(info.env_name, value);
+}
+
+Tri Knobs::get(std::string_view name) const { return this->*(find_knob(name).field); }
+
+std::string Knobs::describe() const {
+  std::string s;
+  for (const auto& k : knob_table()) {
+    if (!s.empty()) s += ' ';
+    s += cat(k.short_name, "=", tri_name(this->*(k.field)));
+  }
+  return s;
+}
+
+}  // namespace lmf

@@ -1,0 +1,45 @@
+// Tri-state knobs: every fusion and policy has one (unset = automatic, 1 = force on, 0 = off).
+// They are parsed in one place (this file's table), read from the environment, and can be
+// overridden from the CLI (`lmfuse bench --knob NAME=0|1`, `--ab NAME`).
+#pragma once
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lmf {
+
+enum class Tri { Auto, On, Off };
+
+const char* tri_name(Tri t);
+// Resolve a tri-state with the automatic decision supplied by the caller.
+inline bool tri_resolve(Tri t, bool automatic) { return t == Tri::Auto ? automatic : t == Tri::On; }
+
+struct Knobs {
+  Tri ln_fusion = Tri::Auto;        // LMFUSE_LN_FUSION: residual add + RMSNorm folded into the consuming projection
+  Tri qkv_fusion = Tri::Auto;       // LMFUSE_QKV_FUSION: Q/K/V as one launch (leader + followers)
+  Tri gateup_fusion = Tri::Auto;    // LMFUSE_GATEUP_FUSION: gate/up as one launch with silu*mul epilogue
+  Tri resid_fusion = Tri::Auto;     // LMFUSE_RESID_FUSION: residual add in o_proj / down epilogues
+  Tri rope_fusion = Tri::Auto;      // LMFUSE_ROPE_FUSION: q/k norm + RoPE + KV append in the QKV epilogue
+  Tri cuda_graph = Tri::Auto;       // LMFUSE_CUDA_GRAPH: decode step captured once and replayed
+  Tri norm_staging = Tri::Auto;     // LMFUSE_NORM_STAGING: stage normalized vector in shared memory
+  Tri prefill_inkernel_dequant = Tri::Auto;  // LMFUSE_PREFILL_INKERNEL_DEQUANT
+  Tri fusion = Tri::Auto;           // LMFUSE_FUSION: master switch; 0 = plain unfused graph
+
+  // Reads LMFUSE_* from the environment; a malformed value is an error naming the variable.
+  static Knobs from_env();
+  // Sets one knob by env name (LMFUSE_QKV_FUSION) or short name (qkv_fusion); value "0"/"1"/"auto".
+  void set(std::string_view name, std::string_view value);
+  Tri get(std::string_view name) const;
+  std::string describe() const;  // "ln_fusion=auto qkv_fusion=1 ..."
+};
+
+struct KnobInfo {
+  const char* short_name;
+  const char* env_name;
+  Tri Knobs::*field;
+  const char* help;
+};
+const std::vector<KnobInfo>& knob_table();
+
+}  // namespace lmf

@@ -1,0 +1,44 @@
+#include "util/progress.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace lmf {
+
+Progress::Progress(std::string label, uint64_t total, bool enabled)
+    : label_(std::move(label)), total_(total), enabled_(enabled), tty_(isatty(2) != 0) {
+  start_ = last_ = std::chrono::steady_clock::now();
+}
+
+void Progress::update(uint64_t done, int64_t items, int64_t items_total) {
+  if (!enabled_ || finished_) return;
+  auto now = std::chrono::steady_clock::now();
+  double since_last = std::chrono::duration<double>(now - last_).count();
+  bool last_item = items == items_total;
+  if (!last_item && since_last < (tty_ ? 0.1 : 3.0)) return;
+  last_ = now;
+  double el = std::chrono::duration<double>(now - start_).count();
+  double rate = el > 0 ? done / el : 0;
+  double eta = rate > 0 && total_ > done ? (total_ - done) / rate : 0;
+  double frac = total_ ? double(done) / double(total_) : 1.0;
+  if (tty_) {
+    int w = 30, f = int(frac * w);
+    std::fprintf(stderr, "\r%s [%-*s] %3d%% %lld/%lld  %.0f MB/s  ETA %.0fs   ", label_.c_str(), w,
+                 std::string(size_t(f), '#').c_str(), int(frac * 100), (long long)items,
+                 (long long)items_total, rate / 1e6, eta);
+  } else {
+    std::fprintf(stderr, "%s: %d%% (%lld/%lld, %.0f MB/s, ETA %.0fs)\n", label_.c_str(), int(frac * 100),
+                 (long long)items, (long long)items_total, rate / 1e6, eta);
+  }
+  std::fflush(stderr);
+}
+
+void Progress::finish() {
+  if (!enabled_ || finished_) return;
+  finished_ = true;
+  double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::fprintf(stderr, "%s%s: done in %.1fs\n", tty_ ? "\r\033[K" : "", label_.c_str(), el);
+}
+
+}  // namespace lmf

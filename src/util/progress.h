@@ -1,0 +1,25 @@
+// Progress for long work (loading, conversion): a redrawn bar on a terminal, plain lines
+// (at most one every few seconds) otherwise. Writes to stderr.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace lmf {
+
+class Progress {
+ public:
+  Progress(std::string label, uint64_t total_bytes, bool enabled = true);
+  // done_items/total_items are shown as "k/n"; bytes drive the rate and ETA.
+  void update(uint64_t bytes_done, int64_t items_done, int64_t items_total);
+  void finish();
+
+ private:
+  std::string label_;
+  uint64_t total_;
+  bool enabled_, tty_;
+  bool finished_ = false;
+  std::chrono::steady_clock::time_point start_, last_;
+};
+
+}  // namespace lmf

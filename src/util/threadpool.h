@@ -1,0 +1,40 @@
+// One thread pool for the process. parallel_for splits [0, n) into contiguous chunks, one per
+// thread; the calling thread takes part, so a pool of N threads uses N-1 workers.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace lmf {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads = 0);  // 0 = hardware concurrency
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+  // fn(thread_index, begin, end) over a static split of [0, n) into size() chunks.
+  void parallel_for(int64_t n, const std::function<void(int, int64_t, int64_t)>& fn);
+  // fn(thread_index) on every thread (the caller is thread 0).
+  void run_all(const std::function<void(int)>& fn);
+
+  static int default_threads();
+
+ private:
+  void worker(int idx);
+  int n_threads_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_start_, cv_done_;
+  const std::function<void(int)>* job_ = nullptr;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace lmf

@@ -1,0 +1,237 @@
+// cpu::matmul against double-precision references, for every weight type x ISA path x shape.
+//  * "exact" reference: dequantize_row'd weights times the same 8-bit activations the kernel
+//    uses (for quantized types), so only float summation order differs: tolerance 1e-5 of
+//    sum(|w*x|).
+//  * "unquantized" reference: the raw f32 activations. The activation rounding error is at most
+//    amax_block/254 per element, so |err| <= sum(|w_i| * amax_block(i) / 254): that bound is the
+//    tolerance (plus the 1e-5 above).
+// Outputs live in buffers with NaN guard zones; inputs carry NaN padding past cols.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/act_quant.h"
+#include "backend/cpu/matmul.h"
+#include "format/quant/quantize.h"
+#include "util/status.h"
+
+namespace lmf::cpu {
+namespace {
+
+struct TestWeight {
+  std::vector<uint8_t> bytes;
+  Weight w;
+};
+
+TestWeight make_weight(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  TestWeight tw;
+  const size_t rb = row_bytes(t, cols);
+  tw.bytes.resize(rb * size_t(rows));
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale = 0.02f * float(1 + r % 5);  // rows of different magnitudes
+    for (auto& v : row) v = g(rng) * scale;
+    if (r % 7 == 3) row.assign(row.size(), 0.0f);  // an all-zero row
+    quantize_row(t, row.data(), tw.bytes.data() + size_t(r) * rb, cols);
+  }
+  tw.w.name = std::string("test.") + dtype_name(t);
+  tw.w.type = t;
+  tw.w.rows = rows;
+  tw.w.cols = cols;
+  tw.w.data = tw.bytes.data();
+  tw.w.nbytes = tw.bytes.size();
+  return tw;
+}
+
+// x: [T, ldx], NaN past cols (a kernel reading the padding would produce NaN).
+std::vector<float> make_input(int64_t T, int64_t cols, int64_t ldx, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(T * ldx), NAN);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < cols; ++i)
+      x[size_t(t * ldx + i)] = (i % 32 == 5 && t % 3 == 1) ? 0.0f : g(rng) * (t % 2 ? 3.0f : 0.5f);
+  return x;
+}
+
+bool is_quant(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+
+std::vector<Isa> isas() {
+  std::vector<Isa> v{Isa::Scalar};
+  if (has_avx2()) v.push_back(Isa::Avx2);
+  if (has_avx512()) v.push_back(Isa::Avx512);
+  return v;
+}
+
+const uint32_t kSentinel = 0x7fc0dead;  // a NaN nobody computes
+float sentinel() {
+  float f;
+  std::memcpy(&f, &kSentinel, 4);
+  return f;
+}
+bool is_sentinel(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u == kSentinel;
+}
+
+void check_case(DType type, Isa isa, int64_t rows, int64_t cols, int64_t T, ThreadPool& pool,
+                bool with_bias) {
+  SCOPED_TRACE(std::string(dtype_name(type)) + " " + isa_name(isa) + " rows=" +
+               std::to_string(rows) + " cols=" + std::to_string(cols) + " T=" + std::to_string(T));
+  const TestWeight tw = make_weight(type, rows, cols, uint32_t(rows * 31 + cols));
+  const int64_t ldx = cols + 3, ldy = rows + 5;
+  const std::vector<float> x = make_input(T, cols, ldx, uint32_t(T * 7 + cols));
+  std::vector<float> bias(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) bias[size_t(r)] = 0.01f * float(r % 13) - 0.05f;
+
+  const int64_t guard = 37;
+  std::vector<float> buf(static_cast<size_t>(T * ldy + 2 * guard), sentinel());
+  float* y = buf.data() + guard;
+  MatmulTask task{&tw.w, y, ldy, with_bias ? bias.data() : nullptr};
+  MatmulScratch scratch;
+  matmul({&task, 1}, x.data(), T, ldx, pool, scratch, isa);
+
+  // References.
+  const int64_t nb = cols / 32;
+  std::vector<ActBlock> xq(static_cast<size_t>(is_quant(type) ? T * nb : 0));
+  for (int64_t t = 0; is_quant(type) && t < T; ++t) quantize_act_row(x.data() + t * ldx, cols, xq.data() + t * nb);
+  std::vector<float> wf(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(type, tw.w.data + size_t(r) * tw.w.row_stride(), wf.data(), cols);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xt = x.data() + t * ldx;
+      double exact = 0, mag = 0, raw = 0, bound = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        double a = xt[i];
+        if (is_quant(type)) {
+          const ActBlock& blk = xq[size_t(t * nb + i / 32)];
+          a = double(blk.d) * blk.qs[i % 32];
+          bound += std::fabs(double(wf[size_t(i)])) * double(blk.d) * 127.0 / 254.0;
+        }
+        exact += double(wf[size_t(i)]) * a;
+        mag += std::fabs(double(wf[size_t(i)]) * a);
+        raw += double(wf[size_t(i)]) * xt[i];
+      }
+      const double b = with_bias ? double(bias[size_t(r)]) : 0.0;
+      const double got = y[t * ldy + r];
+      ASSERT_NEAR(got, exact + b, 1e-5 * mag + 1e-30) << "row " << r << " token " << t;
+      ASSERT_NEAR(got, raw + b, bound * 1.0001 + 1e-5 * mag + 1e-30) << "row " << r << " token " << t;
+    }
+  }
+  // Guard zones and the gaps between rows (ldy > rows) are untouched.
+  for (int64_t i = 0; i < int64_t(buf.size()); ++i) {
+    const int64_t k = i - guard;
+    const bool written = k >= 0 && k < T * ldy && (k % ldy) < rows;
+    if (!written) {
+      ASSERT_TRUE(is_sentinel(buf[size_t(i)])) << "wrote outside the output at " << k;
+    }
+  }
+}
+
+class MatmulTypes : public ::testing::TestWithParam<DType> {};
+
+TEST_P(MatmulTypes, AllIsasAndShapesMatchReference) {
+  const DType type = GetParam();
+  ThreadPool pool(3);  // more threads than cores: exercises the row split, not speed
+  struct Shape { int64_t rows, cols; };
+  std::vector<Shape> shapes = {{32, 32}, {96, 64}, {67, 160}, {16, 4096}};
+  if (!is_quant(type)) shapes.push_back({9, 37});  // float rows need not be a multiple of 32
+  for (Isa isa : isas()) {
+    for (const Shape& s : shapes)
+      for (int64_t T : {1, 2, 3, 7, 17, 64}) {
+        if (s.cols >= 4096 && T > 17) continue;
+        check_case(type, isa, s.rows, s.cols, T, pool, T % 2 == 1);
+        if (HasFatalFailure()) return;
+      }
+    for (int64_t T : {1, 3}) {  // a tall weight
+      check_case(type, isa, 4096, 64, T, pool, true);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuMatmul, MatmulTypes,
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0,
+                                           DType::Q4_0, DType::Q4_1),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// Q/K/V-style: one call with three tasks (mixed types) equals three separate calls, bit for bit.
+TEST(CpuMatmul, MultiTaskEqualsSeparateCalls) {
+  ThreadPool pool(2);
+  const int64_t cols = 256;
+  TestWeight q = make_weight(DType::Q4_0, 128, cols, 1), k = make_weight(DType::Q8_0, 64, cols, 2),
+             v = make_weight(DType::F16, 48, cols, 3), u = make_weight(DType::Q4_1, 40, cols, 4);
+  for (Isa isa : isas())
+    for (int64_t T : {1, 5}) {
+      const std::vector<float> x = make_input(T, cols, cols, 9);
+      std::vector<float> yq(size_t(T * 128)), yk(size_t(T * 64)), yv(size_t(T * 48)), yu(size_t(T * 40));
+      std::vector<float> bias(128, 0.5f);
+      std::vector<MatmulTask> tasks = {{&q.w, yq.data(), 128, bias.data()},
+                                       {&k.w, yk.data(), 64, nullptr},
+                                       {&v.w, yv.data(), 48, nullptr},
+                                       {&u.w, yu.data(), 40, nullptr}};
+      MatmulScratch scratch;
+      matmul(tasks, x.data(), T, cols, pool, scratch, isa);
+      for (const MatmulTask& t : tasks) {
+        std::vector<float> sep(size_t(T * t.ldy));
+        MatmulTask one = t;
+        one.y = sep.data();
+        matmul({&one, 1}, x.data(), T, cols, pool, scratch, isa);
+        for (size_t i = 0; i < sep.size(); ++i)
+          ASSERT_EQ(sep[i], t.y[i]) << t.w->name << " " << isa_name(isa) << " T=" << T << " i=" << i;
+      }
+    }
+}
+
+// The ISA paths agree with each other closely (same math, different summation order).
+TEST(CpuMatmul, IsaPathsAgree) {
+  ThreadPool pool(1);
+  const int64_t rows = 64, cols = 1024, T = 5;
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16}) {
+    TestWeight w = make_weight(type, rows, cols, 5);
+    const std::vector<float> x = make_input(T, cols, cols, 6);
+    std::vector<float> ref(size_t(T * rows)), got(size_t(T * rows));
+    MatmulScratch scratch;
+    MatmulTask t{&w.w, ref.data(), rows, nullptr};
+    matmul({&t, 1}, x.data(), T, cols, pool, scratch, Isa::Scalar);
+    for (Isa isa : isas()) {
+      t.y = got.data();
+      matmul({&t, 1}, x.data(), T, cols, pool, scratch, isa);
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], ref[i], 1e-4 * (std::fabs(ref[i]) + 0.1)) << dtype_name(type) << " " << isa_name(isa);
+    }
+  }
+}
+
+TEST(CpuMatmul, RejectsBadArguments) {
+  ThreadPool pool(1);
+  MatmulScratch scratch;
+  TestWeight a = make_weight(DType::Q4_0, 8, 64, 1), b = make_weight(DType::Q4_0, 8, 96, 2);
+  std::vector<float> x(96), y(64);
+  std::vector<MatmulTask> mixed = {{&a.w, y.data(), 8, nullptr}, {&b.w, y.data(), 8, nullptr}};
+  EXPECT_THROW(matmul(mixed, x.data(), 1, 96, pool, scratch), Error);  // different cols
+  MatmulTask small_ldy{&a.w, y.data(), 4, nullptr};
+  EXPECT_THROW(matmul({&small_ldy, 1}, x.data(), 1, 64, pool, scratch), Error);
+  MatmulTask ok{&a.w, y.data(), 8, nullptr};
+  EXPECT_THROW(matmul({&ok, 1}, x.data(), 1, 32, pool, scratch), Error);  // ldx < cols
+  EXPECT_THROW(matmul({}, x.data(), 1, 64, pool, scratch), Error);
+  if (!has_avx512()) {
+    EXPECT_THROW(matmul({&ok, 1}, x.data(), 1, 64, pool, scratch, Isa::Avx512), Error);
+  }
+}
+
+TEST(CpuMatmul, ReportsIsa) {
+  std::printf("[ isa      ] best %s (avx2 %d, avx512 %d, vnni %d), active %s\n", isa_name(best_isa()),
+              has_avx2(), has_avx512(), has_vnni(), isa_name(active_isa()));
+  EXPECT_TRUE(isa_supported(active_isa()));
+}
+
+}  // namespace
+}  // namespace lmf::cpu

@@ -1,0 +1,156 @@
+// Fused QKV GEMV (bias, per-head RMSNorm, RoPE, q out, K/V cache append at a device position)
+// vs a double reference and vs the unfused kernel chain.
+#include "cuda_test.h"
+#include "cuda_test_util.h"
+
+using namespace lmfct_cuda;
+using namespace lmf::cuda;
+
+namespace {
+
+struct QkvCase {
+  DType t;
+  int n_head, n_kv, hd, cols;
+  bool norms, bias;
+  RopeStyle st;
+  Prologue pro;
+};
+
+void run_case(const QkvCase& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t n_ctx = 512, rows = int64_t(c.n_head + 2 * c.n_kv) * c.hd;
+  const float theta = 1e6f;
+  auto wq = random_rows(c.t, rows, c.cols, rng);
+  auto W = dequant(c.t, wq, rows, c.cols);
+  DeviceWeight dw = upload_weight(repack_rows(c.t, wq.data(), rows, c.cols));
+  DeviceWeight dw2 = dw;  // same weight for the unfused chain
+  auto gamma = randn(c.cols, rng, 0.5f), qn = randn(c.hd, rng, 0.5f), kn = randn(c.hd, rng, 0.5f),
+       bias = randn(rows, rng, 0.1f);
+  const size_t cache_n = size_t(c.n_kv) * n_ctx * c.hd;
+  DevBuf<uint16_t> kc(cache_n), vc(cache_n), kc2(cache_n), vc2(cache_n);  // all 0xFFFF (NaN)
+  DevBuf<float> d_gamma(gamma), d_qn(qn), d_kn(kn), d_bias(bias), d_q(size_t(c.n_head) * c.hd),
+      d_q2(size_t(c.n_head) * c.hd), d_raw(rows), d_raw2(rows), d_h(c.cols), d_xn(c.cols),
+      d_rout(c.cols);
+  unsigned* counters = qkv_counters_alloc(c.n_head, c.n_kv);
+  DevBuf<int> d_pos(1);
+  std::vector<std::vector<double>> kref(n_ctx), vref(n_ctx);
+  const int positions[] = {0, 5, 300, 511};
+  for (int pos : positions) {
+    d_pos.upload({pos});
+    auto in = randn(c.cols, rng), res = randn(c.cols, rng);
+    DevBuf<float> d_in(in), d_res(res);
+    std::vector<double> h = to_d(in);
+    if (c.pro == Prologue::AddNorm)
+      for (int i = 0; i < c.cols; ++i) h[i] = double(in[i] + res[i]);
+    auto raw = matvec(W, rmsnorm_ref(h, gamma, 1e-6), rows, c.cols);
+    if (c.bias)
+      for (int64_t r = 0; r < rows; ++r) raw[r] += bias[r];
+    std::vector<double> qref(raw.begin(), raw.begin() + size_t(c.n_head) * c.hd);
+    for (int hh = 0; hh < c.n_head + 2 * c.n_kv; ++hh) {
+      double* v = raw.data() + size_t(hh) * c.hd;
+      const bool is_q = hh < c.n_head, is_k = !is_q && hh < c.n_head + c.n_kv;
+      if (c.norms && (is_q || is_k)) {
+        std::vector<double> tmp(v, v + c.hd);
+        tmp = rmsnorm_ref(tmp, is_q ? qn : kn, 1e-6);
+        std::copy(tmp.begin(), tmp.end(), v);
+      }
+      if (is_q || is_k) rope_ref(v, c.hd, c.st, theta, pos);
+      if (is_q) std::copy(v, v + c.hd, qref.begin() + size_t(hh) * c.hd);
+    }
+    kref[pos].assign(raw.begin() + size_t(c.n_head) * c.hd, raw.begin() + size_t(c.n_head + c.n_kv) * c.hd);
+    vref[pos].assign(raw.begin() + size_t(c.n_head + c.n_kv) * c.hd, raw.end());
+
+    GemvArgs a;
+    a.w = &dw;
+    a.in = d_in.p();
+    a.residual = d_res.p();
+    a.residual_out = d_rout.p();
+    a.gamma = d_gamma.p();
+    a.bias = c.bias ? d_bias.p() : nullptr;
+    QkvParams& q = a.qkv;
+    q.n_head = c.n_head;
+    q.n_kv_head = c.n_kv;
+    q.head_dim = c.hd;
+    q.q_norm = c.norms ? d_qn.p() : nullptr;
+    q.k_norm = c.norms ? d_kn.p() : nullptr;
+    q.rope = c.st;
+    q.theta = theta;
+    q.pos = d_pos.p();
+    q.q_out = d_q.p();
+    q.k_cache = kc.p();
+    q.v_cache = vc.p();
+    q.n_ctx = n_ctx;
+    q.raw = d_raw.p();
+    q.counters = counters;
+    gemv(c.pro, Epilogue::QKV, a);
+
+    // Unfused chain.
+    const float* hin = d_in.p();
+    if (c.pro == Prologue::AddNorm) {
+      add(d_in.p(), d_res.p(), d_h.p(), c.cols);
+      hin = d_h.p();
+    }
+    rmsnorm_rows(hin, d_gamma.p(), d_xn.p(), 1, c.cols, 1e-6f);
+    GemvArgs b;
+    b.w = &dw2;
+    b.in = d_xn.p();
+    b.y = d_raw2.p();
+    b.bias = c.bias ? d_bias.p() : nullptr;
+    gemv(Prologue::None, Epilogue::Store, b);
+    float* rq = d_raw2.p();
+    float* rk = rq + size_t(c.n_head) * c.hd;
+    float* rv = rk + size_t(c.n_kv) * c.hd;
+    if (c.norms) {
+      rmsnorm_rows(rq, d_qn.p(), rq, c.n_head, c.hd, 1e-6f);
+      rmsnorm_rows(rk, d_kn.p(), rk, c.n_kv, c.hd, 1e-6f);
+    }
+    rope(rq, c.n_head, c.hd, c.st, theta, d_pos.p());
+    rope(rk, c.n_kv, c.hd, c.st, theta, d_pos.p());
+    kv_store(rk, rv, kc2.p(), vc2.p(), c.n_kv, c.hd, n_ctx, d_pos.p());
+
+    auto qgot = d_q.get();
+    auto raw2 = d_raw2.get();
+    std::vector<float> q2(raw2.begin(), raw2.begin() + size_t(c.n_head) * c.hd);
+    EXPECT_TRUE(all_finite(qgot) && d_q.guards_intact()) << "q out pos " << pos;
+    EXPECT_LE(rel_l2(qgot, qref), 1e-4) << dtype_name(c.t) << " q pos " << pos;
+    EXPECT_LE(rel_l2(qgot, q2), 1e-5) << dtype_name(c.t) << " q fused vs unfused pos " << pos;
+  }
+  // Caches: written rows match, every other position is still the poison pattern.
+  auto kg = kc.get(), vg = vc.get(), kg2 = kc2.get(), vg2 = vc2.get();
+  for (int kv = 0; kv < c.n_kv; ++kv)
+    for (int64_t p = 0; p < n_ctx; ++p) {
+      const size_t off = (size_t(kv) * n_ctx + p) * c.hd;
+      const bool written = !kref[p].empty();
+      std::vector<uint16_t> kr(kg.begin() + off, kg.begin() + off + c.hd), vr(vg.begin() + off, vg.begin() + off + c.hd);
+      if (!written) {
+        bool poisoned = true;
+        for (int i = 0; i < c.hd; ++i) poisoned &= kr[i] == 0xFFFF && vr[i] == 0xFFFF && kg2[off + i] == 0xFFFF;
+        EXPECT_TRUE(poisoned) << "cache position " << p << " written";
+        if (!poisoned) return;
+        continue;
+      }
+      std::vector<double> krf(kref[p].begin() + size_t(kv) * c.hd, kref[p].begin() + size_t(kv + 1) * c.hd);
+      std::vector<double> vrf(vref[p].begin() + size_t(kv) * c.hd, vref[p].begin() + size_t(kv + 1) * c.hd);
+      EXPECT_LE(rel_l2(fp16_to_f(kr), krf), 1e-3) << "k cache pos " << p << " head " << kv;
+      EXPECT_LE(rel_l2(fp16_to_f(vr), vrf), 1e-3) << "v cache pos " << p << " head " << kv;
+      std::vector<uint16_t> kr2(kg2.begin() + off, kg2.begin() + off + c.hd);
+      EXPECT_LE(rel_l2(fp16_to_f(kr), to_d(fp16_to_f(kr2))), 1e-3) << "k fused vs unfused pos " << p;
+    }
+  EXPECT_TRUE(kc.guards_intact() && vc.guards_intact());
+  cudaFree(counters);
+  free_weight(dw);
+}
+
+}  // namespace
+
+TEST(CudaQkv, Qwen3SmallNeoXNormsAddNorm) {
+  run_case({DType::Q4_0, 16, 8, 128, 1024, true, false, RopeStyle::NeoX, Prologue::AddNorm}, 11);
+  run_case({DType::BF16, 16, 8, 128, 1024, true, false, RopeStyle::NeoX, Prologue::Norm}, 12);
+}
+TEST(CudaQkv, Head64AdjacentBias) {
+  run_case({DType::Q8_0, 32, 8, 64, 2048, false, true, RopeStyle::Adjacent, Prologue::Norm}, 13);
+  run_case({DType::F16, 16, 8, 64, 1024, false, true, RopeStyle::NeoX, Prologue::AddNorm}, 14);
+}
+TEST(CudaQkv, Qwen3_8BShape) {
+  run_case({DType::Q4_1, 32, 8, 128, 4096, true, false, RopeStyle::NeoX, Prologue::Norm}, 15);
+}

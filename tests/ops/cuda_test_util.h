@@ -1,0 +1,168 @@
+// Shared helpers of the CUDA op tests: device buffers with NaN guard zones, random GGUF weights,
+// double-precision references.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "format/quant/half.h"
+#include "format/quant/quantize.h"
+#include "format/quant/types.h"
+
+namespace lmfct_cuda {
+using namespace lmf;
+
+constexpr size_t kGuard = 256;  // bytes of 0xFF (a NaN pattern) on each side of every buffer
+
+// Device buffer of n T's inside guard zones; the whole allocation starts as 0xFF bytes, so an
+// element never written reads as NaN ("poisoned output"), and a write outside [0, n) changes a
+// guard byte.
+template <class T>
+struct DevBuf {
+  uint8_t* base = nullptr;
+  size_t n = 0;
+  explicit DevBuf(size_t n_) : n(n_) {
+    CUDA_CHECK(cudaMalloc(&base, n * sizeof(T) + 2 * kGuard));
+    CUDA_CHECK(cudaMemset(base, 0xFF, n * sizeof(T) + 2 * kGuard));
+  }
+  DevBuf(const std::vector<T>& h) : DevBuf(h.size()) { upload(h); }
+  ~DevBuf() { cudaFree(base); }
+  DevBuf(const DevBuf&) = delete;
+  T* p() const { return reinterpret_cast<T*>(base + kGuard); }
+  void upload(const std::vector<T>& h) {
+    CUDA_CHECK(cudaMemcpy(p(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> get() const {
+    std::vector<T> h(n);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(h.data(), p(), n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+  bool guards_intact() const {
+    std::vector<uint8_t> a(kGuard), b(kGuard);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(a.data(), base, kGuard, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(b.data(), base + kGuard + n * sizeof(T), kGuard, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < kGuard; ++i)
+      if (a[i] != 0xFF || b[i] != 0xFF) return false;
+    return true;
+  }
+};
+
+inline bool all_finite(const std::vector<float>& v) {
+  for (float x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+inline double rel_l2(const std::vector<float>& got, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = double(got[i]) - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+inline double rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
+  return rel_l2(got, std::vector<double>(ref.begin(), ref.end()));
+}
+
+inline std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.f) {
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Random GGUF rows of type t (random codes and plausible scales), [rows][row_bytes].
+inline std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const size_t rb = row_bytes(t, cols);
+  std::vector<uint8_t> out(rb * rows);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> sc(0.002f, 0.03f), mn(-0.1f, 0.0f);
+  std::normal_distribution<float> nd(0.f, 0.05f);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = out.data() + rb * r;
+    if (t == DType::F16 || t == DType::BF16) {
+      auto* h = reinterpret_cast<uint16_t*>(row);
+      for (int64_t i = 0; i < cols; ++i) h[i] = t == DType::F16 ? f32_to_fp16(nd(rng)) : f32_to_bf16(nd(rng));
+      continue;
+    }
+    for (int64_t b = 0; b < cols / QK; ++b) {
+      if (t == DType::Q4_0) {
+        auto* blk = reinterpret_cast<BlockQ4_0*>(row) + b;
+        blk->d = f32_to_fp16(sc(rng));
+        for (auto& q : blk->qs) q = uint8_t(byte(rng));
+      } else if (t == DType::Q4_1) {
+        auto* blk = reinterpret_cast<BlockQ4_1*>(row) + b;
+        blk->d = f32_to_fp16(sc(rng));
+        blk->m = f32_to_fp16(mn(rng));
+        for (auto& q : blk->qs) q = uint8_t(byte(rng));
+      } else {
+        auto* blk = reinterpret_cast<BlockQ8_0*>(row) + b;
+        blk->d = f32_to_fp16(sc(rng) / 8);
+        for (auto& q : blk->qs) q = int8_t(std::clamp(byte(rng) - 128, -127, 127));
+      }
+    }
+  }
+  return out;
+}
+
+// Reference W (dequantized with format/quant's dequantize_row), [rows][cols] as double.
+inline std::vector<double> dequant(DType t, const std::vector<uint8_t>& rows_data, int64_t rows, int64_t cols) {
+  std::vector<double> w(size_t(rows) * cols);
+  std::vector<float> tmp(cols);
+  const size_t rb = row_bytes(t, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(t, rows_data.data() + rb * r, tmp.data(), cols);
+    for (int64_t i = 0; i < cols; ++i) w[size_t(r) * cols + i] = tmp[i];
+  }
+  return w;
+}
+
+inline std::vector<double> matvec(const std::vector<double>& w, const std::vector<double>& x, int64_t rows, int64_t cols) {
+  std::vector<double> y(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double s = 0;
+    const double* wr = w.data() + size_t(r) * cols;
+    for (int64_t i = 0; i < cols; ++i) s += wr[i] * x[i];
+    y[r] = s;
+  }
+  return y;
+}
+
+inline std::vector<double> rmsnorm_ref(const std::vector<double>& x, const std::vector<float>& g, double eps) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double r = 1.0 / std::sqrt(ss / x.size() + eps);
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * r * g[i];
+  return y;
+}
+
+// RoPE of one head in place (double), pair index i uses angle pos * theta^(-2i/d).
+inline void rope_ref(double* h, int d, lmf::cuda::RopeStyle st, double theta, int pos) {
+  for (int i = 0; i < d / 2; ++i) {
+    const int a = st == lmf::cuda::RopeStyle::NeoX ? i : 2 * i;
+    const int b = st == lmf::cuda::RopeStyle::NeoX ? i + d / 2 : 2 * i + 1;
+    const double ang = pos * std::pow(theta, -2.0 * i / d);
+    const double c = std::cos(ang), s = std::sin(ang), va = h[a], vb = h[b];
+    h[a] = va * c - vb * s;
+    h[b] = vb * c + va * s;
+  }
+}
+
+inline std::vector<double> to_d(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+inline std::vector<float> fp16_to_f(const std::vector<uint16_t>& v) {
+  std::vector<float> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = fp16_to_f32(v[i]);
+  return o;
+}
+
+}  // namespace lmfct_cuda

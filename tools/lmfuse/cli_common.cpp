@@ -1,0 +1,69 @@
+#include "cli_common.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "util/progress.h"
+#include "util/status.h"
+#include "util/threadpool.h"
+
+namespace lmf::cli {
+
+void add_engine_flags(CLI::App& app, EngineFlags& f, bool model_required) {
+  auto* m = app.add_option("-m,--model", f.model, "GGUF model file");
+  if (model_required) m->required();
+  app.add_option("-t,--threads", f.threads, "CPU threads (default: all cores)");
+  app.add_option("-c,--ctx-size", f.n_ctx, "context length (default: min(model's, 4096))");
+  app.add_option("--device", f.device, "cpu, cuda or auto (default auto: CUDA when present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  app.add_option("-ngl,--n-gpu-layers", f.ngl, "0 runs on the CPU; any other value on the GPU");
+  app.add_option("--knob", f.knobs, "set a tri-state knob, e.g. --knob qkv_fusion=0 (repeatable)");
+}
+
+Knobs knobs_from(const EngineFlags& f) {
+  Knobs k = Knobs::from_env();
+  for (const auto& kv : f.knobs) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) LMF_FAIL("--knob expects NAME=0|1|auto, got '", kv, "'");
+    k.set(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return k;
+}
+
+Engine load_engine(const EngineFlags& f, int64_t min_ctx) {
+  Engine e;
+  e.model = Model::load(f.model);
+  BackendOptions o;
+  o.n_threads = f.threads > 0 ? f.threads : ThreadPool::default_threads();
+  o.n_ctx = f.n_ctx > 0 ? f.n_ctx : std::min<int64_t>(e.model->hp.n_ctx_train, 4096);
+  o.n_ctx = std::max(o.n_ctx, min_ctx);
+  o.knobs = knobs_from(f);
+  std::string dev = f.device;
+  if (f.ngl == 0) dev = "cpu";
+  else if (f.ngl > 0 && dev == "auto") dev = "cuda";
+  e.backend = make_backend(dev, o);
+  e.backend->load(*e.model);
+  return e;
+}
+
+std::vector<int32_t> parse_token_list(const std::string& s) {
+  std::vector<int32_t> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    std::string_view tok(s.data() + i, j - i);
+    while (!tok.empty() && tok.front() == ' ') tok.remove_prefix(1);
+    while (!tok.empty() && tok.back() == ' ') tok.remove_suffix(1);
+    int32_t v = 0;
+    auto [p, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+    if (tok.empty() || ec != std::errc() || p != tok.data() + tok.size())
+      LMF_FAIL("--tokens: expected comma-separated integers, got '", tok, "'");
+    out.push_back(v);
+    i = j + 1;
+  }
+  if (out.empty()) LMF_FAIL("--tokens: no token ids given");
+  return out;
+}
+
+}  // namespace lmf::cli

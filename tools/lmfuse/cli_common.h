@@ -1,0 +1,44 @@
+// Shared CLI plumbing: the common flags (-m, -t, -c, --device, --knob) and model/backend setup.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model.h"
+#include "util/knobs.h"
+
+namespace lmf::cli {
+
+struct EngineFlags {
+  std::string model;
+  int threads = 0;
+  int64_t n_ctx = 0;  // 0: min(model's training context, 4096)
+  std::string device = "auto";
+  std::vector<std::string> knobs;  // NAME=0|1|auto
+  int ngl = -1;                    // llama.cpp compatibility: 0 = CPU, >0 = GPU
+};
+
+void add_engine_flags(CLI::App& app, EngineFlags& f, bool model_required = true);
+Knobs knobs_from(const EngineFlags& f);  // environment, then --knob overrides
+
+struct Engine {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Backend> backend;
+};
+Engine load_engine(const EngineFlags& f, int64_t min_ctx = 0);
+
+// Parses "1,2,3" into token ids; clear error on anything else.
+std::vector<int32_t> parse_token_list(const std::string& s);
+
+// Each subcommand: returns the process exit code; errors are thrown as lmf::Error.
+int cmd_run(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+int cmd_logits(int argc, char** argv);
+int cmd_inspect(int argc, char** argv);
+int cmd_random_model(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_detokenize(int argc, char** argv);
+
+}  // namespace lmf::cli

@@ -1,0 +1,151 @@
+// lmfuse bench: llama-bench-style speed table. pp<N>: one batched pass over N random tokens;
+// tg<N>: N single-token decode steps (after an untimed prompt of --depth tokens). One warm-up
+// run, then -r timed repetitions; t/s as mean ± sd.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "cli_common.h"
+#include "runtime/session.h"
+#include "util/status.h"
+
+namespace lmf::cli {
+namespace {
+
+struct Row {
+  std::string test, knob_label;
+  double mean = 0, sd = 0;
+  std::vector<double> samples;
+  std::string extra;  // backend-specific (bandwidth)
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 r(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = int32_t(r() % uint64_t(vocab));
+  return t;
+}
+
+Row bench_one(Session& s, const std::string& kind, int64_t n, int64_t depth, int reps, int64_t vocab) {
+  Row row;
+  row.test = kind + std::to_string(n) + (depth > 0 ? cat(" @ d", depth) : "");
+  for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
+    s.reset();
+    auto toks = random_tokens(std::max<int64_t>(n, 1) + depth, vocab, uint64_t(r + 2));
+    if (depth > 0) s.eval(std::span(toks).first(size_t(depth)));
+    double t0 = now_s();
+    if (kind == "pp") {
+      s.eval(std::span(toks).subspan(size_t(depth), size_t(n)));
+    } else {
+      for (int64_t i = 0; i < n; ++i) s.eval(std::span(toks).subspan(size_t(depth + i), 1));
+    }
+    double dt = now_s() - t0;
+    if (r >= 0) row.samples.push_back(double(n) / dt);
+  }
+  double sum = 0, sq = 0;
+  for (double x : row.samples) sum += x;
+  row.mean = sum / double(row.samples.size());
+  for (double x : row.samples) sq += (x - row.mean) * (x - row.mean);
+  row.sd = row.samples.size() > 1 ? std::sqrt(sq / double(row.samples.size() - 1)) : 0;
+  return row;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  CLI::App app{"Measure prompt processing (pp) and generation (tg) speed, llama-bench style.\n\n"
+               "examples:\n"
+               "  lmfuse bench -m qwen3-0.6b-q4_0.gguf -p 512 -n 128 -t 2\n"
+               "  lmfuse bench -m q.gguf -p 0 -n 128 -d 4096        # decode after a 4096-token prompt\n"
+               "  lmfuse bench -m q.gguf --ab qkv_fusion            # knob at 0 and 1, with the ratio\n"
+               "  lmfuse bench -m q.gguf --knob ln_fusion=0 --json",
+               "lmfuse bench"};
+  EngineFlags ef;
+  add_engine_flags(app, ef);
+  std::vector<int64_t> pp{512}, tg{128};
+  int64_t depth = 0;
+  int reps = 5;
+  bool json = false;
+  std::string ab;
+  app.add_option("-p,--n-prompt", pp, "prompt lengths to test (0 = none)")->delimiter(',');
+  app.add_option("-n,--n-gen", tg, "generation lengths to test (0 = none)")->delimiter(',');
+  app.add_option("-d,--depth", depth, "tokens already in the KV cache before each test");
+  app.add_option("-r,--repetitions", reps, "timed repetitions (after one warm-up)")->check(CLI::Range(1, 1000));
+  app.add_flag("--json", json, "print JSON lines instead of a table");
+  app.add_option("--ab", ab, "run every test with KNOB=0 and KNOB=1 and print the ratio");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<std::string> variants = {""};
+  if (!ab.empty()) {
+    Knobs().get(ab);  // validates the knob name
+    variants = {ab + "=0", ab + "=1"};
+  }
+  int64_t max_len = depth;
+  for (auto p : pp) max_len = std::max(max_len, depth + p);
+  for (auto n : tg) max_len = std::max(max_len, depth + n);
+
+  std::vector<Row> rows;
+  std::string model_desc, size_desc, params_desc, backend_desc;
+  int threads = 0;
+  for (const auto& v : variants) {
+    EngineFlags f = ef;
+    if (!v.empty()) f.knobs.push_back(v);
+    f.n_ctx = std::max<int64_t>(f.n_ctx, max_len);
+    Engine e = load_engine(f, max_len);
+    Session s(*e.model, *e.backend);
+    const auto& hp = e.model->hp;
+    double params_b = double(e.model->param_count());
+    model_desc = cat(hp.arch_name, " ", params_b >= 1e9 ? cat(std::round(params_b / 1e8) / 10, "B")
+                                                       : cat(std::round(params_b / 1e6), "M"),
+                     " ", e.model->type_summary());
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.2f MiB", double(e.model->weight_bytes()) / (1 << 20));
+    size_desc = buf;
+    std::snprintf(buf, sizeof buf, "%.2f M", params_b / 1e6);
+    params_desc = buf;
+    backend_desc = e.backend->description();
+    threads = e.backend->options().n_threads;
+    for (auto p : pp)
+      if (p > 0) {
+        rows.push_back(bench_one(s, "pp", p, depth, reps, hp.n_vocab));
+        rows.back().knob_label = v;
+      }
+    for (auto n : tg)
+      if (n > 0) {
+        rows.push_back(bench_one(s, "tg", n, depth, reps, hp.n_vocab));
+        rows.back().knob_label = v;
+      }
+  }
+  if (json) {
+    for (const auto& r : rows)
+      std::printf("{\"model\":\"%s\",\"size\":\"%s\",\"backend\":\"%s\",\"threads\":%d,\"test\":\"%s\",\"knob\":\"%s\","
+                  "\"ts_mean\":%.3f,\"ts_sd\":%.3f}\n",
+                  model_desc.c_str(), size_desc.c_str(), backend_desc.c_str(), threads, r.test.c_str(),
+                  r.knob_label.c_str(), r.mean, r.sd);
+    return 0;
+  }
+  const bool show_knob = !ab.empty() || !ef.knobs.empty();
+  std::printf("| model | size | params | backend | threads |%s test | t/s |\n", show_knob ? " knobs |" : "");
+  std::printf("| --- | ---: | ---: | --- | ---: |%s ---: | ---: |\n", show_knob ? " --- |" : "");
+  for (const auto& r : rows) {
+    std::string knob = r.knob_label;
+    for (const auto& k : ef.knobs) knob += (knob.empty() ? "" : " ") + k;
+    std::printf("| %s | %s | %s | %s | %d |%s %s | %.2f ± %.2f |\n", model_desc.c_str(), size_desc.c_str(),
+                params_desc.c_str(), backend_desc.c_str(), threads, show_knob ? (" " + knob + " |").c_str() : "",
+                r.test.c_str(), r.mean, r.sd);
+  }
+  if (!ab.empty()) {
+    const size_t half = rows.size() / 2;
+    for (size_t i = 0; i < half; ++i)
+      std::printf("%s: %s=1 / %s=0 = %.3f\n", rows[i].test.c_str(), ab.c_str(), ab.c_str(),
+                  rows[i + half].mean / rows[i].mean);
+  }
+  return 0;
+}
+
+}  // namespace lmf::cli

@@ -1,0 +1,57 @@
+// lmfuse logits: the test contract. Writes little-endian float32 logits [n, vocab].
+#include <cstdio>
+#include <fstream>
+
+#include "cli_common.h"
+#include "runtime/session.h"
+#include "util/status.h"
+
+namespace lmf::cli {
+
+int cmd_logits(int argc, char** argv) {
+  CLI::App app{"Write float32 logits [n, vocab] (little-endian) for a token sequence.\n\n"
+               "examples:\n"
+               "  lmfuse logits -m model.gguf --tokens 1,2,3 -o last.bin          # last position\n"
+               "  lmfuse logits -m model.gguf --tokens 1,2,3,4 --all -o all.bin   # every position\n"
+               "  lmfuse logits -m model.gguf --tokens 1,2,3,4 --all --prefill 2 -o all.bin\n"
+               "      # 2 tokens in one batched pass, then one decode step per token",
+               "lmfuse logits"};
+  EngineFlags ef;
+  add_engine_flags(app, ef);
+  std::string tokens_s, out;
+  bool all = false;
+  int64_t prefill = -1;
+  app.add_option("--tokens", tokens_s, "comma-separated token ids")->required();
+  app.add_flag("--all", all, "logits for every position, not only the last");
+  app.add_option("--prefill", prefill, "evaluate the first N tokens as one batch, then one at a time");
+  app.add_option("-o,--output", out, "output file")->required();
+  CLI11_PARSE(app, argc, argv);
+
+  auto tokens = parse_token_list(tokens_s);
+  Engine e = load_engine(ef, int64_t(tokens.size()));
+  Session s(*e.model, *e.backend);
+  const int64_t n = int64_t(tokens.size());
+  const int64_t V = e.model->hp.n_vocab;
+  std::vector<float> result;
+  if (prefill < 0 || prefill >= n) {
+    result = s.eval(tokens, all);
+  } else {
+    if (prefill == 0) LMF_FAIL("--prefill must be at least 1");
+    const auto& l = s.eval(std::span(tokens).first(size_t(prefill)), all);
+    if (all) result = l;
+    for (int64_t i = prefill; i < n; ++i) {
+      const auto& li = s.eval(std::span(tokens).subspan(size_t(i), 1), false);
+      if (all || i == n - 1) result.insert(result.end(), li.begin(), li.end());
+    }
+    if (!all) result.erase(result.begin(), result.end() - V);
+  }
+  std::ofstream f(out, std::ios::binary);
+  if (!f) LMF_FAIL(out, ": cannot open for writing");
+  f.write(reinterpret_cast<const char*>(result.data()), std::streamsize(result.size() * sizeof(float)));
+  if (!f) LMF_FAIL(out, ": write failed");
+  std::fprintf(stderr, "wrote %lld x %lld logits to %s\n", (long long)(result.size() / size_t(V)), (long long)V,
+               out.c_str());
+  return 0;
+}
+
+}  // namespace lmf::cli

@@ -1,0 +1,216 @@
+// lmfuse random-model: a complete GGUF with seeded random weights of a real model's shapes and a
+// real tokenizer, written in seconds. Quantized blocks are generated directly (random codes and
+// finite, non-zero scales), never all-zero, so the file behaves like a real one for speed.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "cli_common.h"
+#include "format/gguf/gguf.h"
+#include "format/quant/half.h"
+#include "model/arch_table.h"
+#include "model/presets.h"
+#include "tokenizer/tokenizer.h"
+#include "util/progress.h"
+#include "util/status.h"
+
+namespace lmf::cli {
+namespace {
+
+// splitmix64: tiny, fast and good enough for benchmark weights.
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
+};
+
+uint64_t hash_name(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Fills rows x cols of type t. Weights are roughly uniform with std ~ 0.5/sqrt(cols), so the
+// residual stream stays finite through deep stacks.
+void fill_matrix(uint8_t* dst, DType t, int64_t rows, int64_t cols, uint64_t seed) {
+  Rng r{seed};
+  const float stdv = 0.5f / std::sqrt(float(cols));
+  const int64_t n = rows * cols;
+  switch (t) {
+    case DType::Q4_0:
+    case DType::Q4_1: {
+      const bool has_min = t == DType::Q4_1;
+      const size_t bb = has_min ? sizeof(BlockQ4_1) : sizeof(BlockQ4_0);
+      // codes uniform in 0..15 (std 4.6): d = std / 4.6, varied per block by +-25 %
+      for (int64_t b = 0; b < n / QK; ++b) {
+        uint8_t* p = dst + size_t(b) * bb;
+        const float d = stdv / 4.6f * (0.75f + 0.5f * r.uniform());
+        const uint16_t dh = f32_to_fp16(d);
+        std::memcpy(p, &dh, 2);
+        uint8_t* qs = p + 2;
+        if (has_min) {
+          const uint16_t mh = f32_to_fp16(-8.0f * d);
+          std::memcpy(p + 2, &mh, 2);
+          qs = p + 4;
+        }
+        uint64_t a = r.next(), c = r.next();
+        std::memcpy(qs, &a, 8);
+        std::memcpy(qs + 8, &c, 8);
+      }
+      break;
+    }
+    case DType::Q8_0:
+      for (int64_t b = 0; b < n / QK; ++b) {
+        auto* blk = reinterpret_cast<BlockQ8_0*>(dst + size_t(b) * sizeof(BlockQ8_0));
+        blk->d = f32_to_fp16(stdv / 73.0f * (0.75f + 0.5f * r.uniform()));
+        for (int i = 0; i < QK; i += 8) {
+          uint64_t v = r.next();
+          for (int j = 0; j < 8; ++j) {
+            int q = int((v >> (8 * j)) & 0xff) - 128;
+            blk->qs[i + j] = int8_t(q == -128 ? -127 : q);
+          }
+        }
+      }
+      break;
+    case DType::F16:
+    case DType::BF16: {
+      auto* h = reinterpret_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) {
+        float v = (r.uniform() * 2 - 1) * stdv * 1.732f;
+        h[i] = t == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v);
+      }
+      break;
+    }
+    case DType::F32: {
+      auto* f = reinterpret_cast<float*>(dst);
+      for (int64_t i = 0; i < n; ++i) f[i] = (r.uniform() * 2 - 1) * stdv * 1.732f;
+      break;
+    }
+  }
+}
+
+uint32_t file_type_id(DType t) {  // llama.cpp's LLAMA_FTYPE_MOSTLY_*
+  switch (t) {
+    case DType::F32: return 0;
+    case DType::F16: return 1;
+    case DType::Q4_0: return 2;
+    case DType::Q4_1: return 3;
+    case DType::Q8_0: return 7;
+    case DType::BF16: return 32;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_random_model(int argc, char** argv) {
+  std::string preset_list;
+  for (const auto& p : presets()) preset_list += cat(preset_list.empty() ? "" : "|", p.name);
+  CLI::App app{"Write a GGUF with seeded random weights of a real model's shapes and a real tokenizer.\n\n"
+               "examples:\n"
+               "  lmfuse random-model --preset qwen3-0.6b --type q4_0 -o qwen3-0.6b-q4_0.gguf\n"
+               "  lmfuse random-model --preset qwen3-8b --type q4_0 --tokenizer /path/to/qwen3-tokenizer -o q8b.gguf",
+               "lmfuse random-model"};
+  std::string preset_name, type_s = "q4_0", out, tok_path;
+  uint64_t seed = 1;
+  bool no_tokenizer = false;
+  app.add_option("--preset", preset_name, preset_list)->required();
+  app.add_option("--type", type_s, "q4_0|q4_1|q8_0|f16|bf16|f32 (default q4_0)");
+  app.add_option("--seed", seed, "random seed (default 1)");
+  app.add_option("-o,--output", out, "output GGUF file")->required();
+  app.add_option("--tokenizer", tok_path,
+                 "directory with tokenizer.json (+ tokenizer_config.json), or a tokenizer.json file "
+                 "(default: ../shared/models/qwen3-tokenizer, or $LMFUSE_TOKENIZER)");
+  app.add_flag("--no-tokenizer", no_tokenizer, "write no tokenizer (the file can still be benchmarked)");
+  CLI11_PARSE(app, argc, argv);
+
+  const Preset& p = find_preset(preset_name);
+  auto type = parse_dtype(type_s);
+  if (!type) LMF_FAIL("--type: expected q4_0, q4_1, q8_0, f16, bf16 or f32, got '", type_s, "'");
+
+  gguf::Writer w;
+  const std::string a = p.arch;
+  w.set(key::kArch, gguf::Value::str(a));
+  w.set("general.name", gguf::Value::str(cat(p.name, " (random weights, seed ", seed, ")")));
+  w.set("general.file_type", gguf::Value::u32(file_type_id(*type)));
+  w.set(fmt_key(key::kContext, a), gguf::Value::u32(uint32_t(p.n_ctx)));
+  w.set(fmt_key(key::kEmbd, a), gguf::Value::u32(uint32_t(p.n_embd)));
+  w.set(fmt_key(key::kBlocks, a), gguf::Value::u32(uint32_t(p.n_layer)));
+  w.set(fmt_key(key::kFF, a), gguf::Value::u32(uint32_t(p.n_ff)));
+  w.set(fmt_key(key::kHeads, a), gguf::Value::u32(uint32_t(p.n_head)));
+  w.set(fmt_key(key::kHeadsKV, a), gguf::Value::u32(uint32_t(p.n_head_kv)));
+  w.set(fmt_key(key::kKeyLen, a), gguf::Value::u32(uint32_t(p.head_dim)));
+  w.set(fmt_key(key::kValLen, a), gguf::Value::u32(uint32_t(p.head_dim)));
+  w.set(fmt_key(key::kRopeBase, a), gguf::Value::f32(float(p.rope_theta)));
+  w.set(fmt_key(key::kRmsEps, a), gguf::Value::f32(float(p.rms_eps)));
+  w.set(fmt_key(key::kVocab, a), gguf::Value::u32(uint32_t(p.n_vocab)));
+
+  if (!no_tokenizer) {
+    if (tok_path.empty()) {
+      const char* env = std::getenv("LMFUSE_TOKENIZER");
+      tok_path = env ? env : "../shared/models/qwen3-tokenizer";
+    }
+    std::unique_ptr<Tokenizer> tok;
+    if (tok_path.size() >= 5 && tok_path.substr(tok_path.size() - 5) == ".json") {
+      tok = Tokenizer::from_hf(tok_path, "");
+    } else {
+      tok = Tokenizer::from_hf_dir(tok_path);
+    }
+    if (tok->n_vocab() > p.n_vocab) {
+      // Keep the real shapes: a tokenizer larger than the vocabulary cannot be embedded.
+      std::fprintf(stderr,
+                   "warning: tokenizer %s has %d tokens, more than the %lld of %s; writing no tokenizer "
+                   "(give a matching --tokenizer to embed one)\n",
+                   tok_path.c_str(), tok->n_vocab(), (long long)p.n_vocab, p.name);
+    } else {
+      tok->to_gguf(w, int32_t(p.n_vocab));
+    }
+  }
+
+  // Tensors in llama.cpp's order; producers run at write time, one tensor at a time.
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, DType t) {
+    w.add_tensor(name, t, {cols, rows}, [=](uint8_t* dst) { fill_matrix(dst, t, rows, cols, seed ^ hash_name(name)); });
+  };
+  auto vector = [&](const std::string& name, int64_t n) {
+    w.add_tensor(name, DType::F32, {n}, [=](uint8_t* dst) {
+      Rng r{seed ^ hash_name(name)};
+      auto* f = reinterpret_cast<float*>(dst);
+      for (int64_t i = 0; i < n; ++i) f[i] = 1.0f + 0.1f * (r.uniform() * 2 - 1);
+    });
+  };
+  const DType t = *type;
+  matrix(tname::kTokEmbd, p.n_vocab, p.n_embd, t);
+  for (int l = 0; l < int(p.n_layer); ++l) {
+    auto n = [&](const char* pat) { return fmt_tensor(pat, l); };
+    vector(n(tname::kAttnNorm), p.n_embd);
+    matrix(n(tname::kQ), p.n_head * p.head_dim, p.n_embd, t);
+    matrix(n(tname::kK), p.n_head_kv * p.head_dim, p.n_embd, t);
+    matrix(n(tname::kV), p.n_head_kv * p.head_dim, p.n_embd, t);
+    if (a == "qwen3") {
+      vector(n(tname::kQNorm), p.head_dim);
+      vector(n(tname::kKNorm), p.head_dim);
+    }
+    matrix(n(tname::kO), p.n_embd, p.n_head * p.head_dim, t);
+    vector(n(tname::kFFNNorm), p.n_embd);
+    matrix(n(tname::kGate), p.n_ff, p.n_embd, t);
+    matrix(n(tname::kUp), p.n_ff, p.n_embd, t);
+    matrix(n(tname::kDown), p.n_embd, p.n_ff, t);
+  }
+  vector(tname::kOutNorm, p.n_embd);
+  if (!p.tied) matrix(tname::kOutput, p.n_vocab, p.n_embd, t);
+
+  Progress prog("random-model " + out, w.data_bytes());
+  w.write(out, [&](uint64_t bytes, int64_t done, int64_t total) { prog.update(bytes, done, total); });
+  prog.finish();
+  std::fprintf(stderr, "wrote %s: %s %s, %zu tensors, %.2f GiB\n", out.c_str(), p.name, dtype_name(t), w.tensor_count(),
+               double(w.data_bytes()) / double(1ull << 30));
+  return 0;
+}
+
+}  // namespace lmf::cli

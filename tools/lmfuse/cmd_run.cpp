@@ -1,0 +1,78 @@
+// lmfuse run: prompt in, streamed text out.
+#include <chrono>
+#include <cstdio>
+
+#include "cli_common.h"
+#include "runtime/session.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+#include "util/status.h"
+
+namespace lmf::cli {
+
+int cmd_run(int argc, char** argv) {
+  CLI::App app{"Generate text from a prompt, streamed to stdout; speed is printed to stderr.\n\n"
+               "examples:\n"
+               "  lmfuse run -m models/smollm2-135m-instruct-q4_1.gguf -p \"The capital of France is\" -n 32\n"
+               "  lmfuse run -m model.gguf -p \"Write a haiku about GPUs\" --chat --temp 0.7 --seed 42\n"
+               "  lmfuse run -m qwen3.gguf -p \"2+2?\" --chat --no-think",
+               "lmfuse run"};
+  EngineFlags ef;
+  add_engine_flags(app, ef);
+  std::string prompt;
+  int64_t n_predict = 128;
+  SamplingParams sp;
+  bool greedy = false;
+  app.add_option("-p,--prompt", prompt, "prompt text")->required();
+  app.add_option("-n,--n-predict", n_predict, "tokens to generate (default 128)");
+  app.add_option("--temp", sp.temperature, "temperature (0 = greedy; default 0.8)");
+  app.add_option("--top-k", sp.top_k, "top-k (0 = off; default 40)");
+  app.add_option("--top-p", sp.top_p, "top-p (1 = off; default 0.95)");
+  app.add_option("--min-p", sp.min_p, "min-p (0 = off; default 0.05)");
+  app.add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (1 = off)");
+  app.add_option("--repeat-last-n", sp.repeat_last_n, "tokens the penalty looks back over (default 64)");
+  app.add_option("--seed", sp.seed, "random seed (default 0)");
+  app.add_flag("--greedy", greedy, "greedy decoding (same as --temp 0)");
+  CLI11_PARSE(app, argc, argv);
+  if (greedy) sp.temperature = 0;
+
+  Engine e = load_engine(ef);
+  auto tok = Tokenizer::from_gguf(*e.model->file);
+  auto ids = tok->encode(prompt, tok->add_bos(), true);
+  if (ids.empty()) LMF_FAIL("the prompt is empty");
+  Session s(*e.model, *e.backend);
+  if (int64_t(ids.size()) >= s.n_ctx())
+    LMF_FAIL("prompt is ", ids.size(), " tokens long; the context holds ", s.n_ctx(), " (use a larger -c)");
+  Sampler sampler(sp);
+  StreamDecoder dec(*tok, true);
+  std::vector<int32_t> history = ids;
+
+  using clk = std::chrono::steady_clock;
+  auto t0 = clk::now();
+  const auto* logits = &s.eval(ids);
+  auto t1 = clk::now();
+  int64_t generated = 0;
+  for (; generated < n_predict && s.pos() < s.n_ctx(); ) {
+    int32_t next = sampler.sample(*logits, history);
+    if (tok->is_eog(next)) break;
+    std::string text = dec.push(next);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    history.push_back(next);
+    ++generated;
+    if (generated == n_predict || s.pos() >= s.n_ctx()) break;
+    logits = &s.eval(std::span(&next, 1));
+  }
+  std::string tail = dec.flush();
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  std::printf("\n");
+  auto t2 = clk::now();
+  const double pp = std::chrono::duration<double>(t1 - t0).count();
+  const double tg = std::chrono::duration<double>(t2 - t1).count();
+  std::fprintf(stderr, "\nprompt: %zu tokens, %.2f t/s | generation: %lld tokens, %.2f t/s | %s\n", ids.size(),
+               double(ids.size()) / pp, (long long)generated, generated > 1 ? double(generated - 1) / tg : 0.0,
+               e.backend->description().c_str());
+  return 0;
+}
+
+}  // namespace lmf::cli

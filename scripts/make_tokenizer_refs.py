@@ -124,6 +124,37 @@ CONVS = {
 }
 
 
+# Small templates exercising the interpreter's semantics one construct at a time; rendered by
+# the same Jinja environment transformers uses for chat templates.
+JINJA_SNIPPETS = [
+    "{{ 'abc'[::-1] }}|{{ [1,2,3][1:] }}|{{ 'héllo'[1:3] }}|{{ [1,2,3][-1] }}|{{ 'a,b,,c'.split(',') }}",
+    "{{ '  x  '.strip() }}|{{ 'xxhixx'.strip('x') }}|{{ '\n\nhi\n'.lstrip('\n') }}|{{ 'a b  c'.split() }}",
+    "{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 1.5 + 1 }} {{ 10 / 5 }}",
+    "{{ none }} {{ true }} {{ false }} {{ undefined_var }} {{ [1, 'a', none, true] }} {{ {'k': 'v', 'n': 1} }}",
+    "{{ {'a': [1, 2.5, 'x\"y', none, true], 'b': {'c': 'é'}} | tojson }}|{{ [1,2] | tojson(indent=2) }}",
+    "{% for x in [3, 4, 5] %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.revindex }},{% endfor %}",
+    "{% for x in [1, 2, 3, 4] if x is even %}{{ x }}{% else %}none{% endfor %}|{% for x in [] %}a{% else %}empty{% endfor %}",
+    "{% set ns = namespace(n=0) %}{% for i in range(5) %}{% set ns.n = ns.n + i %}{% set local = i %}{% endfor %}{{ ns.n }} {{ local is defined }}",
+    "{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}{{ {'a': 1}.get('b', 'dflt') }}",
+    "{{ 'x' if 1 > 2 else 'y' }} {{ 'a' ~ 1 ~ none }} {{ 'ab' in 'cabd' }} {{ 3 not in [1, 2] }} {{ not true or false and true }}",
+    "{{ 'hello' | upper }} {{ 'Hello' | lower }} {{ '  t  ' | trim }} {{ [1,2,3] | length }} {{ [1,2,3] | join('-') }} {{ 'abc' | length }} {{ x | default('d') }}",
+    "{{ 'hello world'.title() }} {{ 'hELLO'.capitalize() }} {{ 'aXbXc'.replace('X', '_') }} {{ 'abc'.startswith('ab') }} {{ 'abc'.endswith(('x', 'c')) }}",
+    "{{ 5 is odd }} {{ 4 is divisibleby 2 }} {{ none is none }} {{ 'a' is string }} {{ 1 is number }} {{ {} is mapping }} {{ x is not defined }}",
+    "{%- for i in range(3) -%}\n  {{ i }}\n{%- endfor %}\nend",
+    "line1\n    {% if true %}\n    inside\n    {% endif %}\nline2 {# comment #}\n  {# own line #}\nlast",
+    "{% if true %}A{% elif false %}B{% else %}C{% endif %}{% if false %}A{% elif true %}B{% else %}C{% endif %}{% if false %}A{% elif false %}B{% else %}C{% endif %}",
+    "{% for m in [{'role': 'user'}, {'role': 'system'}, {'role': 'user'}] | selectattr('role', 'equalto', 'user') %}{{ loop.index }}{% endfor %} {{ [{'a': 1}, {'a': 2}] | map(attribute='a') | list }}",
+    "{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+    "{{ (1, 2) }} {{ [3, 1, 2] | reverse | list }} {{ 'abc' | reverse }} {{ '%' }} {{ \"it's\" }} {{ 'say \\'hi\\'' }} {{ ['it\\'s', 'a\\nb'] }}",
+    "{{ 0.1 + 0.2 }} {{ 1e3 if false else 3.0 }} {{ 2.5 | int }} {{ '42' | int + 1 }} {{ -3 | abs }} {{ 1 == 1.0 }} {{ true == 1 }}",
+]
+
+
+def jinja_refs():
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+    return [{"template": t, "expected": _compile_jinja_template(t).render()} for t in JINJA_SNIPPETS]
+
+
 def chat_refs(qwen_dir, smol_tmpl):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
     qwen = AutoTokenizer.from_pretrained(qwen_dir)
@@ -131,7 +162,7 @@ def chat_refs(qwen_dir, smol_tmpl):
                  "llama3": (LLAMA3_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>")}
     if smol_tmpl:
         templates["smollm2"] = (smol_tmpl, "<|im_start|>", "<|im_end|>")
-    out = {"templates": {k: v[0] for k, v in templates.items()}, "cases": []}
+    out = {"templates": {k: v[0] for k, v in templates.items()}, "cases": [], "jinja": jinja_refs()}
     for name, (tmpl, bos, eos) in templates.items():
         tok = PreTrainedTokenizerFast(tokenizer_object=qwen.backend_tokenizer,
                                       bos_token=bos or None, eos_token=eos)

@@ -232,7 +232,7 @@ static std::vector<int> group_ops(const FusionGroup& grp) {
 }
 
 // Tensors a fused launch reads (produced outside it) and writes (read outside it, or outputs).
-static void group_io(const Graph& g, const FusionGroup& grp, std::vector<int>& reads, std::vector<int>& writes) {
+void group_io(const Graph& g, const FusionGroup& grp, std::vector<int>& reads, std::vector<int>& writes) {
   auto ops = group_ops(grp);
   auto inside = [&](int op) { return std::find(ops.begin(), ops.end(), op) != ops.end(); };
   std::vector<int> produced;

@@ -110,6 +110,10 @@ void plan_memory(Graph& g, size_t align = 256);
 struct OverlapReport { int rehomed = 0; int rejected = 0; };
 OverlapReport fix_overlaps(Graph& g, size_t max_extra_bytes = SIZE_MAX, size_t align = 256);
 
+// Tensors an accepted group's single launch reads (produced outside it) and writes (read after
+// it, or graph outputs). Intermediates inside the group are not materialized by a fused kernel.
+void group_io(const Graph& g, const FusionGroup& grp, std::vector<int>& reads, std::vector<int>& writes);
+
 // Marks followers/absorbed ops of accepted groups as launch=false per the group's fold flags.
 void apply_groups(Graph& g);
 

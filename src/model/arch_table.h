@@ -23,6 +23,7 @@ inline constexpr const char* kValLen = "%s.attention.value_length";
 inline constexpr const char* kRmsEps = "%s.attention.layer_norm_rms_epsilon";
 inline constexpr const char* kRopeBase = "%s.rope.freq_base";
 inline constexpr const char* kVocab = "%s.vocab_size";
+inline constexpr const char* kRopeDims = "%s.rope.dimension_count";  // written by llama.cpp for llama
 }  // namespace key
 
 namespace tname {  // "%d" is replaced by the layer index

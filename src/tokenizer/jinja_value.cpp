@@ -113,8 +113,9 @@ std::string Value::repr() const {
     case T::Float: return float_str(f);
     case T::Str: return py_quote(s);
     case T::List: {
-      std::string o = "[";
+      std::string o = is_tuple ? "(" : "[";
       for (size_t k = 0; k < l->size(); ++k) o += (k ? ", " : "") + (*l)[k].repr();
+      if (is_tuple) return o + (l->size() == 1 ? ",)" : ")");
       return o + "]";
     }
     case T::Dict: {

@@ -24,6 +24,7 @@ struct Value {
   std::shared_ptr<List> l;  // shared: Jinja lists/dicts are references
   std::shared_ptr<Dict> d;
   bool is_namespace = false;  // namespace(): a dict whose attributes `set ns.x` may assign
+  bool is_tuple = false;      // a list that prints as Python's (a, b)
 
   Value() = default;
   static Value none() { Value v; v.t = T::None; return v; }

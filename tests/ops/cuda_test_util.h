@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -27,7 +28,7 @@ struct DevBuf {
   uint8_t* base = nullptr;
   size_t n = 0;
   explicit DevBuf(size_t n_) : n(n_) {
-    CUDA_CHECK(cudaMalloc(&base, n * sizeof(T) + 2 * kGuard));
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base), n * sizeof(T) + 2 * kGuard));
     CUDA_CHECK(cudaMemset(base, 0xFF, n * sizeof(T) + 2 * kGuard));
   }
   DevBuf(const std::vector<T>& h) : DevBuf(h.size()) { upload(h); }

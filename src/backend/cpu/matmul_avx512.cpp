@@ -20,15 +20,18 @@ inline __m512 pair_ps(float a, float b) {
   return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
 }
 
-// Two blocks of 16 packed nibble bytes -> 64 u8 in element order [lo0, hi0, lo1, hi1].
+// Two blocks of 16 packed nibble bytes -> 64 u8 in element order [lo0, hi0, lo1, hi1]:
+// broadcast to [qs0 qs0 qs1 qs1], shift the odd 128-bit lanes right by 4, mask.
 inline __m512i unpack_nibbles2(const uint8_t* qs0, const uint8_t* qs1) {
-  const __m256i v = _mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)), 1);  // [qs0 | qs1]
-  const __m256i m = _mm256_set1_epi8(0x0f);
-  const __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-  const __m512i w = _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);  // [lo0 lo1 hi0 hi1]
-  return _mm512_shuffle_i64x2(w, w, _MM_SHUFFLE(3, 1, 2, 0));              // [lo0 hi0 lo1 hi1]
+  __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0)));
+  v = _mm512_mask_broadcast_i32x4(v, 0xff00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)));
+  return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)),
+                          _mm512_set1_epi8(0x0f));
+}
+
+// Two fp16 scales -> [a x8 | b x8] as f32.
+inline __m512 pair_fp16(uint16_t a, uint16_t b) {
+  return _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(short(b)), _mm_set1_epi16(short(a))));
 }
 
 inline __m512i load2(const int8_t* a, const int8_t* b) {
@@ -53,15 +56,15 @@ struct WPair {
       const Blk* blk = reinterpret_cast<const Blk*>(row) + b;
       static const uint8_t zero16[16] = {};
       q = unpack_nibbles2(blk[0].qs, half ? zero16 : blk[1].qs);
-      d = pair_ps(_cvtsh_ss(blk[0].d), half ? 0.0f : _cvtsh_ss(blk[1].d));
+      d = pair_fp16(blk[0].d, half ? uint16_t(0) : blk[1].d);
       if constexpr (DT == DType::Q4_1)
-        m = pair_ps(_cvtsh_ss(blk[0].m) * 0.125f, half ? 0.0f : _cvtsh_ss(blk[1].m) * 0.125f);
+        m = _mm512_mul_ps(pair_fp16(blk[0].m, half ? uint16_t(0) : blk[1].m), _mm512_set1_ps(0.125f));
     } else {
       const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
       const __m512i s = load2(blk[0].qs, half ? kZero32 : blk[1].qs);
       q = _mm512_abs_epi8(s);
       neg = _mm512_movepi8_mask(s);
-      d = pair_ps(_cvtsh_ss(blk[0].d), half ? 0.0f : _cvtsh_ss(blk[1].d));
+      d = pair_fp16(blk[0].d, half ? uint16_t(0) : blk[1].d);
     }
   }
 };
@@ -82,9 +85,17 @@ void quant_tile512(const uint8_t* w, size_t stride, int64_t nb, const ActBlock* 
   __m512 acc[R][TT];  // [rows, tokens], 16 partial sums each
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
+  constexpr size_t kBlockBytes = DT == DType::Q4_0 ? sizeof(BlockQ4_0)
+                                 : DT == DType::Q4_1 ? sizeof(BlockQ4_1) : sizeof(BlockQ8_0);
+  const size_t pf = std::max<size_t>(size_t(2 * R) * stride, 8192);  // see matmul_x86.inc
   auto step = [&](int64_t b, bool half) {
     WPair<DT> wp[R];
     for (int r = 0; r < R; ++r) wp[r].load(w + size_t(r) * stride, b, half);
+    if constexpr (TT == 1) {
+      if ((b * kBlockBytes) % 64 < 2 * kBlockBytes)  // ~one line per 64 bytes of row
+        for (int r = 0; r < R; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(w + size_t(r) * stride + size_t(b) * kBlockBytes + pf), _MM_HINT_T0);
+    }
     for (int t = 0; t < TT; ++t) {
       APair ap;
       ap.load(xq + t * nb + b, half);

@@ -1,0 +1,308 @@
+// Micro-benchmark of the CUDA decode kernels (no gtest/benchmark dependency: runs on the bare
+// GPU machine). Prints:
+//  1. device copy bandwidth (cudaMemcpy D2D 1 GiB, read + write counted) - the reference ceiling;
+//  2. each GEMV type at Qwen3-8B and Qwen3-0.6B projection shapes, timed by replaying a CUDA graph
+//     of launches that cycle through enough weight copies to defeat the 50 MB L2;
+//  3. the per-launch cost of an empty kernel inside a graph;
+//  4. a decode-step chain per model (fused QKV+norm+rope+cache, attention, o_proj+residual,
+//     norm+gate/up+SiLU, down+residual, for every layer) as one graph: time per token and % of
+//     copy bandwidth for the bytes it must read (weights + KV cache).
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+
+using namespace lmf;
+using namespace lmf::cuda;
+
+namespace {
+
+__global__ void fill_kernel(uint32_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    // Keep fp16/bf16 words finite and small: clear the top exponent bits of each half.
+    p[i] = h & 0x3BFF3BFFu;
+  }
+}
+__global__ void fill_f32(float* p, size_t n, float v) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
+}
+__global__ void empty_kernel() {}
+
+int pieces(DType t) { return t == DType::Q8_0 ? 2 : (t == DType::F16 || t == DType::BF16) ? 4 : 1; }
+int scale_b(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 ? 2 : t == DType::Q4_1 ? 4 : 0; }
+
+// A device weight with random contents in the tiled layout (bandwidth only, values irrelevant).
+DeviceWeight random_weight(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  DeviceWeight w;
+  w.type = t;
+  w.rows = rows;
+  w.cols = cols;
+  w.q_bytes = size_t(rows) * (cols / 32) * pieces(t) * 16;
+  w.scale_bytes = size_t(rows) * (cols / 32) * scale_b(t);
+  void *q = nullptr, *s = nullptr;
+  CUDA_CHECK(cudaMalloc(&q, w.q_bytes));
+  fill_kernel<<<1024, 256>>>(static_cast<uint32_t*>(q), w.q_bytes / 4, seed);
+  if (w.scale_bytes) {
+    CUDA_CHECK(cudaMalloc(&s, w.scale_bytes));
+    fill_kernel<<<1024, 256>>>(static_cast<uint32_t*>(s), w.scale_bytes / 4, seed + 1);
+  }
+  CUDA_CHECK(cudaGetLastError());
+  w.q = static_cast<const uint8_t*>(q);
+  w.scales = static_cast<const uint8_t*>(s);
+  return w;
+}
+
+float* dev_floats(size_t n, float v = 0.01f) {
+  float* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, n * sizeof(float)));
+  fill_f32<<<256, 256>>>(p, n, v);
+  CUDA_CHECK(cudaGetLastError());
+  return p;
+}
+
+// Captures body() into a graph, replays it `reps` times; returns ms per replay.
+template <class F>
+double time_graph(cudaStream_t s, F body, int reps = 20) {
+  body();  // warm-up outside capture (sets attributes, caches grids)
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  body();
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  CUDA_CHECK(cudaGraphLaunch(ge, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  CUDA_CHECK(cudaEventRecord(a, s));
+  for (int i = 0; i < reps; ++i) CUDA_CHECK(cudaGraphLaunch(ge, s));
+  CUDA_CHECK(cudaEventRecord(b, s));
+  CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  CUDA_CHECK(cudaGraphExecDestroy(ge));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  return ms / reps;
+}
+
+double copy_bandwidth() {
+  const size_t bytes = size_t(1) << 30;
+  void *a, *b;
+  CUDA_CHECK(cudaMalloc(&a, bytes));
+  CUDA_CHECK(cudaMalloc(&b, bytes));
+  CUDA_CHECK(cudaMemset(a, 1, bytes));
+  CUDA_CHECK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  const int reps = 10;
+  CUDA_CHECK(cudaEventRecord(e0));
+  for (int i = 0; i < reps; ++i) CUDA_CHECK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+  CUDA_CHECK(cudaEventRecord(e1));
+  CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  CUDA_CHECK(cudaFree(a));
+  CUDA_CHECK(cudaFree(b));
+  return 2.0 * bytes * reps / (ms * 1e-3) / 1e9;
+}
+
+struct Shape {
+  const char* name;
+  int64_t rows, cols;
+};
+
+void bench_gemv(cudaStream_t s, double copy_gbs, DType t, const Shape& sh, Prologue pro, Epilogue epi,
+                const char* label) {
+  const size_t one = size_t(sh.rows) * (sh.cols / 32) * (pieces(t) * 16 + scale_b(t));
+  const int copies = int(std::max<size_t>(2, std::min<size_t>(64, (size_t(600) << 20) / one)));
+  std::vector<DeviceWeight> ws;
+  for (int i = 0; i < copies; ++i) ws.push_back(random_weight(t, sh.rows, sh.cols, 1234 + i));
+  float* x = dev_floats(sh.cols);
+  float* gamma = dev_floats(sh.cols, 1.f);
+  float* res = dev_floats(sh.cols);
+  float* rout = dev_floats(sh.cols);
+  float* y = dev_floats(sh.rows);
+  const int launches = std::max(copies, 32);
+  auto body = [&] {
+    for (int i = 0; i < launches; ++i) {
+      GemvArgs a;
+      a.w = &ws[i % copies];
+      a.in = x;
+      a.gamma = gamma;
+      a.residual = res;
+      a.residual_out = rout;
+      a.y = y;
+      a.y_residual = y;
+      gemv(pro, epi, a, s);
+    }
+  };
+  const double ms = time_graph(s, body, 10) / launches;
+  const double gbs = weight_bytes(ws[0]) / (ms * 1e-3) / 1e9;
+  std::printf("gemv %-5s %-14s %-10s %6lldx%-6lld %8.2f us %8.1f GB/s %6.1f %% of copy\n", dtype_name(t),
+              label, sh.name, (long long)sh.rows, (long long)sh.cols, ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
+  for (auto& w : ws) free_weight(w);
+  for (float* p : {x, gamma, res, rout, y}) CUDA_CHECK(cudaFree(p));
+}
+
+struct ModelShape {
+  const char* name;
+  int n_layer, hidden, n_head, n_kv, hd, ffn;
+};
+
+void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DType t, int pos) {
+  const int64_t n_ctx = 4096;
+  const int qkv_rows = (m.n_head + 2 * m.n_kv) * m.hd;
+  struct Layer {
+    DeviceWeight qkv, o, gu, down;
+    uint16_t *kc, *vc;
+  };
+  std::vector<Layer> L(m.n_layer);
+  size_t bytes = 0;
+  for (int l = 0; l < m.n_layer; ++l) {
+    L[l].qkv = random_weight(t, qkv_rows, m.hidden, 10 * l + 1);
+    L[l].o = random_weight(t, m.hidden, m.n_head * m.hd, 10 * l + 2);
+    L[l].gu = random_weight(t, 2 * m.ffn, m.hidden, 10 * l + 3);
+    L[l].down = random_weight(t, m.hidden, m.ffn, 10 * l + 4);
+    bytes += weight_bytes(L[l].qkv) + weight_bytes(L[l].o) + weight_bytes(L[l].gu) + weight_bytes(L[l].down);
+    const size_t cn = size_t(m.n_kv) * n_ctx * m.hd;
+    CUDA_CHECK(cudaMalloc(&L[l].kc, cn * 2));
+    CUDA_CHECK(cudaMalloc(&L[l].vc, cn * 2));
+    CUDA_CHECK(cudaMemset(L[l].kc, 0, cn * 2));
+    CUDA_CHECK(cudaMemset(L[l].vc, 0, cn * 2));
+  }
+  const size_t kv_bytes = size_t(m.n_layer) * 2 * m.n_kv * (pos + 1) * m.hd * 2;
+  float* hidden = dev_floats(m.hidden);
+  float* gamma = dev_floats(m.hidden, 1.f);
+  float* hn = dev_floats(m.hd, 1.f);
+  float* q = dev_floats(m.n_head * m.hd);
+  float* att = dev_floats(m.n_head * m.hd);
+  float* act = dev_floats(m.ffn);
+  float* raw = dev_floats(qkv_rows);
+  unsigned* counters = qkv_counters_alloc(m.n_head, m.n_kv);
+  int* d_pos;
+  CUDA_CHECK(cudaMalloc(&d_pos, sizeof(int)));
+  CUDA_CHECK(cudaMemcpy(d_pos, &pos, sizeof(int), cudaMemcpyHostToDevice));
+  const int splits = attn_plan_splits(m.n_kv, n_ctx);
+  float* part = dev_floats(attn_scratch_floats(m.n_head, m.hd, splits));
+  auto body = [&] {
+    for (int l = 0; l < m.n_layer; ++l) {
+      GemvArgs a;
+      a.w = &L[l].qkv;
+      a.in = hidden;
+      a.gamma = gamma;
+      a.qkv.n_head = m.n_head;
+      a.qkv.n_kv_head = m.n_kv;
+      a.qkv.head_dim = m.hd;
+      a.qkv.q_norm = hn;
+      a.qkv.k_norm = hn;
+      a.qkv.pos = d_pos;
+      a.qkv.q_out = q;
+      a.qkv.k_cache = L[l].kc;
+      a.qkv.v_cache = L[l].vc;
+      a.qkv.n_ctx = n_ctx;
+      a.qkv.raw = raw;
+      a.qkv.counters = counters;
+      gemv(Prologue::Norm, Epilogue::QKV, a, s);
+      AttnArgs at;
+      at.q = q;
+      at.k_cache = L[l].kc;
+      at.v_cache = L[l].vc;
+      at.n_head = m.n_head;
+      at.n_kv_head = m.n_kv;
+      at.head_dim = m.hd;
+      at.n_ctx = n_ctx;
+      at.pos = d_pos;
+      at.out = att;
+      at.n_splits = splits;
+      at.partial = part;
+      attention_decode(at, s);
+      GemvArgs o;
+      o.w = &L[l].o;
+      o.in = att;
+      o.y = hidden;
+      o.y_residual = hidden;
+      gemv(Prologue::None, Epilogue::Residual, o, s);
+      GemvArgs gu;
+      gu.w = &L[l].gu;
+      gu.in = hidden;
+      gu.gamma = gamma;
+      gu.y = act;
+      gemv(Prologue::Norm, Epilogue::SiluMul, gu, s);
+      GemvArgs d;
+      d.w = &L[l].down;
+      d.in = act;
+      d.y = hidden;
+      d.y_residual = hidden;
+      gemv(Prologue::None, Epilogue::Residual, d, s);
+    }
+  };
+  const double ms = time_graph(s, body, 10);
+  const double gbs = (bytes + kv_bytes) / (ms * 1e-3) / 1e9;
+  std::printf("decode chain %-10s %-5s pos %5d: %d launches, %8.3f ms/token (%7.1f tok/s), %8.1f GB/s, %5.1f %% of copy "
+              "(weights %.1f MB, kv %.1f MB)\n",
+              m.name, dtype_name(t), pos, m.n_layer * 6, ms, 1e3 / ms, gbs, 100.0 * gbs / copy_gbs, bytes / 1e6,
+              kv_bytes / 1e6);
+  for (auto& l : L) {
+    free_weight(l.qkv);
+    free_weight(l.o);
+    free_weight(l.gu);
+    free_weight(l.down);
+    CUDA_CHECK(cudaFree(l.kc));
+    CUDA_CHECK(cudaFree(l.vc));
+  }
+  for (float* p : {hidden, gamma, hn, q, att, act, raw, part}) CUDA_CHECK(cudaFree(p));
+  CUDA_CHECK(cudaFree(counters));
+  CUDA_CHECK(cudaFree(d_pos));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const double copy = copy_bandwidth();
+    std::printf("copy bandwidth (D2D 1 GiB, read+write): %.1f GB/s\n", copy);
+
+    const Shape s8[] = {{"8b.qkv", 6144, 4096}, {"8b.o", 4096, 4096}, {"8b.gateup", 24576, 4096}, {"8b.down", 4096, 12288}};
+    const Shape s06[] = {{"0.6b.qkv", 4096, 1024}, {"0.6b.o", 1024, 2048}, {"0.6b.gateup", 6144, 1024}, {"0.6b.down", 1024, 3072}};
+    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16}) {
+      for (const auto& sh : s8) bench_gemv(s, copy, t, sh, Prologue::None, Epilogue::Store, "plain");
+      for (const auto& sh : s06) bench_gemv(s, copy, t, sh, Prologue::None, Epilogue::Store, "plain");
+    }
+    // Fused variants (Q4_0): the prologue/epilogue cost on top of the plain GEMV.
+    bench_gemv(s, copy, DType::Q4_0, s8[0], Prologue::AddNorm, Epilogue::Store, "addnorm");
+    bench_gemv(s, copy, DType::Q4_0, s8[2], Prologue::Norm, Epilogue::SiluMul, "norm+silu");
+    bench_gemv(s, copy, DType::Q4_0, s8[3], Prologue::None, Epilogue::Residual, "residual");
+
+    const double empty_ms = time_graph(s, [&] { for (int i = 0; i < 200; ++i) empty_kernel<<<1, 32, 0, s>>>(); }, 10) / 200;
+    std::printf("empty kernel in a graph: %.2f us per launch\n", empty_ms * 1e3);
+
+    const ModelShape q8b{"qwen3-8b", 36, 4096, 32, 8, 128, 12288};
+    const ModelShape q06{"qwen3-0.6b", 28, 1024, 16, 8, 128, 3072};
+    for (int pos : {0, 1023}) {
+      bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
+      bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
+    }
+    bench_decode_chain(s, copy, q8b, DType::Q8_0, 1023);
+    bench_decode_chain(s, copy, q8b, DType::BF16, 1023);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

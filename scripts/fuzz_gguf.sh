@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Builds the GGUF reader fuzzer with clang (libFuzzer + ASan + UBSan) in build-fuzz and runs it
+# for FUZZ_SECONDS (default 60) from a seed corpus of valid files: a few written by gguf-py
+# (when importable) and the ones the unit tests write with our Writer.
+# Usage: scripts/fuzz_gguf.sh            FUZZ_SECONDS=120 JOBS=2 scripts/fuzz_gguf.sh
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="$root/build-fuzz"
+seeds="$root/tests/fuzz/corpus/seeds"
+corpus="$root/tests/fuzz/corpus/work"
+mkdir -p "$seeds" "$corpus"
+
+if [ ! -f "$build/build.ninja" ]; then
+  CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DLMFUSE_FUZZ=ON -DLMFUSE_TESTS=ON
+fi
+cmake --build "$build" --target fuzz_gguf -j"${JOBS:-2}"
+
+# Seeds from gguf-py: small files covering every value type, nested arrays, alignment, all
+# supported tensor types.
+if python3 -c 'import gguf, numpy' 2>/dev/null; then
+  python3 - "$seeds" <<'PY'
+import sys, numpy as np, gguf
+Q = gguf.GGMLQuantizationType
+out = sys.argv[1]
+x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 64)
+for i, (q, align) in enumerate([(Q.F32, None), (Q.F16, 64), (Q.BF16, 8), (Q.Q8_0, None), (Q.Q4_0, 16), (Q.Q4_1, 32)]):
+    w = gguf.GGUFWriter(f"{out}/py_{i}.gguf", "seed")
+    if align: w.add_custom_alignment(align)
+    w.add_uint8("a.u8", 1); w.add_int16("a.i16", -3); w.add_bool("a.b", True); w.add_float64("a.f", 0.5)
+    w.add_uint64("a.u64", 9); w.add_string("a.s", "hi")
+    w.add_array("a.arr", ["x", "y"]); w.add_array("a.nested", [[1, 2], [3]])
+    a = x if q == Q.F32 else (x.astype(np.float16) if q == Q.F16 else gguf.quants.quantize(x, q))
+    w.add_tensor("t0", a, raw_dtype=None if q in (Q.F32, Q.F16) else q)
+    w.add_tensor("t1", x[:, :32].copy())
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+PY
+fi
+# Seeds from our Writer: the unit tests leave their files in /tmp/lmfuse_gguf_test_<pid>.
+if [ -x "$root/build-gguf/tests/test_format" ]; then
+  "$root/build-gguf/tests/test_format" --gtest_filter='GgufRoundTrip.*' >/dev/null 2>&1 || true
+  for f in /tmp/lmfuse_gguf_test_*/rt_*.gguf; do [ -f "$f" ] && cp "$f" "$seeds/ours_$(basename "$f")"; done
+fi
+
+cd "$build"
+"$build/tests/fuzz_gguf" "$corpus" "$seeds" -max_total_time="${FUZZ_SECONDS:-60}" -max_len=8192 \
+  -rss_limit_mb=2048 -print_final_stats=1

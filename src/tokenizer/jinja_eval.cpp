@@ -1,0 +1,727 @@
+// Evaluator for the Jinja subset: Python semantics for operators, truthiness, str(), slicing
+// (by code point), and the filters/tests/methods chat templates use.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <unordered_map>
+
+#include "tokenizer/jinja.h"
+#include "tokenizer/jinja_ast.h"
+#include "tokenizer/utf8.h"
+#include "util/status.h"
+
+namespace lmf::jinja {
+
+namespace {
+
+using T = Value::T;
+
+[[noreturn]] void fail(const Expr& e, const std::string& what) {
+  LMF_FAIL("chat template line ", e.line, ": ", what);
+}
+
+std::vector<std::string> code_points(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.size();) {
+    size_t bad;
+    bool tr;
+    size_t n = utf8::seq_len(s, i, &bad, &tr);
+    if (!n) n = bad;
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+const char* kWs = " \t\n\r\f\v";
+
+std::string strip(const std::string& s, const std::string& chars, bool left, bool right) {
+  size_t b = 0, e = s.size();
+  if (left) while (b < e && chars.find(s[b]) != std::string::npos) ++b;
+  if (right) while (e > b && chars.find(s[e - 1]) != std::string::npos) --e;
+  return s.substr(b, e - b);
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = char(std::tolower(uint8_t(c)));
+  return s;
+}
+std::string upper(std::string s) {
+  for (auto& c : s) c = char(std::toupper(uint8_t(c)));
+  return s;
+}
+
+// Python slice indices over n elements.
+std::vector<size_t> slice_idx(int64_t n, const Value* a, const Value* b, const Value* c) {
+  int64_t step = c && c->t == T::Int ? c->i : 1;
+  if (step == 0) LMF_FAIL("chat template: slice step cannot be zero");
+  auto norm = [&](const Value* v, int64_t dflt, int64_t lo, int64_t hi) {
+    if (!v || v->t == T::None || v->t == T::Undefined) return dflt;
+    int64_t x = v->i;
+    if (x < 0) x += n;
+    return std::clamp(x, lo, hi);
+  };
+  std::vector<size_t> out;
+  if (step > 0) {
+    int64_t s = norm(a, 0, 0, n), e = norm(b, n, 0, n);
+    for (int64_t i = s; i < e; i += step) out.push_back(size_t(i));
+  } else {
+    int64_t s = norm(a, n - 1, -1, n - 1), e = norm(b, -1, -1, n - 1);
+    for (int64_t i = s; i > e; i += step) out.push_back(size_t(i));
+  }
+  return out;
+}
+
+struct Args {
+  std::vector<Value> pos;
+  std::vector<std::pair<std::string, Value>> kw;
+  const Value* get(size_t i, const char* name) const {
+    if (i < pos.size()) return &pos[i];
+    for (const auto& [k, v] : kw)
+      if (k == name) return &v;
+    return nullptr;
+  }
+};
+
+class Interp {
+ public:
+  explicit Interp(const Value& ctx) {
+    scopes_.emplace_back();
+    if (ctx.t == T::Dict)
+      for (const auto& [k, v] : *ctx.d) scopes_[0][k] = v;
+  }
+
+  enum class Flow { Normal, Break, Continue };
+
+  Flow exec(const std::vector<Node>& nodes) {
+    for (const Node& n : nodes) {
+      switch (n.k) {
+        case Node::K::Text: out_ += n.text; break;
+        case Node::K::Output: out_ += eval(*n.expr).to_str(); break;
+        case Node::K::If:
+          for (const auto& [cond, body] : n.branches) {
+            if (!cond || eval(*cond).truthy()) {
+              Flow f = exec(body);
+              if (f != Flow::Normal) return f;
+              break;
+            }
+          }
+          break;
+        case Node::K::Set: {
+          Value v = eval(*n.expr);
+          if (n.targets.size() == 1) {
+            scopes_.back()[n.targets[0]] = std::move(v);
+          } else {
+            Value ns = lookup(n.targets[0]);
+            if (ns.t != T::Dict || !ns.is_namespace)
+              LMF_FAIL("chat template line ", n.line, ": cannot set attribute '", n.targets[1],
+                       "' of '", n.targets[0], "' (not a namespace)");
+            ns.set(n.targets[1], std::move(v));
+          }
+          break;
+        }
+        case Node::K::For: run_for(n); break;
+        case Node::K::Break: return Flow::Break;
+        case Node::K::Continue: return Flow::Continue;
+      }
+    }
+    return Flow::Normal;
+  }
+
+  std::string out_;
+
+ private:
+  std::vector<std::unordered_map<std::string, Value>> scopes_;
+
+  Value lookup(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto f = it->find(name);
+      if (f != it->end()) return f->second;
+    }
+    return Value();
+  }
+
+  std::vector<Value> iterate(const Value& v, const Node& n) {
+    switch (v.t) {
+      case T::Undefined: return {};
+      case T::List: return *v.l;
+      case T::Dict: {
+        std::vector<Value> keys;
+        for (const auto& [k, x] : *v.d) keys.push_back(Value::str(k));
+        return keys;
+      }
+      case T::Str: {
+        std::vector<Value> cs;
+        for (auto& c : code_points(v.s)) cs.push_back(Value::str(c));
+        return cs;
+      }
+      default:
+        LMF_FAIL("chat template line ", n.line, ": cannot iterate over ", v.type_name());
+    }
+  }
+
+  void bind(std::unordered_map<std::string, Value>& scope, const Node& n, const Value& item) {
+    if (n.targets.size() == 1) {
+      scope[n.targets[0]] = item;
+      return;
+    }
+    if (item.t != T::List || item.l->size() != n.targets.size())
+      LMF_FAIL("chat template line ", n.line, ": cannot unpack ", item.type_name(), " into ",
+               n.targets.size(), " loop variables");
+    for (size_t k = 0; k < n.targets.size(); ++k) scope[n.targets[k]] = (*item.l)[k];
+  }
+
+  void run_for(const Node& n) {
+    std::vector<Value> items = iterate(eval(*n.expr), n);
+    if (n.cond) {
+      std::vector<Value> kept;
+      for (const auto& it : items) {
+        scopes_.emplace_back();
+        bind(scopes_.back(), n, it);
+        bool ok = eval(*n.cond).truthy();
+        scopes_.pop_back();
+        if (ok) kept.push_back(it);
+      }
+      items = std::move(kept);
+    }
+    if (items.empty()) {
+      exec(n.else_body);
+      return;
+    }
+    const int64_t len = int64_t(items.size());
+    for (int64_t i = 0; i < len; ++i) {
+      scopes_.emplace_back();
+      auto& sc = scopes_.back();
+      bind(sc, n, items[size_t(i)]);
+      Value loop = Value::dict({{"index", Value::integer(i + 1)},
+                                {"index0", Value::integer(i)},
+                                {"revindex", Value::integer(len - i)},
+                                {"revindex0", Value::integer(len - i - 1)},
+                                {"first", Value::boolean(i == 0)},
+                                {"last", Value::boolean(i == len - 1)},
+                                {"length", Value::integer(len)},
+                                {"previtem", i > 0 ? items[size_t(i - 1)] : Value()},
+                                {"nextitem", i + 1 < len ? items[size_t(i + 1)] : Value()}});
+      sc["loop"] = loop;
+      Flow f = exec(n.body);
+      scopes_.pop_back();
+      if (f == Flow::Break) break;
+    }
+  }
+
+  Args args_of(const Expr& e, size_t first) {
+    Args a;
+    for (size_t k = first; k < e.a.size(); ++k) a.pos.push_back(eval(*e.a[k]));
+    for (const auto& [k, x] : e.kwargs) a.kw.emplace_back(k, eval(*x));
+    return a;
+  }
+
+  Value index(const Expr& e, const Value& obj, const Value& key) {
+    if (obj.t == T::Dict) {
+      if (!key.is_str()) return Value();
+      const Value* v = obj.get(key.s);
+      return v ? *v : Value();
+    }
+    if ((obj.t == T::List || obj.t == T::Str) && (key.t == T::Int || key.t == T::Bool)) {
+      if (obj.t == T::List) {
+        int64_t n = int64_t(obj.l->size()), i = key.i;
+        if (i < 0) i += n;
+        return i >= 0 && i < n ? (*obj.l)[size_t(i)] : Value();
+      }
+      auto cps = code_points(obj.s);
+      int64_t n = int64_t(cps.size()), i = key.i;
+      if (i < 0) i += n;
+      return i >= 0 && i < n ? Value::str(cps[size_t(i)]) : Value();
+    }
+    if (obj.t == T::Undefined) return Value();
+    fail(e, std::string("cannot index ") + obj.type_name() + " with " + key.type_name());
+  }
+
+  Value eval(const Expr& e) {
+    switch (e.k) {
+      case Expr::K::Lit: return e.lit;
+      case Expr::K::Name: return lookup(e.name);
+      case Expr::K::Attr: {
+        Value o = eval(*e.a[0]);
+        if (o.t == T::Dict) {
+          const Value* v = o.get(e.name);
+          return v ? *v : Value();
+        }
+        return Value();
+      }
+      case Expr::K::Index: return index(e, eval(*e.a[0]), eval(*e.a[1]));
+      case Expr::K::Slice: {
+        Value o = eval(*e.a[0]);
+        Value p[3];
+        for (int k = 0; k < 3; ++k)
+          if (e.a[size_t(k + 1)]) p[k] = eval(*e.a[size_t(k + 1)]);
+        const Value* pp[3];
+        for (int k = 0; k < 3; ++k) pp[k] = e.a[size_t(k + 1)] ? &p[k] : nullptr;
+        if (o.t == T::List) {
+          List r;
+          for (size_t i : slice_idx(int64_t(o.l->size()), pp[0], pp[1], pp[2])) r.push_back((*o.l)[i]);
+          return Value::list(std::move(r));
+        }
+        if (o.t == T::Str) {
+          auto cps = code_points(o.s);
+          std::string r;
+          for (size_t i : slice_idx(int64_t(cps.size()), pp[0], pp[1], pp[2])) r += cps[i];
+          return Value::str(r);
+        }
+        fail(e, std::string("cannot slice ") + o.type_name());
+      }
+      case Expr::K::Call:
+        if (e.method) return method(e, eval(*e.a[0]), args_of(e, 1));
+        return call(e, args_of(e, 0));
+      case Expr::K::Filter: return filter(e, eval(*e.a[0]), args_of(e, 1));
+      case Expr::K::Test: {
+        bool r = test(e, eval(*e.a[0]), args_of(e, 1));
+        return Value::boolean(e.negate ? !r : r);
+      }
+      case Expr::K::Unary: {
+        Value v = eval(*e.a[0]);
+        if (e.name == "not") return Value::boolean(!v.truthy());
+        if (!v.is_num()) fail(e, std::string("bad operand for unary ") + e.name + ": " + v.type_name());
+        if (e.name == "+") return v;
+        return v.t == T::Float ? Value::number(-v.f) : Value::integer(-(v.t == T::Bool ? int64_t(v.b) : v.i));
+      }
+      case Expr::K::Binary: return binary(e);
+      case Expr::K::Ternary:
+        if (eval(*e.a[1]).truthy()) return eval(*e.a[0]);
+        return e.a[2] ? eval(*e.a[2]) : Value();
+      case Expr::K::ListLit: {
+        List l;
+        for (const auto& x : e.a) l.push_back(eval(*x));
+        Value v = Value::list(std::move(l));
+        v.is_tuple = e.name == "tuple";
+        return v;
+      }
+      case Expr::K::DictLit: {
+        Value d = Value::dict();
+        for (size_t k = 0; k + 1 < e.a.size(); k += 2) {
+          Value key = eval(*e.a[k]);
+          if (!key.is_str()) fail(e, "dict keys must be strings");
+          d.set(key.s, eval(*e.a[k + 1]));
+        }
+        return d;
+      }
+    }
+    fail(e, "bad expression");
+  }
+
+  static int64_t ival(const Value& v) { return v.t == T::Bool ? int64_t(v.b) : v.i; }
+
+  Value binary(const Expr& e) {
+    const std::string& op = e.name;
+    if (op == "and") {
+      Value l = eval(*e.a[0]);
+      return l.truthy() ? eval(*e.a[1]) : l;
+    }
+    if (op == "or") {
+      Value l = eval(*e.a[0]);
+      return l.truthy() ? l : eval(*e.a[1]);
+    }
+    Value l = eval(*e.a[0]), r = eval(*e.a[1]);
+    if (op == "==") return Value::boolean(equal(l, r));
+    if (op == "!=") return Value::boolean(!equal(l, r));
+    if (op == "~") return Value::str(l.to_str() + r.to_str());
+    if (op == "in" || op == "not in") {
+      bool in = false;
+      if (r.t == T::Str) {
+        if (!l.is_str()) fail(e, std::string("'in <string>' requires a string, got ") + l.type_name());
+        in = r.s.find(l.s) != std::string::npos;
+      } else if (r.t == T::List) {
+        for (const auto& x : *r.l) in = in || equal(x, l);
+      } else if (r.t == T::Dict) {
+        in = l.is_str() && r.get(l.s);
+      } else if (r.t != T::Undefined) {
+        fail(e, std::string("argument of type ") + r.type_name() + " is not iterable");
+      }
+      return Value::boolean(op == "in" ? in : !in);
+    }
+    if (op == "<" || op == ">" || op == "<=" || op == ">=") {
+      int c;
+      if (l.is_num() && r.is_num()) {
+        double a = l.as_double(), b = r.as_double();
+        c = a < b ? -1 : a > b ? 1 : 0;
+      } else if (l.is_str() && r.is_str()) {
+        c = l.s.compare(r.s);
+      } else {
+        fail(e, std::string("'") + op + "' not supported between " + l.type_name() + " and " + r.type_name());
+      }
+      bool res = op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
+      return Value::boolean(res);
+    }
+    if (op == "+") {
+      if (l.is_str() && r.is_str()) return Value::str(l.s + r.s);
+      if (l.t == T::List && r.t == T::List) {
+        List x = *l.l;
+        x.insert(x.end(), r.l->begin(), r.l->end());
+        return Value::list(std::move(x));
+      }
+    }
+    if (op == "*" && ((l.is_str() && r.t == T::Int) || (r.is_str() && l.t == T::Int))) {
+      const Value& s = l.is_str() ? l : r;
+      int64_t n = l.is_str() ? r.i : l.i;
+      std::string o;
+      for (int64_t k = 0; k < n; ++k) o += s.s;
+      return Value::str(o);
+    }
+    if (l.is_num() && r.is_num()) {
+      bool fl = l.t == T::Float || r.t == T::Float;
+      double a = l.as_double(), b = r.as_double();
+      int64_t x = ival(l), y = ival(r);
+      if (op == "+") return fl ? Value::number(a + b) : Value::integer(x + y);
+      if (op == "-") return fl ? Value::number(a - b) : Value::integer(x - y);
+      if (op == "*") return fl ? Value::number(a * b) : Value::integer(x * y);
+      if (op == "/") {
+        if (b == 0) fail(e, "division by zero");
+        return Value::number(a / b);
+      }
+      if (op == "//" || op == "%") {
+        if (b == 0) fail(e, "division by zero");
+        if (fl) {
+          double q = std::floor(a / b);
+          return op == "//" ? Value::number(q) : Value::number(a - q * b);
+        }
+        int64_t q = x / y;
+        if ((x % y != 0) && ((x < 0) != (y < 0))) --q;  // Python floors
+        return op == "//" ? Value::integer(q) : Value::integer(x - q * y);
+      }
+      if (op == "**") return fl || y < 0 ? Value::number(std::pow(a, b)) : Value::integer(int64_t(std::llround(std::pow(a, b))));
+    }
+    fail(e, "unsupported operand types for " + op + ": " + l.type_name() + " and " + r.type_name());
+  }
+
+  std::string str_arg(const Expr& e, const Args& a, size_t i, const char* name, const char* what) {
+    const Value* v = a.get(i, name);
+    if (!v || !v->is_str()) fail(e, std::string(what) + ": expected a string argument");
+    return v->s;
+  }
+
+  Value method(const Expr& e, const Value& o, const Args& a) {
+    const std::string& m = e.name;
+    if (o.t == T::Str) {
+      const std::string& s = o.s;
+      if (m == "startswith" || m == "endswith") {
+        const Value* p = a.get(0, "prefix");
+        if (!p) fail(e, m + "() needs an argument");
+        std::vector<std::string> cands;
+        if (p->is_str()) cands.push_back(p->s);
+        else if (p->t == T::List) for (const auto& x : *p->l) cands.push_back(x.s);
+        for (const auto& c : cands) {
+          if (c.size() > s.size()) continue;
+          if (m == "startswith" ? s.compare(0, c.size(), c) == 0 : s.compare(s.size() - c.size(), c.size(), c) == 0)
+            return Value::boolean(true);
+        }
+        return Value::boolean(false);
+      }
+      if (m == "strip" || m == "lstrip" || m == "rstrip") {
+        const Value* c = a.get(0, "chars");
+        std::string chars = c && c->is_str() ? c->s : kWs;
+        return Value::str(strip(s, chars, m != "rstrip", m != "lstrip"));
+      }
+      if (m == "split") {
+        const Value* sep = a.get(0, "sep");
+        const Value* mx = a.get(1, "maxsplit");
+        int64_t maxsplit = mx && mx->t == T::Int ? mx->i : -1;
+        List parts;
+        if (!sep || sep->t == T::None) {  // runs of whitespace, no empty parts
+          size_t i = 0;
+          while (i < s.size()) {
+            while (i < s.size() && std::strchr(kWs, s[i]) && s[i]) ++i;
+            if (i >= s.size()) break;
+            if (maxsplit >= 0 && int64_t(parts.size()) == maxsplit) {
+              std::string rest = strip(s.substr(i), kWs, false, true);
+              parts.push_back(Value::str(rest));
+              break;
+            }
+            size_t j = i;
+            while (j < s.size() && !(std::strchr(kWs, s[j]) && s[j])) ++j;
+            parts.push_back(Value::str(s.substr(i, j - i)));
+            i = j;
+          }
+        } else {
+          if (!sep->is_str() || sep->s.empty()) fail(e, "split(): empty or non-string separator");
+          size_t i = 0;
+          for (;;) {
+            size_t j = s.find(sep->s, i);
+            if (j == std::string::npos || (maxsplit >= 0 && int64_t(parts.size()) == maxsplit)) {
+              parts.push_back(Value::str(s.substr(i)));
+              break;
+            }
+            parts.push_back(Value::str(s.substr(i, j - i)));
+            i = j + sep->s.size();
+          }
+        }
+        return Value::list(std::move(parts));
+      }
+      if (m == "upper") return Value::str(upper(s));
+      if (m == "lower") return Value::str(lower(s));
+      if (m == "capitalize") { std::string r = lower(s); if (!r.empty()) r[0] = char(std::toupper(uint8_t(r[0]))); return Value::str(r); }
+      if (m == "title") {
+        std::string r = s;
+        bool prev_alpha = false;
+        for (auto& c : r) {
+          bool al = std::isalpha(uint8_t(c));
+          c = al ? char(prev_alpha ? std::tolower(uint8_t(c)) : std::toupper(uint8_t(c))) : c;
+          prev_alpha = al;
+        }
+        return Value::str(r);
+      }
+      if (m == "replace") {
+        std::string from = str_arg(e, a, 0, "old", "replace()"), to = str_arg(e, a, 1, "new", "replace()");
+        const Value* cnt = a.get(2, "count");
+        int64_t n = cnt && cnt->t == T::Int ? cnt->i : -1;
+        std::string r;
+        size_t i = 0;
+        if (from.empty()) fail(e, "replace(): empty pattern is not supported");
+        for (;;) {
+          size_t j = s.find(from, i);
+          if (j == std::string::npos || n == 0) { r += s.substr(i); break; }
+          r += s.substr(i, j - i) + to;
+          i = j + from.size();
+          if (n > 0) --n;
+        }
+        return Value::str(r);
+      }
+      if (m == "find") {
+        size_t j = s.find(str_arg(e, a, 0, "sub", "find()"));
+        return Value::integer(j == std::string::npos ? -1 : int64_t(code_points(s.substr(0, j)).size()));
+      }
+      if (m == "count") {
+        std::string sub = str_arg(e, a, 0, "sub", "count()");
+        int64_t n = 0;
+        for (size_t j = s.find(sub); !sub.empty() && j != std::string::npos; j = s.find(sub, j + sub.size())) ++n;
+        return Value::integer(n);
+      }
+      if (m == "join") {
+        const Value* it = a.get(0, "iterable");
+        if (!it || it->t != T::List) fail(e, "join(): expected a list");
+        std::string r;
+        for (size_t k = 0; k < it->l->size(); ++k) r += (k ? s : "") + (*it->l)[k].to_str();
+        return Value::str(r);
+      }
+    }
+    if (o.t == T::Dict && !o.is_namespace) {
+      if (m == "items") {
+        List r;
+        for (const auto& [k, v] : *o.d) {
+          r.push_back(Value::list({Value::str(k), v}));
+          r.back().is_tuple = true;
+        }
+        return Value::list(std::move(r));
+      }
+      if (m == "keys" || m == "values") {
+        List r;
+        for (const auto& [k, v] : *o.d) r.push_back(m == "keys" ? Value::str(k) : v);
+        return Value::list(std::move(r));
+      }
+      if (m == "get") {
+        const Value* k = a.get(0, "key");
+        const Value* d = a.get(1, "default");
+        const Value* v = k && k->is_str() ? o.get(k->s) : nullptr;
+        return v ? *v : d ? *d : Value::none();
+      }
+    }
+    fail(e, std::string("unsupported construct: method ") + o.type_name() + "." + m + "()");
+  }
+
+  Value call(const Expr& e, const Args& a) {
+    const std::string& f = e.name;
+    if (f == "namespace" || f == "dict") {
+      Value ns = Value::dict();
+      ns.is_namespace = f == "namespace";
+      if (!a.pos.empty() && a.pos[0].t == T::Dict)
+        for (const auto& [k, v] : *a.pos[0].d) ns.set(k, v);
+      for (const auto& [k, v] : a.kw) ns.set(k, v);
+      return ns;
+    }
+    if (f == "range") {
+      int64_t s = 0, t = 0, st = 1;
+      if (a.pos.size() == 1) t = ival(a.pos[0]);
+      else if (a.pos.size() >= 2) { s = ival(a.pos[0]); t = ival(a.pos[1]); if (a.pos.size() > 2) st = ival(a.pos[2]); }
+      if (st == 0) fail(e, "range() step must not be zero");
+      List r;
+      for (int64_t i = s; st > 0 ? i < t : i > t; i += st) r.push_back(Value::integer(i));
+      return Value::list(std::move(r));
+    }
+    if (f == "raise_exception") {
+      LMF_FAIL("chat template raised an exception: ", a.pos.empty() ? "" : a.pos[0].to_str());
+    }
+    if (f == "strftime_now") {
+      std::string fmt = a.pos.empty() ? "" : a.pos[0].to_str();
+      std::time_t now = std::time(nullptr);
+      std::tm tm{};
+      localtime_r(&now, &tm);
+      char buf[256];
+      size_t n = std::strftime(buf, sizeof buf, fmt.c_str(), &tm);
+      return Value::str(std::string(buf, n));
+    }
+    fail(e, "unsupported construct: function " + f + "()");
+  }
+
+  Value filter(const Expr& e, const Value& v, const Args& a) {
+    const std::string& f = e.name;
+    if (f == "length" || f == "count") {
+      if (v.t == T::Str) return Value::integer(int64_t(code_points(v.s).size()));
+      if (v.t == T::List) return Value::integer(int64_t(v.l->size()));
+      if (v.t == T::Dict) return Value::integer(int64_t(v.d->size()));
+      if (v.t == T::Undefined) return Value::integer(0);
+      fail(e, std::string("length of ") + v.type_name());
+    }
+    if (f == "trim") {
+      const Value* c = a.get(0, "chars");
+      return Value::str(strip(v.to_str(), c && c->is_str() ? c->s : kWs, true, true));
+    }
+    if (f == "tojson") {
+      const Value* ind = a.get(0, "indent");
+      return Value::str(v.to_json(ind && ind->t == T::Int ? int(ind->i) : -1));
+    }
+    if (f == "string") return Value::str(v.to_str());
+    if (f == "upper") return Value::str(upper(v.to_str()));
+    if (f == "lower") return Value::str(lower(v.to_str()));
+    if (f == "safe" || f == "e" || f == "escape") {
+      if (f != "safe") fail(e, "unsupported construct: filter " + f);
+      return v;
+    }
+    if (f == "default" || f == "d") {
+      const Value* dv = a.get(0, "default_value");
+      const Value* b = a.get(1, "boolean");
+      bool use = !v.defined() || (b && b->truthy() && !v.truthy());
+      return use ? (dv ? *dv : Value::str("")) : v;
+    }
+    if (f == "first" || f == "last") {
+      if (v.t == T::List) return v.l->empty() ? Value() : (f == "first" ? v.l->front() : v.l->back());
+      if (v.t == T::Str) {
+        auto cps = code_points(v.s);
+        return cps.empty() ? Value() : Value::str(f == "first" ? cps.front() : cps.back());
+      }
+      fail(e, std::string("filter ") + f + " on " + v.type_name());
+    }
+    if (f == "join") {
+      const Value* sep = a.get(0, "d");
+      std::string s = sep ? sep->to_str() : "";
+      std::string r;
+      std::vector<Value> items = v.t == T::List ? *v.l : std::vector<Value>{};
+      for (size_t k = 0; k < items.size(); ++k) r += (k ? s : "") + items[k].to_str();
+      return Value::str(r);
+    }
+    if (f == "list") {
+      if (v.t == T::List) return v;
+      Node dummy;
+      dummy.line = e.line;
+      return Value::list(iterate(v, dummy));
+    }
+    if (f == "reverse") {
+      if (v.t == T::Str) {
+        auto cps = code_points(v.s);
+        std::string r;
+        for (auto it = cps.rbegin(); it != cps.rend(); ++it) r += *it;
+        return Value::str(r);
+      }
+      if (v.t == T::List) {
+        List r(v.l->rbegin(), v.l->rend());
+        return Value::list(std::move(r));
+      }
+      fail(e, std::string("reverse of ") + v.type_name());
+    }
+    if (f == "replace") return method(e, Value::str(v.to_str()), a);
+    if (f == "capitalize" || f == "title") return method(e, Value::str(v.to_str()), a);
+    if (f == "int") {
+      if (v.t == T::Float) return Value::integer(int64_t(v.f));
+      if (v.is_num()) return Value::integer(ival(v));
+      try { return Value::integer(std::stoll(v.s)); } catch (...) { return Value::integer(0); }
+    }
+    if (f == "float") {
+      if (v.is_num()) return Value::number(v.as_double());
+      try { return Value::number(std::stod(v.s)); } catch (...) { return Value::number(0); }
+    }
+    if (f == "abs") {
+      if (v.t == T::Float) return Value::number(std::fabs(v.f));
+      return Value::integer(std::llabs(ival(v)));
+    }
+    if (f == "items") return method(e, v, a);
+    if (f == "map" || f == "selectattr" || f == "rejectattr") {
+      if (v.t != T::List && v.t != T::Undefined) fail(e, "filter " + f + " needs a list");
+      List out;
+      std::vector<Value> items = v.t == T::List ? *v.l : std::vector<Value>{};
+      if (f == "map") {
+        const Value* attr = a.get(99, "attribute");
+        if (!attr) fail(e, "unsupported construct: map filter without attribute=");
+        for (const auto& it : items) {
+          const Value* x = it.get(attr->s);
+          out.push_back(x ? *x : Value());
+        }
+      } else {
+        if (a.pos.empty() || !a.pos[0].is_str()) fail(e, f + " needs an attribute name");
+        for (const auto& it : items) {
+          const Value* x = it.get(a.pos[0].s);
+          Value xv = x ? *x : Value();
+          bool ok;
+          if (a.pos.size() == 1) {
+            ok = xv.truthy();
+          } else {
+            Args ta;
+            ta.pos.assign(a.pos.begin() + 2, a.pos.end());
+            ok = named_test(e, a.pos[1].s, xv, ta);
+          }
+          if (ok == (f == "selectattr")) out.push_back(it);
+        }
+      }
+      return Value::list(std::move(out));
+    }
+    fail(e, "unsupported construct: filter " + f);
+  }
+
+  bool test(const Expr& e, const Value& v, const Args& a) { return named_test(e, e.name, v, a); }
+
+  bool named_test(const Expr& e, const std::string& t, const Value& v, const Args& a) {
+    if (t == "defined") return v.defined();
+    if (t == "undefined") return !v.defined();
+    if (t == "none") return v.t == T::None;
+    if (t == "string") return v.t == T::Str;
+    if (t == "number") return v.t == T::Int || v.t == T::Float;
+    if (t == "integer") return v.t == T::Int;
+    if (t == "float") return v.t == T::Float;
+    if (t == "boolean") return v.t == T::Bool;
+    if (t == "true") return v.t == T::Bool && v.b;
+    if (t == "false") return v.t == T::Bool && !v.b;
+    if (t == "mapping") return v.t == T::Dict;
+    if (t == "iterable") return v.t == T::List || v.t == T::Dict || v.t == T::Str;
+    if (t == "sequence") return v.t == T::List || v.t == T::Str || v.t == T::Dict;
+    if (t == "odd" || t == "even") return v.t == T::Int && ((v.i % 2 != 0) == (t == "odd"));
+    if (t == "lower") return v.is_str() && lower(v.s) == v.s;
+    if (t == "upper") return v.is_str() && upper(v.s) == v.s;
+    const Value* o = a.get(0, "other");
+    if (t == "eq" || t == "equalto" || t == "==" || t == "ne" || t == "!=" || t == "sameas" || t == "in" ||
+        t == "divisibleby") {
+      if (!o) fail(e, "test " + t + " needs an argument");
+      if (t == "ne" || t == "!=") return !equal(v, *o);
+      if (t == "in") {
+        if (o->t == T::List) { for (const auto& x : *o->l) if (equal(x, v)) return true; return false; }
+        if (o->t == T::Str) return v.is_str() && o->s.find(v.s) != std::string::npos;
+        if (o->t == T::Dict) return v.is_str() && o->get(v.s);
+        return false;
+      }
+      if (t == "divisibleby") return ival(*o) != 0 && ival(v) % ival(*o) == 0;
+      if (t == "sameas") return v.t == o->t && equal(v, *o);
+      return equal(v, *o);
+    }
+    fail(e, "unsupported construct: test '" + t + "'");
+  }
+};
+
+}  // namespace
+
+Template::Template(const std::string& source) : prog_(std::make_shared<Program>(parse(source))) {}
+Template::~Template() = default;
+
+std::string Template::render(const Value& ctx) const {
+  Interp in(ctx);
+  in.exec(prog_->body);
+  return std::move(in.out_);
+}
+
+}  // namespace lmf::jinja

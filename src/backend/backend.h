@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "graph/graph.h"
 #include "model/model.h"
@@ -23,7 +24,15 @@ struct StepInput {
   const int32_t* tokens = nullptr;
   int64_t n_tokens = 0;
   int64_t pos0 = 0;        // position of tokens[0]; the cache holds 0..pos0-1 already
-  float* logits = nullptr; // host, [n_out, n_vocab]
+  float* logits = nullptr;  // host, [n_out, n_vocab]; may be null when argmax is set
+  int32_t* argmax = nullptr; // if set: argmax of the last row's logits (on the device where possible)
+  bool profile = false;      // time each launch (no graph replay); read with Backend::profile()
+};
+
+struct ProfileEntry {
+  std::string name;  // op or group leader name
+  std::string kind;  // "gemv q4_0 qkv+addnorm", "attention", ...
+  double us = 0;
 };
 
 class Backend {
@@ -39,9 +48,16 @@ class Backend {
   // Called after prepare, fix_overlaps and apply_groups: size scratch for the final plan.
   virtual void finalize(Graph& g) {}
   virtual void run(Graph& g, const StepInput& in) = 0;
-  // Greedy decode helper: returns argmax of the logits of the last step without copying them
-  // to the host where the backend can (CUDA); default uses the host logits.
   virtual const BackendOptions& options() const = 0;
+  // Most tokens one run() may take (a backend without batched kernels runs prompts token by
+  // token through its decode step; the Session splits accordingly).
+  virtual int64_t max_tokens_per_run() const { return INT64_MAX; }
+  // Measured device copy bandwidth in bytes/s (read + write counted), 0 when not measured.
+  virtual double copy_bandwidth() { return 0; }
+  // Weight bytes one decode step reads (for achieved-bandwidth figures).
+  virtual uint64_t decode_weight_bytes() const { return 0; }
+  // Per-launch times of the last run with StepInput::profile set.
+  virtual std::vector<ProfileEntry> profile() const { return {}; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o);

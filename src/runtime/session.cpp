@@ -34,6 +34,17 @@ void Session::rewind(int64_t p) {
 }
 
 const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool all_logits) {
+  eval_impl(tokens, all_logits, nullptr);
+  return logits_;
+}
+
+int32_t Session::eval_argmax(std::span<const int32_t> tokens) {
+  int32_t id = -1;
+  eval_impl(tokens, false, &id);
+  return id;
+}
+
+void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_t* argmax) {
   const int64_t T = int64_t(tokens.size());
   if (T == 0) LMF_FAIL("no tokens to evaluate");
   if (pos_ + T > n_ctx_)
@@ -44,29 +55,27 @@ const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool al
     if (t < 0 || t >= model_.hp.n_vocab)
       LMF_FAIL("token id ", t, " is outside the vocabulary (0..", model_.hp.n_vocab - 1, ")");
   const int64_t V = model_.hp.n_vocab;
-  logits_.assign(size_t((all_logits ? T : 1) * V), 0.f);
+  if (!argmax) logits_.resize(size_t((all_logits ? T : 1) * V));
   for (int64_t done = 0; done < T;) {
-    const int64_t n = std::min(max_batch_, T - done);
+    const int64_t n = std::min({max_batch_, backend_.max_tokens_per_run(), T - done});
     const bool last = done + n == T;
     Graph& g = graph_for(n, all_logits);
     StepInput in;
     in.tokens = tokens.data() + done;
     in.n_tokens = n;
     in.pos0 = pos_;
-    std::vector<float> tmp;
+    // Non-last chunks of a last-logits request produce no output (nothing is copied back).
     if (all_logits) {
       in.logits = logits_.data() + done * V;
+    } else if (last && argmax) {
+      in.argmax = argmax;
     } else if (last) {
       in.logits = logits_.data();
-    } else {
-      tmp.resize(size_t(V));
-      in.logits = tmp.data();
     }
     backend_.run(g, in);
     pos_ += n;
     done += n;
   }
-  return logits_;
 }
 
 }  // namespace lmf

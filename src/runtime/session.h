@@ -23,6 +23,10 @@ class Session {
   // or pos() + tokens.size() past the context.
   const std::vector<float>& eval(std::span<const int32_t> tokens, bool all_logits = false);
 
+  // Same as eval() but returns only the argmax of the last position's logits; backends that
+  // can (CUDA) compute it on the device so only the token id crosses to the host.
+  int32_t eval_argmax(std::span<const int32_t> tokens);
+
   int64_t pos() const { return pos_; }
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_vocab() const { return model_.hp.n_vocab; }
@@ -36,6 +40,7 @@ class Session {
   void set_max_batch(int64_t n) { max_batch_ = n; }
 
  private:
+  void eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_t* argmax);
   const Model& model_;
   Backend& backend_;
   int64_t n_ctx_;

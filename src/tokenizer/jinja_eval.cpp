@@ -139,6 +139,14 @@ class Interp {
       auto f = it->find(name);
       if (f != it->end()) return f->second;
     }
+    // The global functions exist as values too ("{% if strftime_now is defined %}").
+    for (const char* fn : {"namespace", "range", "dict", "raise_exception", "strftime_now"})
+      if (name == fn) {
+        Value v;
+        v.t = T::Func;
+        v.s = name;
+        return v;
+      }
     return Value();
   }
 

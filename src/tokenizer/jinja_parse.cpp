@@ -32,6 +32,7 @@ int line_at(const std::string& src, size_t pos) {
 // End of a tag's inner part (index of the closing delimiter), skipping quoted strings.
 size_t find_close(const std::string& src, size_t from, const char* close) {
   char q = 0;
+  int depth = 0;  // brackets opened inside the tag: "{{ {'a': {}} }}" closes at the last "}}"
   for (size_t i = from; i + 1 < src.size(); ++i) {
     char c = src[i];
     if (q) {
@@ -39,8 +40,12 @@ size_t find_close(const std::string& src, size_t from, const char* close) {
       else if (c == q) q = 0;
     } else if (c == '\'' || c == '"') {
       q = c;
-    } else if (c == close[0] && src[i + 1] == close[1]) {
+    } else if (depth == 0 && c == close[0] && src[i + 1] == close[1]) {
       return i;
+    } else if (c == '{' || c == '[' || c == '(') {
+      ++depth;
+    } else if ((c == '}' || c == ']' || c == ')') && depth > 0) {
+      --depth;
     }
   }
   return std::string::npos;
@@ -185,6 +190,15 @@ std::vector<Tok> lex(const std::string& s, int line) {
                               (s[j] == '.' && !fl && j + 1 < s.size() && std::isdigit(uint8_t(s[j + 1]))))) {
         fl = fl || s[j] == '.';
         ++j;
+      }
+      if (j < s.size() && (s[j] == 'e' || s[j] == 'E')) {  // exponent: 1e3, 2.5E-2
+        size_t k = j + 1;
+        if (k < s.size() && (s[k] == '+' || s[k] == '-')) ++k;
+        if (k < s.size() && std::isdigit(uint8_t(s[k]))) {
+          while (k < s.size() && std::isdigit(uint8_t(s[k]))) ++k;
+          j = k;
+          fl = true;
+        }
       }
       std::string num;
       for (size_t k = i; k < j; ++k) if (s[k] != '_') num += s[k];

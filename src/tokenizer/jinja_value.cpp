@@ -17,6 +17,7 @@ bool Value::truthy() const {
     case T::Str: return !s.empty();
     case T::List: return !l->empty();
     case T::Dict: return !d->empty();
+    case T::Func: return true;
   }
   return false;
 }
@@ -44,6 +45,7 @@ const char* Value::type_name() const {
     case T::Str: return "string";
     case T::List: return "list";
     case T::Dict: return is_namespace ? "namespace" : "dict";
+    case T::Func: return "function";
   }
   return "?";
 }
@@ -106,6 +108,7 @@ std::string Value::to_str() const {
 
 std::string Value::repr() const {
   switch (t) {
+    case T::Func: return "<function " + s + ">";
     case T::Undefined: return "";
     case T::None: return "None";
     case T::Bool: return b ? "True" : "False";
@@ -132,6 +135,7 @@ std::string Value::repr() const {
 std::string Value::to_json(int indent, int depth) const {
   auto nl = [&](int dd) { return indent < 0 ? std::string() : "\n" + std::string(size_t(indent * dd), ' '); };
   switch (t) {
+    case T::Func: LMF_FAIL("chat template: tojson of a function");
     case T::Undefined: LMF_FAIL("chat template: tojson of an undefined value");
     case T::None: return "null";
     case T::Bool: return b ? "true" : "false";
@@ -166,7 +170,7 @@ bool equal(const Value& a, const Value& b) {
   if (a.t != b.t) return false;
   switch (a.t) {
     case T::Undefined: case T::None: return true;
-    case T::Str: return a.s == b.s;
+    case T::Str: case T::Func: return a.s == b.s;
     case T::List:
       if (a.l->size() != b.l->size()) return false;
       for (size_t k = 0; k < a.l->size(); ++k)

@@ -15,7 +15,7 @@ using List = std::vector<Value>;
 using Dict = std::vector<std::pair<std::string, Value>>;  // insertion ordered, like Python
 
 struct Value {
-  enum class T { Undefined, None, Bool, Int, Float, Str, List, Dict };
+  enum class T { Undefined, None, Bool, Int, Float, Str, List, Dict, Func };  // Func: a global function (s = name)
   T t = T::Undefined;
   bool b = false;
   int64_t i = 0;

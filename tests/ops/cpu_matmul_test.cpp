@@ -235,3 +235,31 @@ TEST(CpuMatmul, ReportsIsa) {
 
 }  // namespace
 }  // namespace lmf::cpu
+
+namespace lmf::cpu {
+namespace {
+
+// Every ISA's activation quantization is bit-identical to the scalar definition (the exact
+// references above depend on it), including ties, zeros and huge/tiny blocks.
+TEST(CpuActQuant, IsaPathsBitIdentical) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x;
+  for (float scale : {1.0f, 1e-30f, 1e30f, 3.0f})
+    for (int i = 0; i < 32 * 40; ++i) x.push_back(g(rng) * scale);
+  for (int j = 0; j < 32; ++j) x.push_back(0.0f);
+  for (int j = 0; j < 32; ++j) x.push_back(float(j - 16) * 127.0f / 16.0f / 2.0f);  // .5 ties
+  for (int j = 0; j < 32; ++j) x.push_back(j == 0 ? -1.0f : 0.5f / 127.0f * float(2 * j + 1));
+  const int64_t n = int64_t(x.size());
+  std::vector<ActBlock> ref(size_t(n / 32)), got(size_t(n / 32));
+  quantize_act_row(x.data(), n, ref.data());
+  for (Isa isa : isas()) {
+    std::memset(got.data(), 0x55, got.size() * sizeof(ActBlock));
+    quantize_act_row(x.data(), n, got.data(), isa);
+    for (size_t b = 0; b < ref.size(); ++b)
+      ASSERT_EQ(std::memcmp(&ref[b], &got[b], sizeof(ActBlock)), 0) << isa_name(isa) << " block " << b;
+  }
+}
+
+}  // namespace
+}  // namespace lmf::cpu

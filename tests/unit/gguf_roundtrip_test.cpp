@@ -169,6 +169,20 @@ TEST(GgufRoundTrip, SetReplacesKeepingPosition) {
   EXPECT_EQ(f->get_str("a"), "x");
 }
 
+TEST(GgufWriter, AlignmentKeyIsWrittenAsUint32) {
+  Writer w;
+  w.set("general.alignment", Value::u64(256));
+  std::vector<float> x(8, 2.0f);
+  w.add_tensor("a", DType::F32, {8}, x.data());
+  w.add_tensor("b", DType::F32, {8}, x.data());
+  std::string p = gguf_test::temp_path("align_u64.gguf");
+  w.write(p);
+  auto f = File::open(p);
+  EXPECT_EQ(f->get("general.alignment").type, VType::U32);
+  EXPECT_EQ(f->alignment(), 256u);
+  EXPECT_EQ(f->find_tensor("b")->offset, 256u);
+}
+
 TEST(GgufWriter, FailedWriteLeavesNoFile) {
   std::string path = gguf_test::temp_path("fail.gguf");
   gguf_test::write_bytes(path, {1, 2, 3});  // an older file at path must survive

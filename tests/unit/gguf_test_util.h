@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,8 +17,26 @@
 
 namespace gguf_test {
 
+// Test files go to $LMFUSE_TEST_TMP when set (kept: scripts/fuzz_gguf.sh takes seeds from it),
+// else to a per-process directory removed when the tests end.
+inline std::filesystem::path temp_dir() {
+  if (const char* d = std::getenv("LMFUSE_TEST_TMP")) return d;
+  return std::filesystem::temp_directory_path() / ("lmfuse_gguf_test_" + std::to_string(::getpid()));
+}
+
+struct TempDirCleanup : ::testing::Environment {
+  void TearDown() override {
+    if (!std::getenv("LMFUSE_TEST_TMP")) {
+      std::error_code ec;
+      std::filesystem::remove_all(temp_dir(), ec);
+    }
+  }
+};
+// Registered once per binary, whichever test file includes this first.
+inline const bool kTempDirCleanupRegistered = (::testing::AddGlobalTestEnvironment(new TempDirCleanup), true);
+
 inline std::string temp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("lmfuse_gguf_test_" + std::to_string(::getpid()));
+  auto dir = temp_dir();
   std::filesystem::create_directories(dir);
   return (dir / name).string();
 }

@@ -40,5 +40,6 @@ int cmd_inspect(int argc, char** argv);
 int cmd_random_model(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
+int cmd_convert(int argc, char** argv);
 
 }  // namespace lmf::cli

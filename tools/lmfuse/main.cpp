@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"random-model", cmd_random_model, "write a GGUF with seeded random weights of real shapes"},
     {"tokenize", cmd_tokenize, "text to token ids"},
     {"detokenize", cmd_detokenize, "token ids to text"},
+    {"convert", cmd_convert, "convert a Hugging Face checkpoint to GGUF"},
 };
 
 void usage(FILE* f) {

@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/cpu/cpu_features.h"
+
 namespace lmf::cpu {
 
 struct ActBlock {
@@ -16,5 +18,7 @@ static_assert(sizeof(ActBlock) == 40);
 // n is a multiple of 32; out holds n/32 blocks. Exact definition (every ISA path uses this one):
 // amax = max|x|, id = amax > 0 ? 127/amax : 0, qs = rne(x * id), d = amax / 127.
 void quantize_act_row(const float* x, int64_t n, ActBlock* out);
+// The same through the vectorized kernel of `isa` (bit-identical; defined in matmul.cpp).
+void quantize_act_row(const float* x, int64_t n, ActBlock* out, Isa isa);
 
 }  // namespace lmf::cpu

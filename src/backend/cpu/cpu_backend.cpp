@@ -1,6 +1,7 @@
 // The CPU backend: the reference for every other backend. It runs the planned graph op by op;
 // accepted Q/K/V and gate/up groups run as one pass over their shared input (activations are
 // quantized once and the rows of all members are split across threads together).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -75,7 +76,12 @@ class CpuBackend final : public Backend {
       else run_op(g, op, in);
     }
     const GTensor& lt = g.t(g.logits);
-    std::memcpy(in.logits, ptr(g, g.logits), lt.bytes());
+    const float* l = ptr(g, g.logits);
+    if (in.logits) std::memcpy(in.logits, l, lt.bytes());
+    if (in.argmax) {
+      const float* last = l + (lt.rows - 1) * lt.cols;
+      *in.argmax = int32_t(std::max_element(last, last + lt.cols) - last);
+    }
   }
 
  private:

@@ -55,6 +55,12 @@ void validate(std::span<const MatmulTask> tasks, const float* x, int64_t T, int6
 
 }  // namespace
 
+void quantize_act_row(const float* x, int64_t n, ActBlock* out, Isa isa) {
+  if (!isa_supported(isa)) LMF_FAIL("quantize_act_row: ISA ", isa_name(isa), " is not supported by this CPU");
+  if (n % QK != 0) LMF_FAIL("quantize_act_row: n must be a multiple of 32, got ", n);
+  kernels_for(isa).quant_act(x, n, out);
+}
+
 void matmul(std::span<const MatmulTask> tasks, const float* x, int64_t T, int64_t ldx,
             ThreadPool& pool, MatmulScratch& scratch) {
   matmul(tasks, x, T, ldx, pool, scratch, active_isa());
@@ -76,7 +82,7 @@ void matmul(std::span<const MatmulTask> tasks, const float* x, int64_t T, int64_
     if (scratch.xq.size() < size_t(T * nb)) scratch.xq.resize(size_t(T * nb));
     ActBlock* xq = scratch.xq.data();
     auto quant_rows = [&](int, int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) quantize_act_row(x + t * ldx, cols, xq + t * nb);
+      for (int64_t t = t0; t < t1; ++t) k.quant_act(x + t * ldx, cols, xq + t * nb);
     };
     if (T >= 4 && pool.size() > 1)
       pool.parallel_for(T, quant_rows);

@@ -7,7 +7,7 @@
 namespace lmf::cpu {
 
 const MatmulKernels& matmul_kernels_avx2() {
-  static const MatmulKernels k{quant_x86, flt_x86};
+  static const MatmulKernels k{quant_x86, flt_x86, quant_act_x86};
   return k;
 }
 

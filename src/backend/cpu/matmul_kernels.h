@@ -18,6 +18,8 @@ struct MatmulKernels {
   // Float weight rows (F32/F16/BF16): x is [T, ldx] f32, cols inputs per row.
   void (*flt)(DType type, const uint8_t* w, size_t stride, int64_t nrows, int64_t cols,
               const float* x, int64_t ldx, int64_t T, float* y, int64_t ldy);
+  // quantize_act_row, bit-identical, vectorized.
+  void (*quant_act)(const float* x, int64_t n, ActBlock* out);
 };
 
 const MatmulKernels& matmul_kernels_scalar();

@@ -86,7 +86,7 @@ void flt_scalar(DType type, const uint8_t* w, size_t stride, int64_t nrows, int6
 }  // namespace
 
 const MatmulKernels& matmul_kernels_scalar() {
-  static const MatmulKernels k{quant_scalar, flt_scalar};
+  static const MatmulKernels k{quant_scalar, flt_scalar, quantize_act_row};
   return k;
 }
 

@@ -15,8 +15,9 @@ bool launch_gemv_q8_0(Prologue, Epilogue, const GemvParams&, cudaStream_t);
 bool launch_gemv_f16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
 bool launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
 
-// Blocks for a launch: enough for every row group (kGemvWarps per block), capped at what is
-// resident at once, so each block stages x once and SMs get equal shares of row groups.
+// Blocks for a launch: one per row group up to what is resident at once (row groups are dealt
+// round-robin over blocks, so every SM gets an equal share and small matrices still spread over
+// all SMs; warps of a block without a row group only help stage x).
 int gemv_grid(const void* func, int rows, size_t smem) {
   static std::mutex mu;
   static std::map<std::pair<const void*, size_t>, int> occ_cache;
@@ -33,8 +34,7 @@ int gemv_grid(const void* func, int rows, size_t smem) {
     }
   }
   const int n_rg = (rows + kRows - 1) / kRows;
-  const int want = (n_rg + kGemvWarps - 1) / kGemvWarps;
-  return std::max(1, std::min(want, device_sm_count() * occ));
+  return std::max(1, std::min(n_rg, device_sm_count() * occ));
 }
 }  // namespace dev
 

@@ -153,6 +153,7 @@ void Writer::set(std::string key, Value v) {
   if (key == "general.alignment") {
     if (!v.is_int()) LMF_FAIL("general.alignment: expected an unsigned integer, got ", vtype_name(v.type));
     alignment_ = check_alignment(v.as_int() < 0 ? 0 : uint64_t(v.as_int()));
+    v = Value::u32(uint32_t(alignment_));  // llama.cpp reads this key only as uint32
   }
   for (auto& [k, old] : kv_)
     if (k == key) {

@@ -87,6 +87,7 @@ void search_q4_0(const float* x, BlockQ4_0* out) {
   if (amax == 0.0f) return;
   // The extreme value maps to -8 (reference) or +7 (other sign); scan divisors around both.
   for (int side = 0; side < 2; ++side) {
+    // (A finer grid, 0.05 over [-1, +2], finds nothing better on Gaussian data.)
     for (int s = -12; s <= 12; ++s) {
       const float div = (side == 0 ? -8.0f : 7.0f) + 0.1f * float(s) * (side == 0 ? -1.0f : 1.0f);
       float d = max / div;

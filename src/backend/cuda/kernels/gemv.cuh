@@ -32,6 +32,8 @@ static_assert(kRows % 2 == 0, "SiluMul pairs rows inside a row group");
 
 template <DType T>
 struct WTraits;
+template <DType T>
+struct Frag;
 template <>
 struct WTraits<DType::Q4_0> {
   static constexpr int P = 1;
@@ -78,6 +80,11 @@ struct GemvParams {
   const float* bias;
   QkvParams qkv;
 };
+
+// Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a
+// lane has 128-256 bytes of weights in flight per batch (and the next batch behind it).
+template <DType T>
+constexpr int kSteps = WTraits<T>::P == 1 ? 2 : 1;
 
 // Pre-scale of element e (0..31) of a block for the nibble decode: 2^-(nibble bit offset).
 __device__ __forceinline__ float nib_prescale(int e) {
@@ -299,26 +306,58 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   const uint64_t pol = evict_first_policy();
   int rg = blockIdx.x + gridDim.x * warp;
   int g = 0;
-  Frag<T> cur;
-  if (rg < n_rg) cur.load(p, rg, 0, nblk, lane, pol);  // in flight while x is staged
+  constexpr int U = kSteps<T>;
+  Frag<T> cur[U];
+  if (rg < n_rg)  // in flight while x is staged
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (u < ngroups) cur[u].load(p, rg, u, nblk, lane, pol);
 
-  // Stage x (prologue). i runs so that each warp covers 32 consecutive elements = one block.
+  // Stage x (prologue). Thread t takes float4 t of each 1024-element slice: read-only loads, no
+  // dependence between iterations, so the unrolled loop keeps several L2 reads in flight (a
+  // serial chain here costs an L2 latency per iteration). 8 consecutive lanes hold one 32-element
+  // block, so its sum is 3 shuffles.
   float ss = 0.f;
-  for (int i = threadIdx.x; i < p.cols; i += kGemvThreads) {
-    float v = p.in[i];
+  const int n4 = p.cols >> 2;
+  const float4* in4 = reinterpret_cast<const float4*>(p.in);
+  const float4* res4 = reinterpret_cast<const float4*>(p.residual);
+  const float4* gam4 = reinterpret_cast<const float4*>(p.gamma);
+#pragma unroll 4
+  for (int base = 0; base < n4; base += kGemvThreads) {  // uniform trip count: shuffles are safe
+    const int i4 = base + threadIdx.x;
+    const bool ok = i4 < n4;
+    float4 v = ok ? __ldg(in4 + i4) : make_float4(0.f, 0.f, 0.f, 0.f);
     if constexpr (PRO == Prologue::AddNorm) {
-      v += p.residual[i];
-      if (blockIdx.x == 0) p.residual_out[i] = v;
+      const float4 r = ok ? __ldg(res4 + i4) : make_float4(0.f, 0.f, 0.f, 0.f);
+      v.x += r.x;
+      v.y += r.y;
+      v.z += r.z;
+      v.w += r.w;
+      if (blockIdx.x == 0 && ok) reinterpret_cast<float4*>(p.residual_out)[i4] = v;
     }
     if constexpr (PRO != Prologue::None) {
-      ss = fmaf(v, v, ss);
-      v *= p.gamma[i];
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+      const float4 gm = ok ? __ldg(gam4 + i4) : make_float4(0.f, 0.f, 0.f, 0.f);
+      v.x *= gm.x;
+      v.y *= gm.y;
+      v.z *= gm.z;
+      v.w *= gm.w;
     }
-    const float bsum = warp_sum(v);
-    if (lane == 0) sumx[i >> 5] = bsum;
-    const int c = i >> 5, e = i & 31, f = e >> 2;
-    if constexpr (WTraits<T>::nibbles) v *= nib_prescale(e);
-    reinterpret_cast<float*>(xs4)[(c * 8 + (f ^ (c & 7))) * 4 + (e & 3)] = v;
+    float bs = (v.x + v.y) + (v.z + v.w);
+    bs += __shfl_xor_sync(0xffffffffu, bs, 1);
+    bs += __shfl_xor_sync(0xffffffffu, bs, 2);
+    bs += __shfl_xor_sync(0xffffffffu, bs, 4);
+    if (ok) {
+      const int c = i4 >> 3, f = i4 & 7;
+      if (f == 0) sumx[c] = bs;
+      if constexpr (WTraits<T>::nibbles) {
+        v.x *= nib_prescale(4 * f);
+        v.y *= nib_prescale(4 * f + 1);
+        v.z *= nib_prescale(4 * f + 2);
+        v.w *= nib_prescale(4 * f + 3);
+      }
+      xs4[c * 8 + (f ^ (c & 7))] = v;
+    }
   }
   float rn = 1.f;
   if constexpr (PRO != Prologue::None) {
@@ -332,14 +371,19 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
 
   while (rg < n_rg) {
-    int nrg = rg, ng = g + 1;
-    if (ng == ngroups) {
+    int nrg = rg, ng = g + U;
+    if (ng >= ngroups) {
       ng = 0;
       nrg += rg_step;
     }
-    Frag<T> nxt;
-    if (nrg < n_rg) nxt.load(p, nrg, ng, nblk, lane, pol);
-    cur.accumulate(acc, xs4, sumx, g, nblk, lane);
+    Frag<T> nxt[U];
+    if (nrg < n_rg)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (ng + u < ngroups) nxt[u].load(p, nrg, ng + u, nblk, lane, pol);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (g + u < ngroups) cur[u].accumulate(acc, xs4, sumx, g + u, nblk, lane);
     if (ng == 0) {  // row group rg complete
       float v[kRows];
 #pragma unroll
@@ -385,7 +429,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
         }
       }
     }
-    cur = nxt;
+#pragma unroll
+    for (int u = 0; u < U; ++u) cur[u] = nxt[u];
     rg = nrg;
     g = ng;
   }

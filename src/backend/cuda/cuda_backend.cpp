@@ -1,0 +1,573 @@
+// The CUDA backend (batch-1 decode). Weights are uploaded once, repacked into the kernels'
+// 16-byte tiled layout: Q|K|V concatenated (one weight; the unfused projections are row views
+// of it), gate/up interleaved for the SiLU·mul epilogue (or separate when that fusion is off).
+// prepare() accepts or rejects each fusion group; run() only launches what prepare chose, so
+// the whole step is captured once as a CUDA graph and replayed per token (token id and position
+// are read from device memory). Prompts run token by token through the same step
+// (max_tokens_per_run() == 1) until the batched prefill kernels exist.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "util/log.h"
+#include "util/status.h"
+
+namespace lmf {
+namespace {
+
+using cuda::DeviceWeight;
+using cuda::Epilogue;
+using cuda::Prologue;
+
+// A view of rows [r0, r0 + n) of a repacked weight (rows are contiguous in both the data and
+// the scale arrays, so a view is a pointer offset).
+DeviceWeight row_view(const DeviceWeight& w, int64_t r0, int64_t n) {
+  DeviceWeight v = w;
+  const size_t qs = w.q_bytes / size_t(w.rows), ss = w.scale_bytes / size_t(w.rows);
+  v.q = w.q + size_t(r0) * qs;
+  v.scales = w.scales ? w.scales + size_t(r0) * ss : nullptr;
+  v.rows = n;
+  v.q_bytes = qs * size_t(n);
+  v.scale_bytes = ss * size_t(n);
+  return v;
+}
+
+struct LayerDev {
+  DeviceWeight qkv;               // Q|K|V rows (when q, k, v share a type) else empty
+  DeviceWeight gate_up;           // interleaved gate/up (fused path) or empty
+  std::vector<DeviceWeight> own;  // every allocation of this layer (for freeing)
+  float* qkv_bias = nullptr;      // [q_dim + 2 kv_dim] or null
+  uint16_t* kc = nullptr;         // [n_kv][n_ctx][head_dim] fp16
+  uint16_t* vc = nullptr;
+  unsigned* counters = nullptr;   // QKV epilogue counters
+};
+
+struct GraphState {
+  float* arena = nullptr;
+  size_t arena_bytes = 0;
+  float* qkv_raw = nullptr;     // QKV epilogue scratch [q_dim + 2 kv_dim]
+  float* gateup_tmp = nullptr;  // unfused fallback over an interleaved weight [2 n_ff]
+  float* attn_partial = nullptr;
+  int attn_splits = 1;
+  cudaGraphExec_t exec = nullptr;
+  int runs = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& o) : opts_(o) {
+    CUDA_CHECK(cudaSetDevice(o.device));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_io_), 4 * sizeof(int)));
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_io_), 4 * sizeof(int)));
+    argmax_ = cuda::argmax_scratch_alloc();
+    cudaDeviceProp p{};
+    CUDA_CHECK(cudaGetDeviceProperties(&p, o.device));
+    dev_name_ = p.name;
+  }
+
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    for (auto& [g, st] : states_) free_state(st);
+    for (auto& L : layers_) {
+      for (auto& w : L.own) cuda::free_weight(w);
+      cudaFree(L.qkv_bias);
+      cudaFree(L.kc);
+      cudaFree(L.vc);
+      cudaFree(L.counters);
+    }
+    for (auto& w : extra_) cuda::free_weight(w);
+    for (void* p : buffers_) cudaFree(p);
+    cuda::argmax_scratch_free(argmax_);
+    cudaFree(d_io_);
+    cudaFreeHost(h_io_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+  std::string description() const override { return "CUDA " + dev_name_; }
+  const BackendOptions& options() const override { return opts_; }
+  int64_t max_tokens_per_run() const override { return 1; }
+  uint64_t decode_weight_bytes() const override { return decode_bytes_; }
+
+  void load(const Model& m) override;
+  void prepare(Graph& g) override;
+  void finalize(Graph& g) override;
+  void run(Graph& g, const StepInput& in) override;
+  double copy_bandwidth() override;
+  std::vector<ProfileEntry> profile() const override { return profile_; }
+
+ private:
+  const float* dev_vec(const Weight& w) {
+    auto it = vecs_.find(&w);
+    LMF_CHECK(it != vecs_.end(), "vector not uploaded: ", w.name);
+    return it->second;
+  }
+  float* upload_f32(const Weight& w) {
+    float* d = nullptr;
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), w.nbytes));
+    CUDA_CHECK(cudaMemcpy(d, w.data, w.nbytes, cudaMemcpyHostToDevice));
+    buffers_.push_back(d);
+    vecs_[&w] = d;
+    return d;
+  }
+  void free_state(GraphState& st) {
+    if (st.exec) cudaGraphExecDestroy(st.exec);
+    cudaFree(st.arena);
+    cudaFree(st.qkv_raw);
+    cudaFree(st.gateup_tmp);
+    cudaFree(st.attn_partial);
+    st = GraphState{};
+  }
+  float* ptr(const GraphState& st, const Graph& g, int t) const {
+    return st.arena + g.t(t).offset / sizeof(float);
+  }
+  void launch_all(Graph& g, GraphState& st, bool profile);
+  void launch_op(Graph& g, GraphState& st, const Op& op);
+  void launch_group(Graph& g, GraphState& st, const FusionGroup& grp);
+  void matmul(const Weight* w, const float* x, float* y, const float* bias);
+
+  BackendOptions opts_;
+  std::string dev_name_;
+  cudaStream_t stream_ = nullptr;
+  int* h_io_ = nullptr;  // pinned: [0] token, [1] position, [2] argmax
+  int* d_io_ = nullptr;
+  cuda::ArgmaxScratch argmax_;
+  const Model* m_ = nullptr;
+  std::vector<LayerDev> layers_;
+  std::unordered_map<const Weight*, DeviceWeight> mats_;  // MatMul weight -> device view
+  std::unordered_map<const Weight*, const float*> vecs_;  // norm/bias vectors
+  std::unordered_map<const Weight*, int> gate_up_layer_;  // gate weight -> layer (interleaved)
+  std::vector<DeviceWeight> extra_;                       // output / embedding copies
+  std::vector<void*> buffers_;
+  void* embd_raw_ = nullptr;  // token_embd in GGUF layout, for the lookup
+  uint64_t decode_bytes_ = 0;
+  std::map<const Graph*, GraphState> states_;
+  std::vector<ProfileEntry> profile_;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
+};
+
+void CudaBackend::load(const Model& m) {
+  m_ = &m;
+  const auto& hp = m.hp;
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const uint64_t kv_bytes = uint64_t(hp.n_layer) * 2 * uint64_t(opts_.n_ctx) * uint64_t(hp.kv_dim()) * 2;
+  const uint64_t need = m.weight_bytes() + (hp.tied_output ? m.tok_embd.nbytes : 0) + kv_bytes;
+  if (need + (256ull << 20) > free_b)
+    LMF_FAIL("model needs about ", (need >> 20), " MiB of GPU memory (weights + KV cache for ", opts_.n_ctx,
+             " positions); ", (free_b >> 20), " MiB are free on ", dev_name_);
+  const Knobs& k = opts_.knobs;
+  const bool gateup_fused = k.fusion != Tri::Off && k.gateup_fusion != Tri::Off;
+
+  auto upload = [&](LayerDev& L, const cuda::HostPacked& h) {
+    L.own.push_back(cuda::upload_weight(h, stream_));
+    decode_bytes_ += cuda::weight_bytes(L.own.back());
+    return L.own.back();
+  };
+  layers_.resize(size_t(hp.n_layer));
+  for (int l = 0; l < int(hp.n_layer); ++l) {
+    const auto& W = m.layers[size_t(l)];
+    auto& L = layers_[size_t(l)];
+    for (const Weight* v : {&W.attn_norm, &W.ffn_norm, &W.q_norm, &W.k_norm})
+      if (v->data) upload_f32(*v);
+    if (W.wq.type == W.wk.type && W.wk.type == W.wv.type) {
+      L.qkv = upload(L, cuda::repack_concat(W.wq.type, {{W.wq.data, W.wq.rows}, {W.wk.data, W.wk.rows}, {W.wv.data, W.wv.rows}},
+                                            hp.n_embd));
+      mats_[&W.wq] = row_view(L.qkv, 0, W.wq.rows);
+      mats_[&W.wk] = row_view(L.qkv, W.wq.rows, W.wk.rows);
+      mats_[&W.wv] = row_view(L.qkv, W.wq.rows + W.wk.rows, W.wv.rows);
+    } else {
+      for (const Weight* w : {&W.wq, &W.wk, &W.wv}) mats_[w] = upload(L, cuda::repack_rows(w->type, w->data, w->rows, w->cols));
+    }
+    if (hp.qkv_bias) {
+      const size_t nq = size_t(W.bq.cols), nk = size_t(W.bk.cols);
+      CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&L.qkv_bias), (nq + 2 * nk) * sizeof(float)));
+      CUDA_CHECK(cudaMemcpy(L.qkv_bias, W.bq.data, nq * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(L.qkv_bias + nq, W.bk.data, nk * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(L.qkv_bias + nq + nk, W.bv.data, nk * 4, cudaMemcpyHostToDevice));
+      vecs_[&W.bq] = L.qkv_bias;
+      vecs_[&W.bk] = L.qkv_bias + nq;
+      vecs_[&W.bv] = L.qkv_bias + nq + nk;
+    }
+    mats_[&W.wo] = upload(L, cuda::repack_rows(W.wo.type, W.wo.data, W.wo.rows, W.wo.cols));
+    if (gateup_fused && W.w_gate.type == W.w_up.type) {
+      L.gate_up = upload(L, cuda::repack_gate_up(W.w_gate.type, W.w_gate.data, W.w_up.data, W.w_gate.rows, W.w_gate.cols));
+      gate_up_layer_[&W.w_gate] = l;
+      gate_up_layer_[&W.w_up] = l;
+    } else {
+      mats_[&W.w_gate] = upload(L, cuda::repack_rows(W.w_gate.type, W.w_gate.data, W.w_gate.rows, W.w_gate.cols));
+      mats_[&W.w_up] = upload(L, cuda::repack_rows(W.w_up.type, W.w_up.data, W.w_up.rows, W.w_up.cols));
+    }
+    mats_[&W.w_down] = upload(L, cuda::repack_rows(W.w_down.type, W.w_down.data, W.w_down.rows, W.w_down.cols));
+    const size_t cache = size_t(opts_.n_ctx) * size_t(hp.kv_dim()) * sizeof(uint16_t);
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&L.kc), cache));
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&L.vc), cache));
+    CUDA_CHECK(cudaMemset(L.kc, 0, cache));
+    CUDA_CHECK(cudaMemset(L.vc, 0, cache));
+    L.counters = cuda::qkv_counters_alloc(int(hp.n_head), int(hp.n_head_kv));
+  }
+  upload_f32(m.output_norm);
+  extra_.push_back(cuda::upload_weight(cuda::repack_rows(m.output.type, m.output.data, m.output.rows, m.output.cols), stream_));
+  mats_[&m.output] = extra_.back();
+  decode_bytes_ += cuda::weight_bytes(extra_.back());
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&embd_raw_), m.tok_embd.nbytes));
+  CUDA_CHECK(cudaMemcpy(embd_raw_, m.tok_embd.data, m.tok_embd.nbytes, cudaMemcpyHostToDevice));
+  buffers_.push_back(embd_raw_);
+  decode_bytes_ += uint64_t(hp.n_layer) * 2 * uint64_t(hp.n_embd) * 4;  // norm vectors
+}
+
+void CudaBackend::prepare(Graph& g) {
+  LMF_CHECK(g.n_tokens == 1, "the CUDA backend runs one token per step");
+  const Knobs& k = opts_.knobs;
+  const bool fusion = k.fusion != Tri::Off;
+  const auto& hp = m_->hp;
+  // Residual epilogues first: an add folded into o_proj/down is not available to a norm prologue.
+  std::vector<int> adds_taken;
+  for (auto& grp : g.groups) {
+    if (grp.kind != GroupKind::OResid && grp.kind != GroupKind::DownResid) continue;
+    const Op& lead = g.ops[size_t(grp.leader())];
+    if (!fusion || !tri_resolve(k.resid_fusion, true)) {
+      grp.reject_reason = "knob off";
+      continue;
+    }
+    if (!mats_.count(lead.w) || !cuda::gemv_supported(lead.w->type, Prologue::None, Epilogue::Residual)) {
+      grp.reject_reason = "no residual-epilogue kernel for this weight";
+      continue;
+    }
+    grp.accepted = grp.fold_epilogue = true;
+    adds_taken.push_back(grp.epilogue[0]);
+  }
+  for (auto& grp : g.groups) {
+    if (grp.kind != GroupKind::QKV && grp.kind != GroupKind::GateUp) continue;
+    const bool is_qkv = grp.kind == GroupKind::QKV;
+    const LayerDev& L = layers_[size_t(grp.layer)];
+    if (!fusion || !tri_resolve(is_qkv ? k.qkv_fusion : k.gateup_fusion, true)) {
+      grp.reject_reason = "knob off";
+      continue;
+    }
+    const DeviceWeight& w = is_qkv ? L.qkv : L.gate_up;
+    if (!w.q) {
+      grp.reject_reason = "weights not packed for this fusion (mixed types or knob off at load)";
+      continue;
+    }
+    const bool ln = grp.norm >= 0 && tri_resolve(k.ln_fusion, true);
+    const bool add = ln && grp.add >= 0 && std::find(adds_taken.begin(), adds_taken.end(), grp.add) == adds_taken.end();
+    const Prologue pro = add ? Prologue::AddNorm : ln ? Prologue::Norm : Prologue::None;
+    const Epilogue epi = is_qkv ? Epilogue::QKV : Epilogue::SiluMul;
+    if (!cuda::gemv_supported(w.type, pro, epi)) {
+      grp.reject_reason = "no kernel instance for this prologue/epilogue";
+      continue;
+    }
+    if (is_qkv && ((hp.head_dim != 64 && hp.head_dim != 128) || grp.epilogue.empty())) {
+      grp.reject_reason = "QKV epilogue needs head_dim 64 or 128";
+      continue;
+    }
+    grp.accepted = true;
+    grp.fold_norm = ln;
+    grp.fold_add = add;
+    grp.fold_epilogue = true;
+  }
+}
+
+void CudaBackend::finalize(Graph& g) {
+  GraphState& st = states_[&g];
+  free_state(st);
+  const auto& hp = m_->hp;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.arena), std::max<size_t>(g.total_bytes, 256)));
+  st.arena_bytes = g.total_bytes;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.qkv_raw), size_t(hp.q_dim() + 2 * hp.kv_dim()) * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.gateup_tmp), size_t(2 * hp.n_ff) * sizeof(float)));
+  st.attn_splits = cuda::attn_plan_splits(int(hp.n_head_kv), opts_.n_ctx);
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.attn_partial),
+                        cuda::attn_scratch_floats(int(hp.n_head), int(hp.head_dim), st.attn_splits) * sizeof(float)));
+}
+
+void CudaBackend::matmul(const Weight* w, const float* x, float* y, const float* bias) {
+  cuda::GemvArgs a;
+  auto it = mats_.find(w);
+  LMF_CHECK(it != mats_.end(), "matrix not uploaded: ", w->name);
+  a.w = &it->second;
+  a.in = x;
+  a.y = y;
+  a.bias = bias;
+  cuda::gemv(Prologue::None, Epilogue::Store, a, stream_);
+}
+
+void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
+  const auto& hp = m_->hp;
+  auto IN = [&](int i) { return ptr(st, g, op.in[size_t(i)]); };
+  auto OUT = [&](int i) { return ptr(st, g, op.out[size_t(i)]); };
+  const int* d_tok = d_io_;
+  const int* d_pos = d_io_ + 1;
+  switch (op.kind) {
+    case OpKind::Embed:
+      cuda::embed_lookup(op.w->type, embd_raw_, op.w->cols, d_tok, OUT(0), stream_);
+      break;
+    case OpKind::RmsNorm: {
+      const GTensor& y = g.t(op.out[0]);
+      cuda::rmsnorm_rows(IN(0) + op.row_begin * y.cols, dev_vec(*op.w), OUT(0), y.rows, int(y.cols), op.eps, stream_);
+      break;
+    }
+    case OpKind::MatMul: {
+      auto gu = gate_up_layer_.find(op.w);
+      if (gu == gate_up_layer_.end()) {
+        matmul(op.w, IN(0), OUT(0), op.b ? dev_vec(*op.b) : nullptr);
+        break;
+      }
+      // Unfused fallback over an interleaved gate/up weight: one GEMV computes both (rows
+      // alternate gate, up), the gate op launches it and de-interleaves; the up op follows.
+      const LayerDev& L = layers_[size_t(gu->second)];
+      const bool is_gate = op.w == &m_->layers[size_t(gu->second)].w_gate;
+      if (is_gate) {
+        cuda::GemvArgs a;
+        a.w = &L.gate_up;
+        a.in = IN(0);
+        a.y = st.gateup_tmp;
+        cuda::gemv(Prologue::None, Epilogue::Store, a, stream_);
+        CUDA_CHECK(cudaMemcpy2DAsync(OUT(0), sizeof(float), st.gateup_tmp, 2 * sizeof(float), sizeof(float),
+                                     size_t(hp.n_ff), cudaMemcpyDeviceToDevice, stream_));
+      } else {
+        CUDA_CHECK(cudaMemcpy2DAsync(OUT(0), sizeof(float), st.gateup_tmp + 1, 2 * sizeof(float), sizeof(float),
+                                     size_t(hp.n_ff), cudaMemcpyDeviceToDevice, stream_));
+      }
+      break;
+    }
+    case OpKind::HeadNorm: {
+      const GTensor& x = g.t(op.in[0]);
+      cuda::rmsnorm_rows(IN(0), dev_vec(*op.w), OUT(0), x.cols / op.head_dim, op.head_dim, op.eps, stream_);
+      break;
+    }
+    case OpKind::Rope: {
+      const GTensor& x = g.t(op.in[0]);
+      CUDA_CHECK(cudaMemcpyAsync(OUT(0), IN(0), x.bytes(), cudaMemcpyDeviceToDevice, stream_));
+      cuda::rope(OUT(0), int(x.cols / op.head_dim), op.head_dim,
+                 op.rope_neox ? cuda::RopeStyle::NeoX : cuda::RopeStyle::Adjacent, op.rope_theta, d_pos, stream_);
+      break;
+    }
+    case OpKind::KvStore: {
+      const LayerDev& L = layers_[size_t(op.layer)];
+      cuda::kv_store(IN(0), IN(1), L.kc, L.vc, op.n_head_kv, op.head_dim, opts_.n_ctx, d_pos, stream_);
+      break;
+    }
+    case OpKind::Attention: {
+      const LayerDev& L = layers_[size_t(op.layer)];
+      cuda::AttnArgs a;
+      a.q = IN(0);
+      a.k_cache = L.kc;
+      a.v_cache = L.vc;
+      a.n_head = op.n_head;
+      a.n_kv_head = op.n_head_kv;
+      a.head_dim = op.head_dim;
+      a.n_ctx = opts_.n_ctx;
+      a.pos = d_pos;
+      a.out = OUT(0);
+      a.n_splits = st.attn_splits;
+      a.partial = st.attn_partial;
+      cuda::attention_decode(a, stream_);
+      break;
+    }
+    case OpKind::Add:
+      cuda::add(IN(0), IN(1), OUT(0), g.t(op.out[0]).rows * g.t(op.out[0]).cols, stream_);
+      break;
+    case OpKind::SiluMul:
+      cuda::silu_mul(IN(0), IN(1), OUT(0), g.t(op.out[0]).rows * g.t(op.out[0]).cols, stream_);
+      break;
+  }
+}
+
+void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp) {
+  const auto& hp = m_->hp;
+  const Op& lead = g.ops[size_t(grp.leader())];
+  cuda::GemvArgs a;
+  Prologue pro = Prologue::None;
+  a.in = ptr(st, g, lead.in[0]);
+  if (grp.fold_norm) {
+    const Op& norm = g.ops[size_t(grp.norm)];
+    a.gamma = dev_vec(*norm.w);
+    a.eps = norm.eps;
+    a.in = ptr(st, g, norm.in[0]);
+    pro = Prologue::Norm;
+    if (grp.fold_add) {
+      const Op& add = g.ops[size_t(grp.add)];
+      a.in = ptr(st, g, add.in[1]);        // the block output (o_proj / down)
+      a.residual = ptr(st, g, add.in[0]);  // the residual stream
+      a.residual_out = ptr(st, g, add.out[0]);
+      pro = Prologue::AddNorm;
+    }
+  }
+  const LayerDev& L = layers_[size_t(grp.layer)];
+  switch (grp.kind) {
+    case GroupKind::QKV: {
+      a.w = &L.qkv;
+      a.bias = L.qkv_bias;
+      auto& q = a.qkv;
+      q.n_head = int(hp.n_head);
+      q.n_kv_head = int(hp.n_head_kv);
+      q.head_dim = int(hp.head_dim);
+      const auto& W = m_->layers[size_t(grp.layer)];
+      q.q_norm = W.q_norm.data ? dev_vec(W.q_norm) : nullptr;
+      q.k_norm = W.k_norm.data ? dev_vec(W.k_norm) : nullptr;
+      q.norm_eps = hp.rms_eps;
+      q.rope = hp.rope_neox ? cuda::RopeStyle::NeoX : cuda::RopeStyle::Adjacent;
+      q.theta = hp.rope_theta;
+      q.pos = d_io_ + 1;
+      // q_out is the tensor the attention op reads (output of the q rope).
+      int q_rope = -1;
+      for (int e : grp.epilogue)
+        if (g.ops[size_t(e)].kind == OpKind::Rope && g.ops[size_t(e)].name.find("q_rope") != std::string::npos)
+          q_rope = g.ops[size_t(e)].out[0];
+      LMF_CHECK(q_rope >= 0);
+      q.q_out = ptr(st, g, q_rope);
+      q.k_cache = L.kc;
+      q.v_cache = L.vc;
+      q.n_ctx = opts_.n_ctx;
+      q.raw = st.qkv_raw;
+      q.counters = L.counters;
+      cuda::gemv(pro, Epilogue::QKV, a, stream_);
+      break;
+    }
+    case GroupKind::GateUp:
+      a.w = &L.gate_up;
+      a.y = ptr(st, g, g.ops[size_t(grp.epilogue[0])].out[0]);
+      cuda::gemv(pro, Epilogue::SiluMul, a, stream_);
+      break;
+    case GroupKind::OResid:
+    case GroupKind::DownResid: {
+      const Op& add = g.ops[size_t(grp.epilogue[0])];
+      a.w = &mats_.at(lead.w);
+      const int other = add.in[0] == lead.out[0] ? add.in[1] : add.in[0];
+      a.y_residual = ptr(st, g, other);
+      a.y = ptr(st, g, add.out[0]);
+      cuda::gemv(Prologue::None, Epilogue::Residual, a, stream_);
+      break;
+    }
+  }
+}
+
+void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
+  size_t ev = 0;
+  for (const Op& op : g.ops) {
+    if (!op.launch) continue;
+    if (profile) {
+      if (ev == events_.size()) {
+        events_.emplace_back();
+        CUDA_CHECK(cudaEventCreate(&events_.back().first));
+        CUDA_CHECK(cudaEventCreate(&events_.back().second));
+      }
+      CUDA_CHECK(cudaEventRecord(events_[ev].first, stream_));
+    }
+    if (op.group >= 0) launch_group(g, st, g.groups[size_t(op.group)]);
+    else launch_op(g, st, op);
+    if (profile) {
+      CUDA_CHECK(cudaEventRecord(events_[ev].second, stream_));
+      ++ev;
+    }
+  }
+  if (profile) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    profile_.clear();
+    ev = 0;
+    for (const Op& op : g.ops) {
+      if (!op.launch) continue;
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, events_[ev].first, events_[ev].second));
+      ++ev;
+      std::string kind = op_kind_name(op.kind);
+      if (op.group >= 0) {
+        const auto& grp = g.groups[size_t(op.group)];
+        kind = cat("gemv ", dtype_name(op.w->type), " ", group_kind_name(grp.kind), grp.fold_add ? "+addnorm" : grp.fold_norm ? "+norm" : "");
+      } else if (op.kind == OpKind::MatMul) {
+        kind = cat("gemv ", dtype_name(op.w->type));
+      }
+      profile_.push_back({op.name, kind, double(ms) * 1000.0});
+    }
+  }
+}
+
+void CudaBackend::run(Graph& g, const StepInput& in) {
+  LMF_CHECK(in.n_tokens == 1 && g.n_tokens == 1);
+  GraphState& st = states_.at(&g);
+  h_io_[0] = in.tokens[0];
+  h_io_[1] = int(in.pos0);
+  CUDA_CHECK(cudaMemcpyAsync(d_io_, h_io_, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  const bool use_graph = tri_resolve(opts_.knobs.cuda_graph, true) && !in.profile;
+  // The first run is eager (kernels pick grid sizes, lazy module loading happens); the second
+  // captures the step once; every later step replays it.
+  if (use_graph && st.runs >= 1) {
+    if (!st.exec) {
+      cudaGraph_t graph;
+      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      try {
+        launch_all(g, st, false);
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        throw;
+      }
+      CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      CUDA_CHECK(cudaGraphInstantiate(&st.exec, graph, 0));
+      CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+    CUDA_CHECK(cudaGraphLaunch(st.exec, stream_));
+  } else {
+    launch_all(g, st, in.profile);
+  }
+  ++st.runs;
+  const GTensor& lt = g.t(g.logits);
+  const float* l = ptr(st, g, g.logits);
+  if (in.argmax) {
+    cuda::argmax(l + (lt.rows - 1) * lt.cols, lt.cols, d_io_ + 2, argmax_, stream_);
+    CUDA_CHECK(cudaMemcpyAsync(h_io_ + 2, d_io_ + 2, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  }
+  if (in.logits) CUDA_CHECK(cudaMemcpyAsync(in.logits, l, lt.bytes(), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (in.argmax) *in.argmax = h_io_[2];
+}
+
+double CudaBackend::copy_bandwidth() {
+  const size_t n = size_t(1) << 30;
+  void *a = nullptr, *b = nullptr;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&a), n));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b), n));
+  CUDA_CHECK(cudaMemsetAsync(a, 1, n, stream_));
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  CUDA_CHECK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, stream_));  // warm-up
+  const int reps = 10;
+  CUDA_CHECK(cudaEventRecord(e0, stream_));
+  for (int i = 0; i < reps; ++i) CUDA_CHECK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, stream_));
+  CUDA_CHECK(cudaEventRecord(e1, stream_));
+  CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * double(n) * reps / (double(ms) / 1000.0);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& o, std::string* why) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    if (why) *why = "no CUDA device found";
+    return nullptr;
+  }
+  if (o.device < 0 || o.device >= n) {
+    if (why) *why = cat("device ", o.device, " does not exist (", n, " present)");
+    return nullptr;
+  }
+  return std::make_unique<CudaBackend>(o);
+}
+
+}  // namespace lmf

@@ -64,6 +64,7 @@ void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_
     in.tokens = tokens.data() + done;
     in.n_tokens = n;
     in.pos0 = pos_;
+    in.profile = profile_next_ && last;
     // Non-last chunks of a last-logits request produce no output (nothing is copied back).
     if (all_logits) {
       in.logits = logits_.data() + done * V;
@@ -73,6 +74,7 @@ void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_
       in.logits = logits_.data();
     }
     backend_.run(g, in);
+    if (in.profile) profile_next_ = false;
     pos_ += n;
     done += n;
   }

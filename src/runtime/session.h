@@ -36,6 +36,8 @@ class Session {
   void reset() { rewind(0); }
   // The prepared graph for a shape (for inspection and tests).
   Graph& graph_for(int64_t n_tokens, bool all_logits);
+  // The next eval times every launch (backends that support it); read backend.profile().
+  void profile_next() { profile_next_ = true; }
   // Prompt longer than this is evaluated in chunks (bounded activation memory).
   void set_max_batch(int64_t n) { max_batch_ = n; }
 
@@ -46,6 +48,7 @@ class Session {
   int64_t n_ctx_;
   int64_t pos_ = 0;
   int64_t max_batch_ = 2048;
+  bool profile_next_ = false;
   std::map<std::pair<int64_t, bool>, std::unique_ptr<Graph>> graphs_;
   std::vector<float> logits_;
 };

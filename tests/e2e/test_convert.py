@@ -337,14 +337,17 @@ class Convert(unittest.TestCase):
         corrupt("size field", lambda b, n: (2**40).to_bytes(8, "little") + b[8:], "header size")
         corrupt("json", lambda b, n: b[:8] + b"x" + b[9:], "not valid JSON")
 
-        def overlap(b, n):
+        def overlap(b, n):  # move the second tensor's range to start inside the first one's
             h = json.loads(b[8:8 + n])
-            ks = [k for k in h if k != "__metadata__"]
-            h[ks[1]]["data_offsets"] = h[ks[0]]["data_offsets"]  # same shape? then overlap; else size mismatch
-            hb = json.dumps(h).encode()
-            hb += b" " * (n - len(hb))
-            return b[:8] + hb[:n] + b[8 + n:]
-        corrupt("offsets", overlap, "data_offsets" if False else "tensor")
+            ks = sorted((k for k in h if k != "__metadata__"), key=lambda k: h[k]["data_offsets"][0])
+            b0 = h[ks[0]]["data_offsets"][0]
+            size = h[ks[1]]["data_offsets"][1] - h[ks[1]]["data_offsets"][0]
+            h[ks[1]]["data_offsets"] = [b0 + 4, b0 + 4 + size]
+            hb = json.dumps(h, separators=(",", ":")).encode()
+            hb += b" " * (-len(hb) % 8)
+            return len(hb).to_bytes(8, "little") + hb + b[8 + n:]
+        corrupt("offsets", overlap, "overlap")
+        corrupt("truncated", lambda b, n: b[:8 + n + 100], "truncated")
 
         def bad_dtype(b, n):
             return b.replace(b'"F32"', b'"I64"', 1)

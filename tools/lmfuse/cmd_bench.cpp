@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
+#include <map>
 #include <random>
 
 #include "cli_common.h"
@@ -42,7 +44,8 @@ Row bench_one(Session& s, const std::string& kind, int64_t n, int64_t depth, int
     if (kind == "pp") {
       s.eval(std::span(toks).subspan(size_t(depth), size_t(n)));
     } else {
-      for (int64_t i = 0; i < n; ++i) s.eval(std::span(toks).subspan(size_t(depth + i), 1));
+      // Greedy decode: the argmax is taken where the logits are (on the GPU for CUDA).
+      for (int64_t i = 0; i < n; ++i) s.eval_argmax(std::span(toks).subspan(size_t(depth + i), 1));
     }
     double dt = now_s() - t0;
     if (r >= 0) row.samples.push_back(double(n) / dt);
@@ -53,6 +56,26 @@ Row bench_one(Session& s, const std::string& kind, int64_t n, int64_t depth, int
   for (double x : row.samples) sq += (x - row.mean) * (x - row.mean);
   row.sd = row.samples.size() > 1 ? std::sqrt(sq / double(row.samples.size() - 1)) : 0;
   return row;
+}
+
+void print_profile(const std::vector<ProfileEntry>& p) {
+  if (p.empty()) {
+    std::printf("\n(--profile: this backend records no per-launch times)\n");
+    return;
+  }
+  std::map<std::string, std::pair<double, int>> by_kind;
+  double total = 0;
+  for (const auto& e : p) {
+    by_kind[e.kind].first += e.us;
+    by_kind[e.kind].second++;
+    total += e.us;
+  }
+  std::vector<std::pair<std::string, std::pair<double, int>>> v(by_kind.begin(), by_kind.end());
+  std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
+  std::printf("\none decode step, %zu launches, %.1f us of kernel time (eager, events around each launch):\n", p.size(), total);
+  std::printf("| kernel | launches | total us | mean us | share |\n| --- | ---: | ---: | ---: | ---: |\n");
+  for (auto& [k, t] : v)
+    std::printf("| %s | %d | %.1f | %.2f | %.1f %% |\n", k.c_str(), t.second, t.first, t.first / t.second, 100.0 * t.first / total);
 }
 
 }  // namespace
@@ -78,8 +101,11 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("-r,--repetitions", reps, "timed repetitions (after one warm-up)")->check(CLI::Range(1, 1000));
   app.add_flag("--json", json, "print JSON lines instead of a table");
   app.add_option("--ab", ab, "run every test with KNOB=0 and KNOB=1 and print the ratio");
+  bool profile = false;
+  app.add_flag("--profile", profile, "per-kernel time breakdown of one decode step (CUDA)");
   CLI11_PARSE(app, argc, argv);
 
+  double copy_bw = 0;
   std::vector<std::string> variants = {""};
   if (!ab.empty()) {
     Knobs().get(ab);  // validates the knob name
@@ -115,29 +141,51 @@ int cmd_bench(int argc, char** argv) {
         rows.push_back(bench_one(s, "pp", p, depth, reps, hp.n_vocab));
         rows.back().knob_label = v;
       }
+    if (copy_bw == 0) copy_bw = e.backend->copy_bandwidth();
     for (auto n : tg)
       if (n > 0) {
         rows.push_back(bench_one(s, "tg", n, depth, reps, hp.n_vocab));
         rows.back().knob_label = v;
+        const uint64_t wb = e.backend->decode_weight_bytes();
+        if (wb > 0 && copy_bw > 0) {
+          // bytes per token: weights + the KV cache read at the mean context of the run
+          const double ctx = double(depth) + double(n + 1) / 2.0;
+          const double kv = double(hp.n_layer) * 2.0 * double(hp.kv_dim()) * 2.0 * ctx;
+          const double bw = (double(wb) + kv) * rows.back().mean;
+          char b[96];
+          std::snprintf(b, sizeof b, "%.0f GB/s = %.1f %% of copy %.0f GB/s", bw / 1e9, 100.0 * bw / copy_bw, copy_bw / 1e9);
+          rows.back().extra = b;
+        }
       }
+    if (profile) {
+      s.reset();
+      auto toks = random_tokens(depth + 2, hp.n_vocab, 99);
+      s.eval(std::span(toks).first(size_t(depth + 1)));
+      s.profile_next();
+      s.eval_argmax(std::span(toks).subspan(size_t(depth + 1), 1));
+      print_profile(e.backend->profile());
+    }
   }
   if (json) {
     for (const auto& r : rows)
       std::printf("{\"model\":\"%s\",\"size\":\"%s\",\"backend\":\"%s\",\"threads\":%d,\"test\":\"%s\",\"knob\":\"%s\","
-                  "\"ts_mean\":%.3f,\"ts_sd\":%.3f}\n",
+                  "\"ts_mean\":%.3f,\"ts_sd\":%.3f,\"bandwidth\":\"%s\"}\n",
                   model_desc.c_str(), size_desc.c_str(), backend_desc.c_str(), threads, r.test.c_str(),
-                  r.knob_label.c_str(), r.mean, r.sd);
+                  r.knob_label.c_str(), r.mean, r.sd, r.extra.c_str());
     return 0;
   }
   const bool show_knob = !ab.empty() || !ef.knobs.empty();
-  std::printf("| model | size | params | backend | threads |%s test | t/s |\n", show_knob ? " knobs |" : "");
-  std::printf("| --- | ---: | ---: | --- | ---: |%s ---: | ---: |\n", show_knob ? " --- |" : "");
+  bool any_extra = false;
+  for (const auto& r : rows) any_extra |= !r.extra.empty();
+  std::printf("| model | size | params | backend | threads |%s test | t/s |%s\n", show_knob ? " knobs |" : "",
+              any_extra ? " bandwidth |" : "");
+  std::printf("| --- | ---: | ---: | --- | ---: |%s ---: | ---: |%s\n", show_knob ? " --- |" : "", any_extra ? " ---: |" : "");
   for (const auto& r : rows) {
     std::string knob = r.knob_label;
     for (const auto& k : ef.knobs) knob += (knob.empty() ? "" : " ") + k;
-    std::printf("| %s | %s | %s | %s | %d |%s %s | %.2f ± %.2f |\n", model_desc.c_str(), size_desc.c_str(),
+    std::printf("| %s | %s | %s | %s | %d |%s %s | %.2f ± %.2f |%s\n", model_desc.c_str(), size_desc.c_str(),
                 params_desc.c_str(), backend_desc.c_str(), threads, show_knob ? (" " + knob + " |").c_str() : "",
-                r.test.c_str(), r.mean, r.sd);
+                r.test.c_str(), r.mean, r.sd, any_extra ? (" " + r.extra + " |").c_str() : "");
   }
   if (!ab.empty()) {
     const size_t half = rows.size() / 2;

@@ -1,4 +1,5 @@
 // lmfuse logits: the test contract. Writes little-endian float32 logits [n, vocab].
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -25,10 +26,13 @@ int cmd_logits(int argc, char** argv) {
   app.add_flag("--all", all, "logits for every position, not only the last");
   app.add_option("--prefill", prefill, "evaluate the first N tokens as one batch, then one at a time");
   app.add_option("-o,--output", out, "output file")->required();
+  int64_t generate = 0;
+  app.add_option("--generate", generate,
+                 "then decode N tokens greedily and print their ids to stdout (CPU/GPU agreement checks)");
   CLI11_PARSE(app, argc, argv);
 
   auto tokens = parse_token_list(tokens_s);
-  Engine e = load_engine(ef, int64_t(tokens.size()));
+  Engine e = load_engine(ef, int64_t(tokens.size()) + generate);
   Session s(*e.model, *e.backend);
   const int64_t n = int64_t(tokens.size());
   const int64_t V = e.model->hp.n_vocab;
@@ -44,6 +48,13 @@ int cmd_logits(int argc, char** argv) {
       if (all || i == n - 1) result.insert(result.end(), li.begin(), li.end());
     }
     if (!all) result.erase(result.begin(), result.end() - V);
+  }
+  if (generate > 0) {
+    int32_t next = int32_t(std::max_element(result.end() - V, result.end()) - (result.end() - V));
+    for (int64_t i = 0; i < generate; ++i) {
+      std::printf("%d%c", next, i + 1 == generate ? '\n' : ' ');
+      if (i + 1 < generate) next = s.eval_argmax(std::span(&next, 1));
+    }
   }
   std::ofstream f(out, std::ios::binary);
   if (!f) LMF_FAIL(out, ": cannot open for writing");

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "format/quant/half.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -36,6 +37,29 @@ DeviceWeight row_view(const DeviceWeight& w, int64_t r0, int64_t n) {
   v.q_bytes = qs * size_t(n);
   v.scale_bytes = ss * size_t(n);
   return v;
+}
+
+// The GEMVs read F16/BF16/Q8_0/Q4_0/Q4_1. F32 matrices (rare: tiny test models) are stored as
+// F16 on the GPU; that rounding (2^-11 relative) is far inside the float-weight tolerance.
+struct GpuSource {
+  DType type;
+  const void* data;
+  std::vector<uint16_t> converted;
+};
+GpuSource gpu_source(const Weight& w) {
+  GpuSource s{w.type, w.data, {}};
+  if (w.type == DType::F32) {
+    const auto* f = reinterpret_cast<const float*>(w.data);
+    s.converted.resize(size_t(w.rows * w.cols));
+    for (size_t i = 0; i < s.converted.size(); ++i) s.converted[i] = f32_to_fp16(f[i]);
+    s.type = DType::F16;
+    s.data = s.converted.data();
+  }
+  return s;
+}
+cuda::HostPacked pack(const Weight& w) {
+  GpuSource s = gpu_source(w);
+  return cuda::repack_rows(s.type, s.data, w.rows, w.cols);
 }
 
 struct LayerDev {
@@ -178,13 +202,14 @@ void CudaBackend::load(const Model& m) {
     for (const Weight* v : {&W.attn_norm, &W.ffn_norm, &W.q_norm, &W.k_norm})
       if (v->data) upload_f32(*v);
     if (W.wq.type == W.wk.type && W.wk.type == W.wv.type) {
-      L.qkv = upload(L, cuda::repack_concat(W.wq.type, {{W.wq.data, W.wq.rows}, {W.wk.data, W.wk.rows}, {W.wv.data, W.wv.rows}},
+      GpuSource q = gpu_source(W.wq), k = gpu_source(W.wk), v = gpu_source(W.wv);
+      L.qkv = upload(L, cuda::repack_concat(q.type, {{q.data, W.wq.rows}, {k.data, W.wk.rows}, {v.data, W.wv.rows}},
                                             hp.n_embd));
       mats_[&W.wq] = row_view(L.qkv, 0, W.wq.rows);
       mats_[&W.wk] = row_view(L.qkv, W.wq.rows, W.wk.rows);
       mats_[&W.wv] = row_view(L.qkv, W.wq.rows + W.wk.rows, W.wv.rows);
     } else {
-      for (const Weight* w : {&W.wq, &W.wk, &W.wv}) mats_[w] = upload(L, cuda::repack_rows(w->type, w->data, w->rows, w->cols));
+      for (const Weight* w : {&W.wq, &W.wk, &W.wv}) mats_[w] = upload(L, pack(*w));
     }
     if (hp.qkv_bias) {
       const size_t nq = size_t(W.bq.cols), nk = size_t(W.bk.cols);
@@ -196,16 +221,17 @@ void CudaBackend::load(const Model& m) {
       vecs_[&W.bk] = L.qkv_bias + nq;
       vecs_[&W.bv] = L.qkv_bias + nq + nk;
     }
-    mats_[&W.wo] = upload(L, cuda::repack_rows(W.wo.type, W.wo.data, W.wo.rows, W.wo.cols));
+    mats_[&W.wo] = upload(L, pack(W.wo));
     if (gateup_fused && W.w_gate.type == W.w_up.type) {
-      L.gate_up = upload(L, cuda::repack_gate_up(W.w_gate.type, W.w_gate.data, W.w_up.data, W.w_gate.rows, W.w_gate.cols));
+      GpuSource gs = gpu_source(W.w_gate), us = gpu_source(W.w_up);
+      L.gate_up = upload(L, cuda::repack_gate_up(gs.type, gs.data, us.data, W.w_gate.rows, W.w_gate.cols));
       gate_up_layer_[&W.w_gate] = l;
       gate_up_layer_[&W.w_up] = l;
     } else {
-      mats_[&W.w_gate] = upload(L, cuda::repack_rows(W.w_gate.type, W.w_gate.data, W.w_gate.rows, W.w_gate.cols));
-      mats_[&W.w_up] = upload(L, cuda::repack_rows(W.w_up.type, W.w_up.data, W.w_up.rows, W.w_up.cols));
+      mats_[&W.w_gate] = upload(L, pack(W.w_gate));
+      mats_[&W.w_up] = upload(L, pack(W.w_up));
     }
-    mats_[&W.w_down] = upload(L, cuda::repack_rows(W.w_down.type, W.w_down.data, W.w_down.rows, W.w_down.cols));
+    mats_[&W.w_down] = upload(L, pack(W.w_down));
     const size_t cache = size_t(opts_.n_ctx) * size_t(hp.kv_dim()) * sizeof(uint16_t);
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&L.kc), cache));
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&L.vc), cache));
@@ -214,7 +240,7 @@ void CudaBackend::load(const Model& m) {
     L.counters = cuda::qkv_counters_alloc(int(hp.n_head), int(hp.n_head_kv));
   }
   upload_f32(m.output_norm);
-  extra_.push_back(cuda::upload_weight(cuda::repack_rows(m.output.type, m.output.data, m.output.rows, m.output.cols), stream_));
+  extra_.push_back(cuda::upload_weight(pack(m.output), stream_));
   mats_[&m.output] = extra_.back();
   decode_bytes_ += cuda::weight_bytes(extra_.back());
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&embd_raw_), m.tok_embd.nbytes));

@@ -9,11 +9,20 @@
 // (SMs x occupancy) blocks, row groups dealt round-robin over blocks so every SM gets an equal
 // share, and each block stages x only once.
 //
-// Shared x. x (after the prologue) is staged as 32-float blocks of 8 float4 slots, slot f of
-// block c stored at c*8 + (f ^ (c & 7)): the 8 lanes of a quarter-warp read 8 different 16-byte
-// bank groups (conflict-free). For the 4-bit types each element is pre-multiplied by 2^-k, where
-// q*2^k is what the shift-free nibble decode produces (see nib()); sumx[c] (unscaled) carries the
-// zero-point / minimum term.
+// Shared x, F16/BF16. x (after the prologue) is staged as 32-float blocks of 8 float4 slots,
+// slot f of block c stored at c*8 + (f ^ (c & 7)): the 8 lanes of a quarter-warp read 8
+// different 16-byte bank groups (conflict-free).
+//
+// Shared x, Q4_0/Q4_1/Q8_0 (integer dot products). x is quantized per block of 32 to int8 the
+// way the CPU backend does (src/backend/cpu/act_quant.h: amax = max|x|, id = 127/amax,
+// q = rne(x*id), dx = amax/127), so the inner loop is byte dot products (dp4a), ~0.5 instruction
+// per weight instead of ~3 for unpack + fp32 FMA. Every block quantizes the whole vector for
+// itself (1-25K elements: cheap, and it keeps the Norm/AddNorm prologue fusion). Two planes of
+// uint4, lo[c] = bytes 0..15 and hi[c] = bytes 16..31 of block c, so lane l reading block 32g+l
+// reads consecutive 16-byte words (conflict-free), then per block {dx, sum(q)} as an int2.
+// A Q4 weight word (bytes 4w..4w+3, GGUF order) holds elements 4w..4w+3 in its low nibbles and
+// 16+4w..16+4w+3 in its high nibbles: the low nibbles meet x word w of lo, the high ones x word
+// w of hi, so the GGUF byte order needs no repacking.
 //
 // RMSNorm prologue: y = rsqrt(mean(h^2)+eps) * (W (h*gamma)): the scalar is applied to each dot
 // at the end, so staging is one pass (sum of squares accumulates while staging).
@@ -28,6 +37,13 @@ namespace lmf::cuda::dev {
 constexpr int kGemvWarps = 8;
 constexpr int kGemvThreads = kGemvWarps * 32;
 constexpr int kRows = 4;  // rows per warp (row group)
+// Quantized types run the integer path with <= 128 registers, so two blocks (16 warps) fit an
+// SM: twice the loads in flight and the 8B shapes' row groups in one round (qkv: 1536 groups vs
+// 2112 warps). F16/BF16 keep 64 B per lane per row in registers: one block per SM.
+template <DType T>
+constexpr bool kInt8x = T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q8_0;
+template <DType T>
+constexpr int kMinBlocks = kInt8x<T> ? 2 : 1;
 static_assert(kRows % 2 == 0, "SiluMul pairs rows inside a row group");
 
 template <DType T>
@@ -38,31 +54,26 @@ template <>
 struct WTraits<DType::Q4_0> {
   static constexpr int P = 1;
   static constexpr int scale_bytes = 2;
-  static constexpr bool nibbles = true;
 };
 template <>
 struct WTraits<DType::Q4_1> {
   static constexpr int P = 1;
   static constexpr int scale_bytes = 4;
-  static constexpr bool nibbles = true;
 };
 template <>
 struct WTraits<DType::Q8_0> {
   static constexpr int P = 2;
   static constexpr int scale_bytes = 2;
-  static constexpr bool nibbles = false;
 };
 template <>
 struct WTraits<DType::F16> {
   static constexpr int P = 4;
   static constexpr int scale_bytes = 0;
-  static constexpr bool nibbles = false;
 };
 template <>
 struct WTraits<DType::BF16> {
   static constexpr int P = 4;
   static constexpr int scale_bytes = 0;
-  static constexpr bool nibbles = false;
 };
 
 // Kernel parameters (a flat copy of GemvArgs; passed by value in constant memory).
@@ -86,59 +97,46 @@ struct GemvParams {
 template <DType T>
 constexpr int kSteps = WTraits<T>::P == 1 ? 2 : 1;
 
-// Pre-scale of element e (0..31) of a block for the nibble decode: 2^-(nibble bit offset).
-__device__ __forceinline__ float nib_prescale(int e) {
-  const int sh = (e < 16 ? 0 : 4) + (e & 1) * 8;
-  return __uint_as_float(uint32_t(127 - sh) << 23);
+// Unsigned bytes of a times signed bytes of b, summed into c (IDP4A.U8.S8).
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
 }
-// Nibble at bits [sh, sh+4) of v as a float q * 2^sh, exact: OR-ing into the mantissa of 2^23
-// and subtracting 2^23 needs no shift (one LOP3 + one FADD).
-__device__ __forceinline__ float nib(uint32_t v, int sh) {
-  return __uint_as_float((v & (0xFu << sh)) | 0x4B000000u) - 8388608.f;
-}
-
-// sum_e q_e * x_e over one Q4 block (16 bytes), x pre-scaled per nib_prescale.
-__device__ __forceinline__ float dot_q4(const uint4& q, const float4 (&x)[8]) {
-  const uint32_t wd[4] = {q.x, q.y, q.z, q.w};
-  float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    const uint32_t lo = wd[w], hi = wd[w] >> 16;
-    // lo: bits 0,4,8,12 = elements 4w, 4w+16, 4w+1, 4w+17; hi: 4w+2, 4w+18, 4w+3, 4w+19.
-    s0 = fmaf(nib(lo, 0), x[w].x, s0);
-    s1 = fmaf(nib(lo, 4), x[4 + w].x, s1);
-    s0 = fmaf(nib(lo, 8), x[w].y, s0);
-    s1 = fmaf(nib(lo, 12), x[4 + w].y, s1);
-    s0 = fmaf(nib(hi, 0), x[w].z, s0);
-    s1 = fmaf(nib(hi, 4), x[4 + w].z, s1);
-    s0 = fmaf(nib(hi, 8), x[w].w, s0);
-    s1 = fmaf(nib(hi, 12), x[4 + w].w, s1);
-  }
-  return s0 + s1;
+__device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
 }
 
-// Signed byte k of v as an exact float: XOR 0x80 makes it q+128 unsigned; PRMT places it under
-// the exponent of 2^23.
-__device__ __forceinline__ float sbyte(uint32_t u /* v ^ 0x80808080 */, int k) {
-  return __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440 | k)) - 8388736.f;
+// init + sum_e q_e * xq_e over one Q4 block (16 bytes of nibbles), exact in int32. The high
+// nibbles are used in place (masked, not shifted: bytes 16*q in [0, 240], unsigned dp4a), so
+// their sum is 16x and one shift at the end replaces a shift per word.
+__device__ __forceinline__ int dot_q4_i8(const uint4& q, const uint4& xl, const uint4& xh, int init) {
+  int lo = init, hi = 0;
+  lo = dp4a_us(q.x & 0x0F0F0F0Fu, xl.x, lo);
+  hi = dp4a_us(q.x & 0xF0F0F0F0u, xh.x, hi);
+  lo = dp4a_us(q.y & 0x0F0F0F0Fu, xl.y, lo);
+  hi = dp4a_us(q.y & 0xF0F0F0F0u, xh.y, hi);
+  lo = dp4a_us(q.z & 0x0F0F0F0Fu, xl.z, lo);
+  hi = dp4a_us(q.z & 0xF0F0F0F0u, xh.z, hi);
+  lo = dp4a_us(q.w & 0x0F0F0F0Fu, xl.w, lo);
+  hi = dp4a_us(q.w & 0xF0F0F0F0u, xh.w, hi);
+  return lo + (hi >> 4);  // hi is a multiple of 16: the shift is exact for negatives too
 }
 
-__device__ __forceinline__ float dot_q8(const uint4 (&q)[2], const float4 (&x)[8]) {
-  float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-  for (int p = 0; p < 2; ++p) {
-    const uint32_t wd[4] = {q[p].x, q[p].y, q[p].z, q[p].w};
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const uint32_t u = wd[w] ^ 0x80808080u;
-      const float4 xv = x[4 * p + w];
-      s0 = fmaf(sbyte(u, 0), xv.x, s0);
-      s1 = fmaf(sbyte(u, 1), xv.y, s1);
-      s0 = fmaf(sbyte(u, 2), xv.z, s0);
-      s1 = fmaf(sbyte(u, 3), xv.w, s1);
-    }
-  }
-  return s0 + s1;
+// sum_e q_e * xq_e over one Q8_0 block (2 x 16 bytes), exact in int32.
+__device__ __forceinline__ int dot_q8_i8(const uint4 (&q)[2], const uint4& xl, const uint4& xh) {
+  int s = 0;
+  s = dp4a_ss(q[0].x, xl.x, s);
+  s = dp4a_ss(q[0].y, xl.y, s);
+  s = dp4a_ss(q[0].z, xl.z, s);
+  s = dp4a_ss(q[0].w, xl.w, s);
+  s = dp4a_ss(q[1].x, xh.x, s);
+  s = dp4a_ss(q[1].y, xh.y, s);
+  s = dp4a_ss(q[1].z, xh.z, s);
+  s = dp4a_ss(q[1].w, xh.w, s);
+  return s;
 }
 
 template <DType T>
@@ -199,30 +197,38 @@ struct Frag {
     }
   }
 
-  __device__ __forceinline__ void accumulate(float (&acc)[kRows], const float4* xs4,
-                                             const float* sumx, int g, int nblk, int lane) const {
+  // F16/BF16: xs = float x slots (swizzled). Quantized types: xs = the int8 planes and scales.
+  __device__ __forceinline__ void accumulate(float (&acc)[kRows], const float4* xs4, int g, int nblk,
+                                             int lane) const {
     const int gb = min(32, nblk - 32 * g);
     if (lane >= gb) return;
     const int c = 32 * g + lane;
-    float4 x[8];  // [32] x of block c
+    if constexpr (kInt8x<T>) {
+      const uint4* xq = reinterpret_cast<const uint4*>(xs4);
+      const uint4 xl = xq[c], xh = xq[nblk + c];
+      const int2 xsc = reinterpret_cast<const int2*>(xq + 2 * size_t(nblk))[c];
+      const float dx = __int_as_float(xsc.x);
 #pragma unroll
-    for (int f = 0; f < 8; ++f) x[f] = xs4[c * 8 + (f ^ (c & 7))];
-    const float sx = sumx[c];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if constexpr (T == DType::Q4_0) {
-        const float d = __half2float(__ushort_as_half(uint16_t(sc[r])));
-        acc[r] = fmaf(d, dot_q4(w[r][0], x) - 8.f * sx, acc[r]);
-      } else if constexpr (T == DType::Q4_1) {
+      for (int r = 0; r < kRows; ++r) {
         const float d = __half2float(__ushort_as_half(uint16_t(sc[r] & 0xffffu)));
-        const float m = __half2float(__ushort_as_half(uint16_t(sc[r] >> 16)));
-        acc[r] = fmaf(d, dot_q4(w[r][0], x), fmaf(m, sx, acc[r]));
-      } else if constexpr (T == DType::Q8_0) {
-        const float d = __half2float(__ushort_as_half(uint16_t(sc[r])));
-        acc[r] = fmaf(d, dot_q8(w[r], x), acc[r]);
-      } else {
-        acc[r] += dot_f16x<T>(w[r], x);
+        if constexpr (T == DType::Q4_0) {
+          // sum (q-8)*xq = dot(q, xq) - 8*sum(xq): the dot starts at -8*sum(xq).
+          const int s = dot_q4_i8(w[r][0], xl, xh, -8 * xsc.y);
+          acc[r] = fmaf(d * dx, float(s), acc[r]);
+        } else if constexpr (T == DType::Q4_1) {
+          const float m = __half2float(__ushort_as_half(uint16_t(sc[r] >> 16)));
+          const int s = dot_q4_i8(w[r][0], xl, xh, 0);
+          acc[r] = fmaf(d * dx, float(s), fmaf(m * dx, float(xsc.y), acc[r]));
+        } else {
+          acc[r] = fmaf(d * dx, float(dot_q8_i8(w[r], xl, xh)), acc[r]);
+        }
       }
+    } else {
+      float4 x[8];  // [32] x of block c
+#pragma unroll
+      for (int f = 0; f < 8; ++f) x[f] = xs4[c * 8 + (f ^ (c & 7))];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r] += dot_f16x<T>(w[r], x);
     }
   }
 };
@@ -293,30 +299,49 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
 }
 
 template <DType T, Prologue PRO, Epilogue EPI>
-__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constant__ GemvParams p) {
-  extern __shared__ float4 xs4[];  // [nblk][8] swizzled x slots, then sumx [nblk]
+__global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
+    gemv_kernel(const __grid_constant__ GemvParams p) {
+  // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
+  // {dx, sum q}[nblk] (see the header comment).
+  extern __shared__ float4 xs4[];
   __shared__ float red[32];
   const int nblk = p.cols >> 5;
-  float* sumx = reinterpret_cast<float*>(xs4 + size_t(nblk) * 8);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_rg = (p.rows + kRows - 1) / kRows;
   const int ngroups = (nblk + 31) / 32;
   const int rg_step = gridDim.x * kGemvWarps;
 
   const uint64_t pol = evict_first_policy();
-  int rg = blockIdx.x + gridDim.x * warp;
-  int g = 0;
   constexpr int U = kSteps<T>;
-  Frag<T> cur[U];
-  if (rg < n_rg)  // in flight while x is staged
+  // Position (row group rg, column group g) of a batch of U steps; the next batch follows.
+  struct Pos {
+    int rg, g;
+  };
+  auto next_pos = [&](Pos q) {
+    q.g += U;
+    if (q.g >= ngroups) {
+      q.g = 0;
+      q.rg += rg_step;
+    }
+    return q;
+  };
+  Pos a{int(blockIdx.x) + int(gridDim.x) * warp, 0};
+  Pos b = next_pos(a);
+  Frag<T> cur[U], nxt[U];
+  // Two batches in flight while x is staged (for the 8B shapes that is a whole row group).
+  if (a.rg < n_rg)
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (u < ngroups) cur[u].load(p, rg, u, nblk, lane, pol);
+      if (u < ngroups) cur[u].load(p, a.rg, u, nblk, lane, pol);
+  if (b.rg < n_rg)
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (b.g + u < ngroups) nxt[u].load(p, b.rg, b.g + u, nblk, lane, pol);
 
   // Stage x (prologue). Thread t takes float4 t of each 1024-element slice: read-only loads, no
   // dependence between iterations, so the unrolled loop keeps several L2 reads in flight (a
   // serial chain here costs an L2 latency per iteration). 8 consecutive lanes hold one 32-element
-  // block, so its sum is 3 shuffles.
+  // block, so its max / sum is 3 shuffles.
   float ss = 0.f;
   const int n4 = p.cols >> 2;
   const float4* in4 = reinterpret_cast<const float4*>(p.in);
@@ -343,20 +368,32 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
       v.z *= gm.z;
       v.w *= gm.w;
     }
-    float bs = (v.x + v.y) + (v.z + v.w);
-    bs += __shfl_xor_sync(0xffffffffu, bs, 1);
-    bs += __shfl_xor_sync(0xffffffffu, bs, 2);
-    bs += __shfl_xor_sync(0xffffffffu, bs, 4);
-    if (ok) {
-      const int c = i4 >> 3, f = i4 & 7;
-      if (f == 0) sumx[c] = bs;
-      if constexpr (WTraits<T>::nibbles) {
-        v.x *= nib_prescale(4 * f);
-        v.y *= nib_prescale(4 * f + 1);
-        v.z *= nib_prescale(4 * f + 2);
-        v.w *= nib_prescale(4 * f + 3);
+    const int c = i4 >> 3, f = i4 & 7;
+    if constexpr (kInt8x<T>) {
+      // The RMS scalar is applied to the dot at the end; q = rne(x * 127/amax) does not depend
+      // on a common scale, so quantizing x before or after the scalar gives the same codes (up
+      // to the rounding of the scaled values).
+      float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
+      const float id = am > 0.f ? 127.f / am : 0.f;
+      const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id),
+                q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
+      int sq = (q0 + q1) + (q2 + q3);
+      sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+      sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+      sq += __shfl_xor_sync(0xffffffffu, sq, 4);
+      if (ok) {
+        const uint32_t word = (uint32_t(q0) & 0xffu) | ((uint32_t(q1) & 0xffu) << 8) |
+                              ((uint32_t(q2) & 0xffu) << 16) | (uint32_t(q3) << 24);
+        uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
+        xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = word;
+        if (f == 0)
+          reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk))[c] = make_int2(__float_as_int(am / 127.f), sq);
       }
-      xs4[c * 8 + (f ^ (c & 7))] = v;
+    } else {
+      if (ok) xs4[c * 8 + (f ^ (c & 7))] = v;
     }
   }
   float rn = 1.f;
@@ -370,21 +407,12 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
 
-  while (rg < n_rg) {
-    int nrg = rg, ng = g + U;
-    if (ng >= ngroups) {
-      ng = 0;
-      nrg += rg_step;
-    }
-    Frag<T> nxt[U];
-    if (nrg < n_rg)
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (ng + u < ngroups) nxt[u].load(p, nrg, ng + u, nblk, lane, pol);
+  while (a.rg < n_rg) {
+    const int rg = a.rg;
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (g + u < ngroups) cur[u].accumulate(acc, xs4, sumx, g + u, nblk, lane);
-    if (ng == 0) {  // row group rg complete
+      if (a.g + u < ngroups) cur[u].accumulate(acc, xs4, a.g + u, nblk, lane);
+    if (b.g == 0) {  // row group rg complete
       float v[kRows];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
@@ -429,13 +457,21 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
         }
       }
     }
+    // Shift the pipeline: the batch after next is issued before this one is used.
 #pragma unroll
     for (int u = 0; u < U; ++u) cur[u] = nxt[u];
-    rg = nrg;
-    g = ng;
+    a = b;
+    b = next_pos(b);
+    if (b.rg < n_rg)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (b.g + u < ngroups) nxt[u].load(p, b.rg, b.g + u, nblk, lane, pol);
   }
 }
 
-inline size_t gemv_smem_bytes(int cols) { return size_t(cols / 32) * (8 * 16 + 4); }
+template <DType T>
+inline size_t gemv_smem_bytes(int cols) {
+  return kInt8x<T> ? size_t(cols / 32) * (32 + 8) : size_t(cols / 32) * (8 * 16);
+}
 
 }  // namespace lmf::cuda::dev

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Whole-model checks of a backend against the golden Hugging Face references and against the
+CPU backend, through the `lmfuse logits` test contract (numpy only).
+
+  python3 scripts/check_models.py --lmfuse build/lmfuse --device cuda
+
+For every golden case: logits of a 16-token prefill + 8 decode steps vs transformers (manifest
+tolerance), vs the CPU backend, and fused vs unfused (LMFUSE_FUSION=0) on the same device
+(rel-L2 <= 1e-3); greedy generation of --gen tokens identical on CPU and the device."""
+import argparse, json, os, subprocess, sys, tempfile
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GOLD = os.path.join(ROOT, "tests", "data", "golden")
+
+
+def rel_l2(a, b):
+    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
+
+
+def logits(exe, model, tokens, device, env_extra=None, prefill=16):
+    with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as f:
+        out = f.name
+    env = dict(os.environ, **(env_extra or {}))
+    cmd = [exe, "logits", "-m", model, "--device", device, "--tokens", ",".join(map(str, tokens)),
+           "--all", "--prefill", str(prefill), "-o", out, "-c", "512"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
+    v = np.fromfile(out, dtype="<f4")
+    os.unlink(out)
+    return v
+
+
+def generate(exe, model, tokens, device, n):
+    cmd = [exe, "logits", "-m", model, "--device", device, "--tokens", ",".join(map(str, tokens)),
+           "--generate", str(n), "-o", os.devnull, "-c", str(len(tokens) + n + 8)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
+    return [int(x) for x in r.stdout.split()]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lmfuse", default=os.path.join(ROOT, "build", "lmfuse"))
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--gen", type=int, default=256)
+    ap.add_argument("--model", help="compare this model on the device against the CPU instead of the golden set")
+    args = ap.parse_args()
+    if args.model:
+        toks = [int(x) for x in np.random.default_rng(0).integers(0, 1000, 24)]
+        dev = logits(args.lmfuse, args.model, toks, args.device)
+        cpu = logits(args.lmfuse, args.model, toks, "cpu")
+        unf = logits(args.lmfuse, args.model, toks, args.device, {"LMFUSE_FUSION": "0"})
+        g_dev = generate(args.lmfuse, args.model, toks[:8], args.device, args.gen)
+        g_cpu = generate(args.lmfuse, args.model, toks[:8], "cpu", args.gen)
+        first = next((i for i, (a, b) in enumerate(zip(g_dev, g_cpu)) if a != b), len(g_dev))
+        print(f"{os.path.basename(args.model)}: {args.device} vs cpu rel-L2 {rel_l2(dev, cpu):.2e}, fused vs unfused "
+              f"{rel_l2(dev, unf):.2e}, greedy {args.gen}: identical for the first {first} tokens")
+        return 0 if rel_l2(dev, cpu) < 3e-2 and rel_l2(dev, unf) <= 1e-3 else 1
+    man = json.load(open(os.path.join(GOLD, "manifest.json")))
+    failures = 0
+    print(f"| case | vs HF rel-L2 (tol) | argmax | vs CPU rel-L2 | fused vs unfused | greedy {args.gen} = CPU |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for c in man["cases"]:
+        model = os.path.join(GOLD, c["gguf"])
+        want = np.fromfile(os.path.join(GOLD, c["logits"]), dtype="<f4")
+        V = c["n_vocab"]
+        try:
+            dev = logits(args.lmfuse, model, c["tokens"], args.device)
+            cpu = logits(args.lmfuse, model, c["tokens"], "cpu")
+            unf = logits(args.lmfuse, model, c["tokens"], args.device, {"LMFUSE_FUSION": "0"})
+            e_hf, e_cpu, e_fu = rel_l2(dev, want), rel_l2(dev, cpu), rel_l2(dev, unf)
+            am = float(np.mean(dev.reshape(-1, V).argmax(1) == want.reshape(-1, V).argmax(1)))
+            tol = c["tolerance"]
+            ok = e_hf <= tol["rel_l2"] and am >= tol.get("argmax_agreement", 0) and e_fu <= 1e-3
+            same = "-"
+            if args.gen > 0:
+                g_dev = generate(args.lmfuse, model, c["tokens"][:8], args.device, args.gen)
+                g_cpu = generate(args.lmfuse, model, c["tokens"][:8], "cpu", args.gen)
+                n_same = next((i for i, (a, b) in enumerate(zip(g_dev, g_cpu)) if a != b), len(g_dev))
+                same = "yes" if g_dev == g_cpu else f"no (first difference at {n_same})"
+                ok = ok and g_dev == g_cpu
+            print(f"| {c['name']} | {e_hf:.2e} ({tol['rel_l2']:.0e}) | {am:.3f} | {e_cpu:.2e} | {e_fu:.2e} | {same} |"
+                  + ("" if ok else " **FAIL**"))
+        except Exception as ex:  # report and continue with the other cases
+            ok = False
+            print(f"| {c['name']} | error: {ex} | | | | | **FAIL**")
+        failures += not ok
+        sys.stdout.flush()
+    print(f"\n{failures} case(s) failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

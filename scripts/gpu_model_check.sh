@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Whole-engine check on the GPU machine: builds lmfuse with CUDA, compares whole-model logits
+# against the golden references and the CPU backend, and runs the benchmarks. Logs under $OUT.
+# Carry .deps (scripts/carry_deps.sh) so CLI11 / nlohmann-json headers exist there.
+#   STAGES="correct bench ab profile depth" (default: all)
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build-gpu}
+STAGES=${STAGES:-"correct bench ab profile depth"}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLMFUSE_CUDA=ON -DLMFUSE_TESTS=OFF >"$OUT/configure.log" 2>&1 \
+  || { tail -30 "$OUT/configure.log"; exit 1; }
+cmake --build "$BUILD" --target lmfuse -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
+L="$BUILD/lmfuse"
+M=/tmp/models
+mkdir -p $M
+for p in ${PRESETS:-qwen3-0.6b qwen3-4b qwen3-8b}; do
+  [ -s $M/$p.gguf ] || $L random-model --preset $p --type q4_0 --no-tokenizer -o $M/$p.gguf 2>>"$OUT/random.log"
+done
+rc=0
+if has correct; then
+  python3 scripts/check_models.py --lmfuse "$L" --device cuda --gen ${GEN:-256} 2>&1 | tee "$OUT/golden.md" || rc=1
+  python3 scripts/check_models.py --lmfuse "$L" --device cuda --gen 64 --model $M/qwen3-0.6b.gguf 2>&1 | tee -a "$OUT/golden.md" || rc=1
+fi
+if has bench; then
+  for p in qwen3-0.6b qwen3-4b qwen3-8b; do
+    [ -s $M/$p.gguf ] && $L bench -m $M/$p.gguf -p ${PP:-512} -n 128 -r ${REPS:-3} 2>&1 | tee -a "$OUT/bench.md"
+  done
+fi
+if has ab; then
+  for k in ${KNOBS:-cuda_graph qkv_fusion gateup_fusion ln_fusion resid_fusion}; do
+    for p in qwen3-0.6b qwen3-8b; do
+      [ -s $M/$p.gguf ] && $L bench -m $M/$p.gguf -p 0 -n 128 -r 3 --ab $k 2>&1 | tee -a "$OUT/ab.md"
+    done
+  done
+fi
+if has profile; then
+  $L bench -m $M/${PROFILE_PRESET:-qwen3-8b}.gguf -p 0 -n 32 -r 1 --profile 2>&1 | tee "$OUT/profile.md"
+fi
+if has depth; then
+  $L bench -m $M/qwen3-8b.gguf -p 0 -n 128 -d 16 -r 2 2>&1 | tee "$OUT/depth.md"
+  $L bench -m $M/qwen3-8b.gguf -p 0 -n 128 -d 4096 -r 1 2>&1 | tee -a "$OUT/depth.md"
+fi
+exit $rc

@@ -6,7 +6,8 @@
 //  3. the per-launch cost of an empty kernel inside a graph;
 //  4. a decode-step chain per model (fused QKV+norm+rope+cache, attention, o_proj+residual,
 //     norm+gate/up+SiLU, down+residual, for every layer) as one graph: time per token and % of
-//     copy bandwidth for the bytes it must read (weights + KV cache).
+//     copy bandwidth for the bytes it must read (weights + KV cache), with and without
+//     programmatic dependent launch.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -300,6 +301,12 @@ int main(int argc, char** argv) {
     }
     bench_decode_chain(s, copy, q8b, DType::Q8_0, 1023);
     bench_decode_chain(s, copy, q8b, DType::BF16, 1023);
+    // The same chains without programmatic dependent launch (the overlap it buys).
+    set_programmatic_launch(false);
+    std::printf("without PDL:\n");
+    bench_decode_chain(s, copy, q8b, DType::Q4_0, 1023);
+    bench_decode_chain(s, copy, q06, DType::Q4_0, 1023);
+    set_programmatic_launch(true);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

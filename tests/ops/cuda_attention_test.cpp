@@ -67,7 +67,7 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
 
 TEST(CudaAttention, LengthsHeadDimsGqa) {
   uint32_t seed = 1;
-  for (int hd : {64, 128})
+  for (int hd : {32, 64, 128})
     for (auto [nh, nkv] : {std::pair{16, 8}, std::pair{32, 8}})
       for (int len : {1, 7, 300, 4096}) run_attn(nh, nkv, hd, 4096, len, seed++);
 }
@@ -76,4 +76,6 @@ TEST(CudaAttention, OddGroupsAndContexts) {
   run_attn(14, 2, 64, 1000, 999, 50);   // qwen2-0.5b: 7 query heads per KV head
   run_attn(8, 8, 128, 33, 33, 51);      // MHA, tiny context
   run_attn(28, 4, 128, 8192, 5000, 52); // qwen2-7b grouping
+  run_attn(4, 2, 32, 128, 100, 53);     // tiny test model: head_dim 32
+  run_attn(6, 6, 32, 64, 64, 54);
 }

@@ -42,21 +42,30 @@ void run_case(const QkvCase& c, uint32_t seed) {
     std::vector<double> h = to_d(in);
     if (c.pro == Prologue::AddNorm)
       for (int i = 0; i < c.cols; ++i) h[i] = double(in[i] + res[i]);
-    auto raw = matvec(W, rmsnorm_ref(h, gamma, 1e-6), rows, c.cols);
-    if (c.bias)
-      for (int64_t r = 0; r < rows; ++r) raw[r] += bias[r];
-    std::vector<double> qref(raw.begin(), raw.begin() + size_t(c.n_head) * c.hd);
-    for (int hh = 0; hh < c.n_head + 2 * c.n_kv; ++hh) {
-      double* v = raw.data() + size_t(hh) * c.hd;
-      const bool is_q = hh < c.n_head, is_k = !is_q && hh < c.n_head + c.n_kv;
-      if (c.norms && (is_q || is_k)) {
-        std::vector<double> tmp(v, v + c.hd);
-        tmp = rmsnorm_ref(tmp, is_q ? qn : kn, 1e-6);
-        std::copy(tmp.begin(), tmp.end(), v);
+    // Bias, per-head norm and RoPE of raw in place; returns q.
+    auto finish = [&](std::vector<double>& raw) {
+      if (c.bias)
+        for (int64_t r = 0; r < rows; ++r) raw[r] += bias[r];
+      std::vector<double> qr(raw.begin(), raw.begin() + size_t(c.n_head) * c.hd);
+      for (int hh = 0; hh < c.n_head + 2 * c.n_kv; ++hh) {
+        double* v = raw.data() + size_t(hh) * c.hd;
+        const bool is_q = hh < c.n_head, is_k = !is_q && hh < c.n_head + c.n_kv;
+        if (c.norms && (is_q || is_k)) {
+          std::vector<double> tmp(v, v + c.hd);
+          tmp = rmsnorm_ref(tmp, is_q ? qn : kn, 1e-6);
+          std::copy(tmp.begin(), tmp.end(), v);
+        }
+        if (is_q || is_k) rope_ref(v, c.hd, c.st, theta, pos);
+        if (is_q) std::copy(v, v + c.hd, qr.begin() + size_t(hh) * c.hd);
       }
-      if (is_q || is_k) rope_ref(v, c.hd, c.st, theta, pos);
-      if (is_q) std::copy(v, v + c.hd, qref.begin() + size_t(hh) * c.hd);
-    }
+      return qr;
+    };
+    // Exact fp reference, and the reference of what the kernel computes (int8 x for the
+    // quantized types, see gemv_kernel_ref).
+    auto raw_exact = matvec(W, rmsnorm_ref(h, gamma, 1e-6), rows, c.cols);
+    auto raw = gemv_kernel_ref(c.t, W, rows, c.cols, in, c.pro == Prologue::AddNorm ? &res : nullptr, &gamma);
+    const auto qexact = finish(raw_exact);
+    const auto qref = finish(raw);
     kref[pos].assign(raw.begin() + size_t(c.n_head) * c.hd, raw.begin() + size_t(c.n_head + c.n_kv) * c.hd);
     vref[pos].assign(raw.begin() + size_t(c.n_head + c.n_kv) * c.hd, raw.end());
 
@@ -113,7 +122,12 @@ void run_case(const QkvCase& c, uint32_t seed) {
     std::vector<float> q2(raw2.begin(), raw2.begin() + size_t(c.n_head) * c.hd);
     EXPECT_TRUE(all_finite(qgot) && d_q.guards_intact()) << "q out pos " << pos;
     EXPECT_LE(rel_l2(qgot, qref), 1e-4) << dtype_name(c.t) << " q pos " << pos;
-    EXPECT_LE(rel_l2(qgot, q2), 1e-5) << dtype_name(c.t) << " q fused vs unfused pos " << pos;
+    EXPECT_LE(rel_l2(qgot, qexact), act_quantized(c.t) ? 2 * kActQuantTol : 1e-4)
+        << dtype_name(c.t) << " q vs exact pos " << pos;
+    // Quantized types: unfused quantizes the normalized x, fused x*gamma before the RMS scalar;
+    // codes can differ where rounding crosses a .5 boundary (see cuda_gemv_test).
+    EXPECT_LE(rel_l2(qgot, q2), act_quantized(c.t) ? 2 * kActQuantTol : 1e-5)
+        << dtype_name(c.t) << " q fused vs unfused pos " << pos;
   }
   // Caches: written rows match, every other position is still the poison pattern.
   auto kg = kc.get(), vg = vc.get(), kg2 = kc2.get(), vg2 = vc2.get();
@@ -134,7 +148,8 @@ void run_case(const QkvCase& c, uint32_t seed) {
       EXPECT_LE(rel_l2(fp16_to_f(kr), krf), 1e-3) << "k cache pos " << p << " head " << kv;
       EXPECT_LE(rel_l2(fp16_to_f(vr), vrf), 1e-3) << "v cache pos " << p << " head " << kv;
       std::vector<uint16_t> kr2(kg2.begin() + off, kg2.begin() + off + c.hd);
-      EXPECT_LE(rel_l2(fp16_to_f(kr), to_d(fp16_to_f(kr2))), 1e-3) << "k fused vs unfused pos " << p;
+      EXPECT_LE(rel_l2(fp16_to_f(kr), to_d(fp16_to_f(kr2))), act_quantized(c.t) ? 2 * kActQuantTol : 1e-3)
+          << "k fused vs unfused pos " << p;
     }
   EXPECT_TRUE(kc.guards_intact() && vc.guards_intact());
   cudaFree(counters);
@@ -150,6 +165,12 @@ TEST(CudaQkv, Qwen3SmallNeoXNormsAddNorm) {
 TEST(CudaQkv, Head64AdjacentBias) {
   run_case({DType::Q8_0, 32, 8, 64, 2048, false, true, RopeStyle::Adjacent, Prologue::Norm}, 13);
   run_case({DType::F16, 16, 8, 64, 1024, false, true, RopeStyle::NeoX, Prologue::AddNorm}, 14);
+}
+TEST(CudaQkv, Head32TinyModels) {
+  // Tiny test models: head_dim 32 (16 RoPE pairs: half a warp per head in the epilogue).
+  run_case({DType::Q8_0, 4, 2, 32, 128, true, false, RopeStyle::NeoX, Prologue::Norm}, 16);
+  run_case({DType::F16, 8, 4, 32, 256, true, true, RopeStyle::Adjacent, Prologue::AddNorm}, 17);
+  run_case({DType::Q4_0, 4, 1, 32, 64, false, false, RopeStyle::NeoX, Prologue::AddNorm}, 18);
 }
 TEST(CudaQkv, Qwen3_8BShape) {
   run_case({DType::Q4_1, 32, 8, 128, 4096, true, false, RopeStyle::NeoX, Prologue::Norm}, 15);

@@ -160,6 +160,63 @@ inline void rope_ref(double* h, int d, lmf::cuda::RopeStyle st, double theta, in
 }
 
 inline std::vector<double> to_d(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// The quantized GEMVs (Q4_0/Q4_1/Q8_0) quantize x to int8 per block of 32 before the integer
+// dot products, as the CPU backend does (src/backend/cpu/act_quant.h): amax = max|x|,
+// id = 127/amax, q = rne(x*id), dx = amax/127, all in fp32. Returns dx*q in double, so that
+// matvec(W, act_quant_ref(x)) is the exact result of the integer path ("same quantization"
+// reference, tight tolerance).
+inline bool act_quantized(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+inline std::vector<double> act_quant_ref(const std::vector<float>& x) {
+  std::vector<double> out(x.size());
+  for (size_t b = 0; b + 32 <= x.size(); b += 32) {
+    float am = 0.f;
+    for (size_t i = 0; i < 32; ++i) am = std::max(am, std::fabs(x[b + i]));
+    const float id = am > 0.f ? 127.f / am : 0.f, dx = am / 127.f;
+    for (size_t i = 0; i < 32; ++i) out[b + i] = double(dx) * std::nearbyint(x[b + i] * id);
+  }
+  return out;
+}
+// Expected rel-L2 gap between the int8-activation result and the exact fp result: block-of-32
+// int8 rounding of Gaussian(-times-Gaussian) inputs costs 0.5-0.8% (numpy estimate for these
+// test distributions); 1.5e-2 leaves room for the smallest shapes' sampling spread.
+constexpr double kActQuantTol = 1.5e-2;
+// The x the GEMV kernel quantizes for a prologue: in (None), in*gamma (Norm), (in+res)*gamma
+// (AddNorm), in fp32 as the kernel computes it; and the RMS scalar it applies afterwards.
+inline std::vector<float> prologue_x(const std::vector<float>& in, const std::vector<float>* res,
+                                     const std::vector<float>* gamma) {
+  std::vector<float> x(in);
+  if (res)
+    for (size_t i = 0; i < x.size(); ++i) x[i] = in[i] + (*res)[i];
+  if (gamma)
+    for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] * (*gamma)[i];
+  return x;
+}
+inline double rms_scalar(const std::vector<double>& h, double eps) {
+  double ss = 0;
+  for (double v : h) ss += v * v;
+  return 1.0 / std::sqrt(ss / h.size() + eps);
+}
+
+// Reference y = W x for what the kernel computes: float x for F16/BF16; for the quantized
+// types the int8-quantized x (of in / in*gamma / (in+res)*gamma) times the RMS scalar.
+inline std::vector<double> gemv_kernel_ref(DType t, const std::vector<double>& W, int64_t rows, int64_t cols,
+                               const std::vector<float>& in, const std::vector<float>* res,
+                               const std::vector<float>* gamma) {
+  if (!act_quantized(t)) {
+    std::vector<double> h = to_d(in);
+    if (res)
+      for (int64_t i = 0; i < cols; ++i) h[i] = double(in[i] + (*res)[i]);
+    if (gamma) h = rmsnorm_ref(h, *gamma, 1e-6);
+    return matvec(W, h, rows, cols);
+  }
+  auto y = matvec(W, act_quant_ref(prologue_x(in, res, gamma)), rows, cols);
+  if (gamma) {
+    const double rn = rms_scalar(to_d(prologue_x(in, res, nullptr)), 1e-6);
+    for (auto& v : y) v *= rn;
+  }
+  return y;
+}
 inline std::vector<float> fp16_to_f(const std::vector<uint16_t>& v) {
   std::vector<float> o(v.size());
   for (size_t i = 0; i < v.size(); ++i) o[i] = fp16_to_f32(v[i]);

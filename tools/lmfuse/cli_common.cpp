@@ -16,7 +16,7 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, bool model_required) {
   app.add_option("-c,--ctx-size", f.n_ctx, "context length (default: min(model's, 4096))");
   app.add_option("--device", f.device, "cpu, cuda or auto (default auto: CUDA when present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  app.add_option("-ngl,--n-gpu-layers", f.ngl, "0 runs on the CPU; any other value on the GPU");
+  app.add_option("--ngl,--n-gpu-layers", f.ngl, "-ngl / --ngl: 0 runs on the CPU; any other value on the GPU");
   app.add_option("--knob", f.knobs, "set a tri-state knob, e.g. --knob qkv_fusion=0 (repeatable)");
 }
 

@@ -1,3 +1,4 @@
+#include <cstdint>
 #include "backend/cpu/cpu_features.h"
 
 #include <cpuid.h>

@@ -1,6 +1,7 @@
 // The CPU matmul: the hot path of the CPU backend (every projection of the model).
 //
 // For each task and t in [0, T): y[t*ldy + o] = dot(W[o, :], x[t*ldx + :]) (+ bias[o]).
+// Outputs must not overlap x (it is read while outputs are written) nor each other.
 // All tasks share the input x (Q/K/V, or gate/up, as one pass): for quantized weights x is
 // quantized to 8-bit blocks once, and the rows of all tasks are split across the pool's threads
 // together. Quantized weights (Q4_0, Q4_1, Q8_0) use integer dot products against the 8-bit

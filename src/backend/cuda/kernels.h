@@ -83,7 +83,7 @@ enum class Epilogue {
 enum class RopeStyle { NeoX, Adjacent };  // NeoX: pairs (i, i+d/2) (qwen2/3); Adjacent: (2i, 2i+1)
 
 struct QkvParams {
-  int n_head = 0, n_kv_head = 0, head_dim = 0;  // head_dim 64 or 128 (multiple of 64)
+  int n_head = 0, n_kv_head = 0, head_dim = 0;  // head_dim 32, 64 or 128
   const float* q_norm = nullptr;                // [head_dim] or null (no per-head norm)
   const float* k_norm = nullptr;                // [head_dim] or null
   float norm_eps = 1e-6f;
@@ -129,7 +129,7 @@ struct AttnArgs {
   const float* q = nullptr;  // [n_head][head_dim]
   const uint16_t* k_cache = nullptr;
   const uint16_t* v_cache = nullptr;  // [n_kv_head][n_ctx][head_dim] fp16
-  int n_head = 0, n_kv_head = 0, head_dim = 0;  // head_dim 64 or 128; n_head/n_kv_head <= 8
+  int n_head = 0, n_kv_head = 0, head_dim = 0;  // head_dim 32, 64 or 128; n_head/n_kv_head <= 8
   int64_t n_ctx = 0;
   const int* pos = nullptr;  // DEVICE
   float* out = nullptr;      // [n_head][head_dim]
@@ -170,5 +170,11 @@ void argmax(const float* x, int64_t n, int* out, const ArgmaxScratch& scratch,
             cudaStream_t s = nullptr);
 
 int device_sm_count();  // current device, cached
+
+// Programmatic dependent launch for gemv and attention_decode (default on): each may start while
+// the previous kernel in the stream finishes, prefetching weights before it waits for that
+// kernel's results (griddepcontrol.wait). Capture-safe; off = plain stream order. Set it before
+// capturing a graph (the launch attribute is recorded at capture).
+void set_programmatic_launch(bool on);
 
 }  // namespace lmf::cuda

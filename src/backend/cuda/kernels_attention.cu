@@ -1,4 +1,4 @@
-// Decode attention launchers (kernels/attention.cuh); instances: head_dim {64, 128} x
+// Decode attention launchers (kernels/attention.cuh); instances: head_dim {32, 64, 128} x
 // query heads per KV head {1, 2, 4, 8} (G is rounded up to the next instance).
 #include <cmath>
 
@@ -22,10 +22,9 @@ size_t attn_scratch_floats(int n_head, int head_dim, int n_splits) {
 namespace {
 template <int HD, int GMAX>
 void launch(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
-  dev::attn_split_kernel<HD, GMAX><<<dim3(n_kv, p.n_splits), dev::kAttnWarps * 32, 0, s>>>(p);
-  CUDA_CHECK_LAUNCH();
-  dev::attn_merge_kernel<HD><<<p.n_head, HD, 0, s>>>(p);
-  CUDA_CHECK_LAUNCH();
+  dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32), 0,
+                  s, p);
+  dev::launch_pdl(&dev::attn_merge_kernel<HD>, dim3(p.n_head), dim3(HD), 0, s, p);
 }
 template <int HD>
 void launch_g(const dev::AttnParams& p, int G, int n_kv, cudaStream_t s) {
@@ -37,8 +36,8 @@ void launch_g(const dev::AttnParams& p, int G, int n_kv, cudaStream_t s) {
 }  // namespace
 
 void attention_decode(const AttnArgs& a, cudaStream_t s) {
-  if (a.head_dim != 64 && a.head_dim != 128)
-    LMF_FAIL("cuda attention: head_dim must be 64 or 128, got ", a.head_dim);
+  if (a.head_dim != 32 && a.head_dim != 64 && a.head_dim != 128)
+    LMF_FAIL("cuda attention: head_dim must be 32, 64 or 128, got ", a.head_dim);
   if (a.n_kv_head <= 0 || a.n_head % a.n_kv_head != 0 || a.n_head / a.n_kv_head > 8)
     LMF_FAIL("cuda attention: n_head ", a.n_head, " must be a multiple (<= 8x) of n_kv_head ",
              a.n_kv_head);
@@ -59,7 +58,8 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.part_ml = a.partial + size_t(a.n_head) * a.n_splits * a.head_dim;
   p.scale = 1.0f / std::sqrt(float(a.head_dim));
   const int G = a.n_head / a.n_kv_head;
-  if (a.head_dim == 64) launch_g<64>(p, G, a.n_kv_head, s);
+  if (a.head_dim == 32) launch_g<32>(p, G, a.n_kv_head, s);
+  else if (a.head_dim == 64) launch_g<64>(p, G, a.n_kv_head, s);
   else launch_g<128>(p, G, a.n_kv_head, s);
 }
 

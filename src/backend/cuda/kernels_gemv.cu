@@ -1,4 +1,5 @@
 // GEMV dispatch: argument validation, grid sizing, and the per-type instance launchers.
+#include <atomic>
 #include <mutex>
 #include <map>
 #include <utility>
@@ -37,6 +38,12 @@ int gemv_grid(const void* func, int rows, size_t smem) {
   return std::max(1, std::min(n_rg, device_sm_count() * occ));
 }
 }  // namespace dev
+
+namespace {
+std::atomic<bool> g_pdl{true};
+}
+bool dev::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
+void set_programmatic_launch(bool on) { g_pdl.store(on, std::memory_order_relaxed); }
 
 int device_sm_count() {
   static int cached_dev = -1, cached = 0;
@@ -83,8 +90,8 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   if (epi != Epilogue::QKV && !a.y) LMF_FAIL("cuda gemv: missing output");
   if (epi == Epilogue::QKV) {
     const QkvParams& q = a.qkv;
-    if (q.head_dim != 64 && q.head_dim != 128)
-      LMF_FAIL("cuda gemv QKV: head_dim must be 64 or 128, got ", q.head_dim);
+    if (q.head_dim != 32 && q.head_dim != 64 && q.head_dim != 128)
+      LMF_FAIL("cuda gemv QKV: head_dim must be 32, 64 or 128, got ", q.head_dim);
     if (int64_t(q.n_head + 2 * q.n_kv_head) * q.head_dim != w.rows)
       LMF_FAIL("cuda gemv QKV: rows ", w.rows, " != (n_head + 2 n_kv_head) * head_dim = ",
                int64_t(q.n_head + 2 * q.n_kv_head) * q.head_dim);

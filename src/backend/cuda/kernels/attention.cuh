@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/pdl_launch.cuh"
 
 namespace lmf::cuda::dev {
 
@@ -35,10 +36,12 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
   constexpr int LPT = HD / 8;     // lanes per timestep
   constexpr int TPW = 32 / LPT;   // timesteps per warp step
   constexpr int SLOTS = kAttnWarps * TPW;
-  static_assert(HD % 64 == 0 && LPT <= 32, "head_dim 64 or 128");
+  static_assert(HD % 32 == 0 && LPT <= 32, "head_dim 32, 64 or 128");
   __shared__ float sm_m[SLOTS][GMAX], sm_l[SLOTS][GMAX];
   __shared__ float sm_acc[SLOTS][GMAX][HD];
 
+  pdl_wait();  // q, pos and the cache row come from the previous kernel
+  pdl_launch_dependents();
   const int kvh = blockIdx.x, split = blockIdx.y;
   const int G = p.n_head / p.n_kv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -139,6 +142,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
 
 template <int HD>
 __global__ void attn_merge_kernel(const __grid_constant__ AttnParams p) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int h = blockIdx.x, d = threadIdx.x;
   const float* ml = p.part_ml + size_t(h) * p.n_splits * 2;
   float M = -INFINITY;

@@ -31,6 +31,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/pdl_launch.cuh"
 
 namespace lmf::cuda::dev {
 
@@ -244,11 +245,13 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
   constexpr int kMaxPairs = 2;  // head_dim <= 128: <= 2 pairs per lane
   float va[kMaxPairs], vb[kMaxPairs];
   int ia[kMaxPairs], ib[kMaxPairs];
-  const int np = half_d / 32;
+  // Pair j of this lane is i = lane + 32j; head_dim 32 has 16 pairs (lanes 16..31 idle).
+  const int np = (half_d + 31) / 32;
+  const bool lane_ok = lane < half_d;
   float ss = 0.f;
 #pragma unroll
   for (int j = 0; j < kMaxPairs; ++j) {
-    if (j < np) {
+    if (j < np && lane_ok) {
       const int i = lane + 32 * j;
       ia[j] = q.rope == RopeStyle::NeoX ? i : 2 * i;
       ib[j] = q.rope == RopeStyle::NeoX ? i + half_d : 2 * i + 1;
@@ -261,7 +264,7 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
     const float r = rsqrtf(warp_sum(ss) / float(hd) + q.norm_eps);
 #pragma unroll
     for (int j = 0; j < kMaxPairs; ++j)
-      if (j < np) {
+      if (j < np && lane_ok) {
         va[j] = va[j] * r * gamma[ia[j]];
         vb[j] = vb[j] * r * gamma[ib[j]];
       }
@@ -269,7 +272,7 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
   if (is_q || is_k) {
 #pragma unroll
     for (int j = 0; j < kMaxPairs; ++j)
-      if (j < np) {
+      if (j < np && lane_ok) {
         float c, s;
         rope_cs(pos, lane + 32 * j, hd, q.theta, &c, &s);
         const float a = va[j] * c - vb[j] * s, b = vb[j] * c + va[j] * s;
@@ -281,7 +284,7 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
     float* dst = q.q_out + size_t(head) * hd;
 #pragma unroll
     for (int j = 0; j < kMaxPairs; ++j)
-      if (j < np) {
+      if (j < np && lane_ok) {
         dst[ia[j]] = va[j];
         dst[ib[j]] = vb[j];
       }
@@ -291,7 +294,7 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
                   (size_t(kvh) * q.n_ctx + pos) * hd;
 #pragma unroll
     for (int j = 0; j < kMaxPairs; ++j)
-      if (j < np) {
+      if (j < np && lane_ok) {
         dst[ia[j]] = __float2half_rn(va[j]);
         dst[ib[j]] = __float2half_rn(vb[j]);
       }
@@ -337,6 +340,10 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (b.g + u < ngroups) nxt[u].load(p, b.rg, b.g + u, nblk, lane, pol);
+  // Everything above reads only weights; from here on inputs of the previous kernel are read
+  // and outputs written (PDL, see pdl_launch.cuh).
+  pdl_wait();
+  pdl_launch_dependents();
 
   // Stage x (prologue). Thread t takes float4 t of each 1024-element slice: read-only loads, no
   // dependence between iterations, so the unrolled loop keeps several L2 reads in flight (a

@@ -26,15 +26,14 @@ int gemv_grid(const void* func, int rows, size_t smem);  // kernels_gemv.cu
 template <DType T, Prologue PRO, Epilogue EPI>
 void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {
   auto* k = &gemv_kernel<T, PRO, EPI>;
-  const size_t smem = gemv_smem_bytes(p.cols);
+  const size_t smem = gemv_smem_bytes<T>(p.cols);
   static bool attr_set = false;  // first call per instance happens before any graph capture
   if (!attr_set && smem > 48 * 1024) {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     attr_set = true;
   }
   const int grid = gemv_grid(reinterpret_cast<const void*>(k), p.rows, smem);
-  k<<<grid, kGemvThreads, smem, s>>>(p);
-  CUDA_CHECK_LAUNCH();
+  launch_pdl(k, dim3(grid), dim3(kGemvThreads), smem, s, p);
 }
 
 }  // namespace lmf::cuda::dev

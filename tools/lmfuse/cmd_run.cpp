@@ -5,6 +5,7 @@
 #include "cli_common.h"
 #include "runtime/session.h"
 #include "sampling/sampler.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
 
@@ -22,7 +23,8 @@ int cmd_run(int argc, char** argv) {
   std::string prompt;
   int64_t n_predict = 128;
   SamplingParams sp;
-  bool greedy = false;
+  bool greedy = false, chat = false, no_think = false;
+  std::string system;
   app.add_option("-p,--prompt", prompt, "prompt text")->required();
   app.add_option("-n,--n-predict", n_predict, "tokens to generate (default 128)");
   app.add_option("--temp", sp.temperature, "temperature (0 = greedy; default 0.8)");
@@ -33,12 +35,25 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--repeat-last-n", sp.repeat_last_n, "tokens the penalty looks back over (default 64)");
   app.add_option("--seed", sp.seed, "random seed (default 0)");
   app.add_flag("--greedy", greedy, "greedy decoding (same as --temp 0)");
+  app.add_flag("--chat", chat, "wrap the prompt in the model's chat template (a user turn + generation prompt)");
+  app.add_option("--system", system, "system message (with --chat)");
+  app.add_flag("--no-think", no_think, "Qwen3: disable thinking (enable_thinking=false)");
   CLI11_PARSE(app, argc, argv);
   if (greedy) sp.temperature = 0;
 
   Engine e = load_engine(ef);
   auto tok = Tokenizer::from_gguf(*e.model->file);
-  auto ids = tok->encode(prompt, tok->add_bos(), true);
+  std::string text = prompt;
+  if (chat) {
+    if (tok->chat_template().empty()) LMF_FAIL(ef.model, ": the model has no chat template (tokenizer.chat_template); run without --chat");
+    std::vector<ChatMessage> msgs;
+    if (!system.empty()) msgs.push_back({"system", system});
+    msgs.push_back({"user", prompt});
+    auto piece_or_empty = [&](int32_t id) { return id >= 0 ? tok->piece(id) : std::string(); };
+    text = render_chat(tok->chat_template(), msgs, true, piece_or_empty(tok->bos()), piece_or_empty(tok->eos()), !no_think);
+  }
+  // A rendered template already holds its BOS where the model wants one.
+  auto ids = tok->encode(text, tok->add_bos() && !chat, true);
   if (ids.empty()) LMF_FAIL("the prompt is empty");
   Session s(*e.model, *e.backend);
   if (int64_t(ids.size()) >= s.n_ctx())

@@ -263,3 +263,48 @@ TEST(CpuActQuant, IsaPathsBitIdentical) {
 
 }  // namespace
 }  // namespace lmf::cpu
+
+namespace lmf::cpu {
+namespace {
+
+// One output depends only on its (row, token), never on T, the tiling or the thread split:
+// activations are re-quantized to 8 bits before every matmul, so a last-bit difference between
+// the decode (T=1) and prefill (T=k) paths can flip a rounding downstream and break
+// "prefill-then-decode equals one long prefill". T=k on 3 threads vs k calls of T=1 on 1 thread,
+// bit for bit, for every type and ISA; quantized shapes have nb = 2, 3, 32, 96 blocks per row and
+// a row count that leaves partial 8-row groups.
+TEST(CpuMatmul, BitIdenticalAcrossTokenCounts) {
+  ThreadPool pool1(1), pool3(3);
+  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    std::vector<int64_t> cols_list = {64, 96, 1024, 3072};
+    if (!is_quant(type)) cols_list.push_back(53);  // float rows: chunk tails of 16, 8 and 1
+    for (int64_t cols : cols_list) {
+      const int64_t rows = 45;
+      const TestWeight tw = make_weight(type, rows, cols, uint32_t(cols + 11));
+      for (Isa isa : isas())
+        for (int64_t k : {2, 3, 7, 8, 9, 17, 64}) {
+          SCOPED_TRACE(std::string(dtype_name(type)) + " " + isa_name(isa) + " cols=" +
+                       std::to_string(cols) + " T=" + std::to_string(k));
+          const std::vector<float> x = make_input(k, cols, cols, uint32_t(k * 13 + cols));
+          std::vector<float> all(size_t(k * rows)), one(size_t(k * rows));
+          MatmulScratch scratch;
+          MatmulTask task{&tw.w, all.data(), rows, nullptr};
+          matmul({&task, 1}, x.data(), k, cols, pool3, scratch, isa);
+          for (int64_t t = 0; t < k; ++t) {
+            task.y = one.data() + t * rows;
+            matmul({&task, 1}, x.data() + t * cols, 1, cols, pool1, scratch, isa);
+          }
+          for (int64_t t = 0; t < k; ++t)
+            for (int64_t r = 0; r < rows; ++r) {
+              const size_t i = size_t(t * rows + r);
+              ASSERT_EQ(std::memcmp(&all[i], &one[i], sizeof(float)), 0)
+                  << "row " << r << " token " << t << ": T=" << k << " gives " << all[i]
+                  << ", T=1 gives " << one[i];
+            }
+        }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lmf::cpu

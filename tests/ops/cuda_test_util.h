@@ -181,25 +181,22 @@ inline std::vector<double> act_quant_ref(const std::vector<float>& x) {
 // int8 rounding of Gaussian(-times-Gaussian) inputs costs 0.5-0.8% (numpy estimate for these
 // test distributions); 1.5e-2 leaves room for the smallest shapes' sampling spread.
 constexpr double kActQuantTol = 1.5e-2;
-// The x the GEMV kernel quantizes for a prologue: in (None), in*gamma (Norm), (in+res)*gamma
-// (AddNorm), in fp32 as the kernel computes it; and the RMS scalar it applies afterwards.
-inline std::vector<float> prologue_x(const std::vector<float>& in, const std::vector<float>* res,
-                                     const std::vector<float>* gamma) {
-  std::vector<float> x(in);
+// The x the GEMV kernel quantizes for a Norm/AddNorm prologue: the normalized vector exactly as
+// the unfused rmsnorm_rows kernel computes it on the device (the fused prologue is specified to be
+// bit-identical to it; rmsnorm_rows itself is checked against rmsnorm_ref in the elementwise
+// tests). h = in (+ res, fp32 add as the kernel does).
+inline std::vector<float> device_normed_x(const std::vector<float>& in, const std::vector<float>* res,
+                                          const std::vector<float>& gamma) {
+  std::vector<float> h(in);
   if (res)
-    for (size_t i = 0; i < x.size(); ++i) x[i] = in[i] + (*res)[i];
-  if (gamma)
-    for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] * (*gamma)[i];
-  return x;
-}
-inline double rms_scalar(const std::vector<double>& h, double eps) {
-  double ss = 0;
-  for (double v : h) ss += v * v;
-  return 1.0 / std::sqrt(ss / h.size() + eps);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = in[i] + (*res)[i];
+  DevBuf<float> d_h(h), d_g(gamma), d_x(h.size());
+  lmf::cuda::rmsnorm_rows(d_h.p(), d_g.p(), d_x.p(), 1, int(h.size()), 1e-6f);
+  return d_x.get();
 }
 
 // Reference y = W x for what the kernel computes: float x for F16/BF16; for the quantized
-// types the int8-quantized x (of in / in*gamma / (in+res)*gamma) times the RMS scalar.
+// types the int8-quantized x (of in, or of the normalized vector for Norm/AddNorm).
 inline std::vector<double> gemv_kernel_ref(DType t, const std::vector<double>& W, int64_t rows, int64_t cols,
                                const std::vector<float>& in, const std::vector<float>* res,
                                const std::vector<float>* gamma) {
@@ -210,12 +207,7 @@ inline std::vector<double> gemv_kernel_ref(DType t, const std::vector<double>& W
     if (gamma) h = rmsnorm_ref(h, *gamma, 1e-6);
     return matvec(W, h, rows, cols);
   }
-  auto y = matvec(W, act_quant_ref(prologue_x(in, res, gamma)), rows, cols);
-  if (gamma) {
-    const double rn = rms_scalar(to_d(prologue_x(in, res, nullptr)), 1e-6);
-    for (auto& v : y) v *= rn;
-  }
-  return y;
+  return matvec(W, act_quant_ref(gamma ? device_normed_x(in, res, *gamma) : in), rows, cols);
 }
 inline std::vector<float> fp16_to_f(const std::vector<uint16_t>& v) {
   std::vector<float> o(v.size());

@@ -41,5 +41,6 @@ int cmd_random_model(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
+int cmd_chat(int argc, char** argv);
 
 }  // namespace lmf::cli

@@ -19,6 +19,7 @@ struct Command {
 
 const Command kCommands[] = {
     {"run", cmd_run, "generate text from a prompt"},
+    {"chat", cmd_chat, "interactive multi-turn chat in the terminal"},
     {"bench", cmd_bench, "prompt-processing and generation speed (llama-bench style)"},
     {"logits", cmd_logits, "write float32 logits for a token sequence (test contract)"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensors"},

@@ -30,8 +30,8 @@ void embed_lookup(DType t, const void* table, int64_t cols, const int* token, fl
 void rmsnorm_rows(const float* x, const float* gamma, float* y, int64_t rows, int n, float eps,
                   cudaStream_t s) {
   if (rows <= 0 || n <= 0) LMF_FAIL("cuda rmsnorm: bad shape ", rows, "x", n);
-  const int threads = n >= 1024 ? 1024 : ((n + 31) / 32) * 32;
-  dev::rmsnorm_rows_kernel<<<unsigned(rows), threads, 0, s>>>(x, gamma, y, n, eps);
+  // Same thread count as the GEMV Norm prologue: same partial sums, bit-identical results.
+  dev::rmsnorm_rows_kernel<<<unsigned(rows), dev::kNormThreads, 0, s>>>(x, gamma, y, n, eps);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -8,7 +8,10 @@
 // (m, l, acc); the block merges its groups in shared memory and writes, per query head and
 // split, the normalized partial output o_s [HD] and (m_s, l_s).
 // Pass 2, grid n_head: o = sum_s o_s l_s e^(m_s - M) / sum_s l_s e^(m_s - M), M = max m_s.
-// Empty splits (L small) write l = 0 and are skipped by the merge.
+// Short contexts. n_splits is planned for n_ctx, but the slice length is chosen on the device from
+// L: at least kMinSliceSteps warp steps' worth of positions (attn_slice), so at L = 20 one or two
+// splits per KV head do the work; the other blocks exit at once and the merge reads only the
+// ceil(L / slice) used splits (one split: a plain copy).
 #pragma once
 #include <cuda_fp16.h>
 
@@ -18,6 +21,14 @@
 namespace lmf::cuda::dev {
 
 constexpr int kAttnWarps = 4;
+constexpr int kMinSliceSteps = 2;  // a slice spans >= this many block steps (SLOTS positions each)
+
+// Positions per split for length L (same formula in both kernels).
+template <int HD>
+__device__ __forceinline__ int attn_slice(int L, int n_splits) {
+  constexpr int SLOTS = kAttnWarps * (32 / (HD / 8));
+  return max((L + n_splits - 1) / n_splits, kMinSliceSteps * SLOTS);
+}
 
 struct AttnParams {
   const float* q;
@@ -47,8 +58,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane % LPT, tg = lane / LPT, slot = warp * TPW + tg;
   const int L = *p.pos + 1;
-  const int chunk = (L + p.n_splits - 1) / p.n_splits;
+  const int chunk = attn_slice<HD>(L, p.n_splits);
   const int start = split * chunk, end = min(L, start + chunk);
+  if (start >= L) return;  // unused split: the merge does not read it
 
   float q[GMAX][8];  // this lane's 8 dims of each query head, pre-scaled by 1/sqrt(HD)
 #pragma unroll
@@ -146,11 +158,18 @@ __global__ void attn_merge_kernel(const __grid_constant__ AttnParams p) {
   pdl_launch_dependents();
   const int h = blockIdx.x, d = threadIdx.x;
   const float* ml = p.part_ml + size_t(h) * p.n_splits * 2;
+  const int L = *p.pos + 1;
+  const int chunk = attn_slice<HD>(L, p.n_splits);
+  const int used = min(p.n_splits, (L + chunk - 1) / chunk);
+  if (used == 1) {  // one split holds the whole (normalized) result
+    p.out[size_t(h) * HD + d] = p.part_o[size_t(h) * p.n_splits * HD + d];
+    return;
+  }
   float M = -INFINITY;
-  for (int s = 0; s < p.n_splits; ++s)
+  for (int s = 0; s < used; ++s)
     if (ml[2 * s + 1] > 0.f) M = fmaxf(M, ml[2 * s]);
   float den = 0.f, num = 0.f;
-  for (int s = 0; s < p.n_splits; ++s) {
+  for (int s = 0; s < used; ++s) {
     const float ls = ml[2 * s + 1];
     if (ls > 0.f) {
       const float w = ls * __expf(ml[2 * s] - M);

@@ -53,6 +53,25 @@ __device__ __forceinline__ float block_sum(float v, float* sh /* [32] */) {
   return warp_sum(v);
 }
 
+// RMSNorm arithmetic shared by rmsnorm_rows and the GEMV Norm/AddNorm prologue, so the fused and
+// unfused paths produce bit-identical normalized vectors (and so identical int8 codes): both run
+// kNormThreads threads, thread t sums float4 t, t+kNormThreads, ... in this order with explicit
+// fmaf (no contraction choices left to the compiler), then block_sum; the scale is (x*r)*gamma.
+constexpr int kNormThreads = 256;
+__device__ __forceinline__ float sumsq4(const float4& v, float ss) {
+  ss = fmaf(v.x, v.x, ss);
+  ss = fmaf(v.y, v.y, ss);
+  ss = fmaf(v.z, v.z, ss);
+  return fmaf(v.w, v.w, ss);
+}
+__device__ __forceinline__ float rms_scale(float block_ss, int n, float eps) {
+  return rsqrtf(__fadd_rn(__fdiv_rn(block_ss, float(n)), eps));
+}
+__device__ __forceinline__ float4 norm_apply4(const float4& v, float r, const float4& g) {
+  return make_float4(__fmul_rn(__fmul_rn(v.x, r), g.x), __fmul_rn(__fmul_rn(v.y, r), g.y),
+                     __fmul_rn(__fmul_rn(v.z, r), g.z), __fmul_rn(__fmul_rn(v.w, r), g.w));
+}
+
 __device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint32_t bits) { return __uint_as_float(bits << 16); }

@@ -43,14 +43,26 @@ __global__ void embed_kernel(const uint8_t* table, size_t row_bytes, int cols, c
     out[i] = gguf_elem<T>(row, i);
 }
 
+// blockDim kNormThreads. n % 4 == 0 (every model dimension) takes the float4 order shared with
+// the GEMV Norm prologue (common.cuh), so fused and unfused norms are bit-identical.
 __global__ void rmsnorm_rows_kernel(const float* x, const float* gamma, float* y, int n, float eps) {
   __shared__ float sh[32];
   const float* xr = x + size_t(blockIdx.x) * n;
   float* yr = y + size_t(blockIdx.x) * n;
   float ss = 0.f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-  const float r = rsqrtf(block_sum(ss, sh) / float(n) + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * r * gamma[i];
+  if ((n & 3) == 0) {
+    const int n4 = n >> 2;
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
+    const float4* g4 = reinterpret_cast<const float4*>(gamma);
+    float4* y4 = reinterpret_cast<float4*>(yr);
+    for (int i4 = threadIdx.x; i4 < n4; i4 += blockDim.x) ss = sumsq4(x4[i4], ss);
+    const float r = rms_scale(block_sum(ss, sh), n, eps);
+    for (int i4 = threadIdx.x; i4 < n4; i4 += blockDim.x) y4[i4] = norm_apply4(x4[i4], r, g4[i4]);
+  } else {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    const float r = rms_scale(block_sum(ss, sh), n, eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], r), gamma[i]);
+  }
 }
 
 // grid n_heads, block head_dim/2: one pair per thread.

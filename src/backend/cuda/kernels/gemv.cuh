@@ -24,8 +24,17 @@
 // 16+4w..16+4w+3 in its high nibbles: the low nibbles meet x word w of lo, the high ones x word
 // w of hi, so the GGUF byte order needs no repacking.
 //
-// RMSNorm prologue: y = rsqrt(mean(h^2)+eps) * (W (h*gamma)): the scalar is applied to each dot
-// at the end, so staging is one pass (sum of squares accumulates while staging).
+// RMSNorm prologue: x = (h * rsqrt(mean(h^2)+eps)) * gamma, computed exactly as rmsnorm_rows does
+// (common.cuh: same thread count, summation order and float ops), then quantized like any x: the
+// fused and unfused paths give bit-identical outputs. Two passes over h (sum of squares, then
+// scale + stage); the second pass reads h from L1/L2.
+//
+// Split-K inside a block (ksplit). Short-and-wide shapes (o/down at 8B: 1024 row groups for
+// ~2112 warp slots) leave half the warps idle and so half the loads in flight. With ksplit = k,
+// k warps of a block share a row group, warp `sub` taking column batches sub, sub+k, ...; at the
+// end of the row group the k partial sums meet in shared memory (named barrier per warp group)
+// and are added in sub order by warp sub 0, which runs the epilogue. The order depends only on
+// the shape (the host picks k from rows/cols/type), so results are deterministic.
 #pragma once
 #include <cuda_fp16.h>
 
@@ -91,12 +100,31 @@ struct GemvParams {
   const float* y_residual;
   const float* bias;
   QkvParams qkv;
+  int ksplit;  // warps per row group: 1, 2, 4 or 8 (gemv_ksplit)
 };
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a
 // lane has 128-256 bytes of weights in flight per batch (and the next batch behind it).
 template <DType T>
 constexpr int kSteps = WTraits<T>::P == 1 ? 2 : 1;
+
+// Warps per row group for a shape (host side; see the header comment). Doubles k while the warps
+// with work stay under ~90% of the slots (assumed occupancy kMinBlocks, not the instance's, so
+// every prologue/epilogue variant of a shape sums in the same order) and every warp of the group
+// still gets at least one column batch.
+template <DType T>
+inline int gemv_ksplit(int rows, int cols, int sms) {
+  const int n_rg = (rows + kRows - 1) / kRows;
+  const int ngroups = (cols / 32 + 31) / 32;
+  const long slots = long(sms) * kMinBlocks<T> * kGemvWarps;
+  int k = 1;
+  while (k < kGemvWarps && 10L * n_rg * k < 9L * slots && (2 * k - 1) * kSteps<T> < ngroups) k *= 2;
+  return k;
+}
+
+__device__ __forceinline__ void named_barrier(int id, int nthreads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
+}
 
 // Unsigned bytes of a times signed bytes of b, summed into c (IDP4A.U8.S8).
 __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
@@ -308,11 +336,14 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   // {dx, sum q}[nblk] (see the header comment).
   extern __shared__ float4 xs4[];
   __shared__ float red[32];
+  __shared__ float kred[2][kGemvWarps][kRows];  // split-K partials, double-buffered by row group
   const int nblk = p.cols >> 5;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_rg = (p.rows + kRows - 1) / kRows;
   const int ngroups = (nblk + 31) / 32;
-  const int rg_step = gridDim.x * kGemvWarps;
+  const int ks = p.ksplit;
+  const int sub = warp % ks, slot = warp / ks;
+  const int rg_step = gridDim.x * (kGemvWarps / ks);
 
   const uint64_t pol = evict_first_policy();
   constexpr int U = kSteps<T>;
@@ -320,22 +351,23 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   struct Pos {
     int rg, g;
   };
+  const int g0 = sub * U, gstep = ks * U;  // this warp's column batches: g0, g0 + gstep, ...
   auto next_pos = [&](Pos q) {
-    q.g += U;
+    q.g += gstep;
     if (q.g >= ngroups) {
-      q.g = 0;
+      q.g = g0;
       q.rg += rg_step;
     }
     return q;
   };
-  Pos a{int(blockIdx.x) + int(gridDim.x) * warp, 0};
+  Pos a{int(blockIdx.x) + int(gridDim.x) * slot, g0};
   Pos b = next_pos(a);
   Frag<T> cur[U], nxt[U];
   // Two batches in flight while x is staged (for the 8B shapes that is a whole row group).
   if (a.rg < n_rg)
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (u < ngroups) cur[u].load(p, a.rg, u, nblk, lane, pol);
+      if (a.g + u < ngroups) cur[u].load(p, a.rg, a.g + u, nblk, lane, pol);
   if (b.rg < n_rg)
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -349,11 +381,27 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   // dependence between iterations, so the unrolled loop keeps several L2 reads in flight (a
   // serial chain here costs an L2 latency per iteration). 8 consecutive lanes hold one 32-element
   // block, so its max / sum is 3 shuffles.
-  float ss = 0.f;
+  static_assert(kGemvThreads == kNormThreads, "the Norm prologue must match rmsnorm_rows");
   const int n4 = p.cols >> 2;
   const float4* in4 = reinterpret_cast<const float4*>(p.in);
   const float4* res4 = reinterpret_cast<const float4*>(p.residual);
   const float4* gam4 = reinterpret_cast<const float4*>(p.gamma);
+  float rn = 1.f;
+  if constexpr (PRO != Prologue::None) {
+    // Pass 1: sum of squares in rmsnorm_rows' order (thread t: float4 t, t+256, ...).
+    float ss = 0.f;
+#pragma unroll 4
+    for (int i4 = threadIdx.x; i4 < n4; i4 += kGemvThreads) {
+      float4 v = __ldg(in4 + i4);
+      if constexpr (PRO == Prologue::AddNorm) {
+        const float4 r = __ldg(res4 + i4);
+        v = make_float4(v.x + r.x, v.y + r.y, v.z + r.z, v.w + r.w);
+        if (blockIdx.x == 0) reinterpret_cast<float4*>(p.residual_out)[i4] = v;
+      }
+      ss = sumsq4(v, ss);
+    }
+    rn = rms_scale(block_sum(ss, red), p.cols, p.eps);
+  }
 #pragma unroll 4
   for (int base = 0; base < n4; base += kGemvThreads) {  // uniform trip count: shuffles are safe
     const int i4 = base + threadIdx.x;
@@ -361,25 +409,16 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
     float4 v = ok ? __ldg(in4 + i4) : make_float4(0.f, 0.f, 0.f, 0.f);
     if constexpr (PRO == Prologue::AddNorm) {
       const float4 r = ok ? __ldg(res4 + i4) : make_float4(0.f, 0.f, 0.f, 0.f);
-      v.x += r.x;
-      v.y += r.y;
-      v.z += r.z;
-      v.w += r.w;
-      if (blockIdx.x == 0 && ok) reinterpret_cast<float4*>(p.residual_out)[i4] = v;
+      v = make_float4(v.x + r.x, v.y + r.y, v.z + r.z, v.w + r.w);
     }
     if constexpr (PRO != Prologue::None) {
-      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
       const float4 gm = ok ? __ldg(gam4 + i4) : make_float4(0.f, 0.f, 0.f, 0.f);
-      v.x *= gm.x;
-      v.y *= gm.y;
-      v.z *= gm.z;
-      v.w *= gm.w;
+      v = norm_apply4(v, rn, gm);
     }
     const int c = i4 >> 3, f = i4 & 7;
     if constexpr (kInt8x<T>) {
-      // The RMS scalar is applied to the dot at the end; q = rne(x * 127/amax) does not depend
-      // on a common scale, so quantizing x before or after the scalar gives the same codes (up
-      // to the rounding of the scaled values).
+      // The normalized vector is quantized, exactly as the unfused path quantizes the output of
+      // rmsnorm_rows.
       float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
       am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
       am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
@@ -403,30 +442,41 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
       if (ok) xs4[c * 8 + (f ^ (c & 7))] = v;
     }
   }
-  float rn = 1.f;
-  if constexpr (PRO != Prologue::None) {
-    rn = rsqrtf(block_sum(ss, red) / float(p.cols) + p.eps);  // includes __syncthreads
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   float acc[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
+  int kpar = 0;
 
   while (a.rg < n_rg) {
     const int rg = a.rg;
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (a.g + u < ngroups) cur[u].accumulate(acc, xs4, a.g + u, nblk, lane);
-    if (b.g == 0) {  // row group rg complete
+    if (b.g == g0) {  // this warp's share of row group rg complete
       float v[kRows];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        v[r] = warp_sum(acc[r]) * rn;
+        v[r] = warp_sum(acc[r]);
         acc[r] = 0.f;
       }
+      if (ks > 1) {  // split-K: add the group's partials in sub order
+        if (lane == 0)
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) kred[kpar][warp][r] = v[r];
+        named_barrier(1 + slot, ks * 32);
+        if (sub == 0)
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            float t = kred[kpar][warp][r];
+            for (int j = 1; j < ks; ++j) t += kred[kpar][warp + j][r];
+            v[r] = t;
+          }
+        kpar ^= 1;
+      }
       const int row0 = rg * kRows;
+      if (sub == 0) {
       if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual ||
                     EPI == Epilogue::QKV) {
 #pragma unroll
@@ -463,6 +513,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
           if (lane == 0) p.qkv.counters[head] = 0;
         }
       }
+      }  // sub == 0
     }
     // Shift the pipeline: the batch after next is issued before this one is used.
 #pragma unroll

@@ -33,7 +33,9 @@ void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {
     attr_set = true;
   }
   const int grid = gemv_grid(reinterpret_cast<const void*>(k), p.rows, smem);
-  launch_pdl(k, dim3(grid), dim3(kGemvThreads), smem, s, p);
+  GemvParams q = p;
+  q.ksplit = gemv_ksplit<T>(p.rows, p.cols, device_sm_count());
+  launch_pdl(k, dim3(grid), dim3(kGemvThreads), smem, s, q);
 }
 
 }  // namespace lmf::cuda::dev

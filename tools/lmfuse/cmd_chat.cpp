@@ -1,0 +1,157 @@
+// lmfuse chat: interactive multi-turn chat in the terminal. The conversation is re-rendered
+// with the model's chat template each turn; only the tokens after the longest prefix already in
+// the KV cache are prefilled. Ctrl-C stops the current answer (not the program), Ctrl-D exits.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "cli_common.h"
+#include "runtime/session.h"
+#include "sampling/sampler.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "util/status.h"
+
+namespace lmf::cli {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+void on_sigint(int) { g_interrupted = true; }
+
+// Reads one line from stdin; false on EOF (Ctrl-D). A Ctrl-C while waiting clears the line.
+bool read_line(std::string& out) {
+  out.clear();
+  for (;;) {
+    char buf[4096];
+    errno = 0;
+    if (std::fgets(buf, sizeof buf, stdin)) {
+      out += buf;
+      if (!out.empty() && out.back() == '\n') {
+        out.pop_back();
+        return true;
+      }
+      continue;
+    }
+    if (errno == EINTR || g_interrupted) {  // Ctrl-C at the prompt: start a fresh line
+      clearerr(stdin);
+      g_interrupted = false;
+      out.clear();
+      std::printf("\n> ");
+      std::fflush(stdout);
+      continue;
+    }
+    return !out.empty();
+  }
+}
+
+}  // namespace
+
+int cmd_chat(int argc, char** argv) {
+  CLI::App app{"Interactive multi-turn chat with the model's chat template.\n"
+               "Commands: /clear (new conversation), /exit; Ctrl-C stops an answer, Ctrl-D exits.\n\n"
+               "examples:\n"
+               "  lmfuse chat -m models/smollm2-135m-instruct-q4_1.gguf\n"
+               "  lmfuse chat -m qwen3.gguf --system \"You are terse.\" --no-think --temp 0.6",
+               "lmfuse chat"};
+  EngineFlags ef;
+  add_engine_flags(app, ef);
+  std::string system;
+  SamplingParams sp;
+  sp.temperature = 0.7f;
+  int64_t n_predict = 1024;
+  bool no_think = false;
+  app.add_option("--system", system, "system message");
+  app.add_option("-n,--n-predict", n_predict, "most tokens per answer (default 1024)");
+  app.add_option("--temp", sp.temperature, "temperature (0 = greedy; default 0.7)");
+  app.add_option("--top-k", sp.top_k, "top-k (default 40)");
+  app.add_option("--top-p", sp.top_p, "top-p (default 0.95)");
+  app.add_option("--min-p", sp.min_p, "min-p (default 0.05)");
+  app.add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (1 = off)");
+  app.add_option("--seed", sp.seed, "random seed");
+  app.add_flag("--no-think", no_think, "Qwen3: disable thinking");
+  CLI11_PARSE(app, argc, argv);
+
+  Engine e = load_engine(ef);
+  auto tok = Tokenizer::from_gguf(*e.model->file);
+  if (tok->chat_template().empty())
+    LMF_FAIL(ef.model, ": the model has no chat template (tokenizer.chat_template); use `lmfuse run`");
+  Session s(*e.model, *e.backend);
+  Sampler sampler(sp);
+  auto text_of = [&](int32_t id) { return id >= 0 ? tok->piece(id) : std::string(); };
+  const std::string bos = text_of(tok->bos()), eos = text_of(tok->eos());
+
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a blocked read returns EINTR
+  sigaction(SIGINT, &sa, nullptr);
+
+  std::vector<ChatMessage> msgs;
+  std::vector<int32_t> cached;  // tokens whose K/V are in the cache, in order
+  auto reset = [&] {
+    msgs.clear();
+    if (!system.empty()) msgs.push_back({"system", system});
+    cached.clear();
+    s.reset();
+  };
+  reset();
+  std::fprintf(stderr, "lmfuse chat: %s on %s. /clear, /exit, Ctrl-C stops an answer, Ctrl-D exits.\n",
+               ef.model.c_str(), e.backend->description().c_str());
+  std::string line;
+  for (;;) {
+    std::printf("> ");
+    std::fflush(stdout);
+    if (!read_line(line)) break;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/clear") {
+      reset();
+      std::printf("(conversation cleared)\n");
+      continue;
+    }
+    if (line.empty()) continue;
+    msgs.push_back({"user", line});
+    std::string prompt = render_chat(tok->chat_template(), msgs, true, bos, eos, !no_think);
+    std::vector<int32_t> ids = tok->encode(prompt, false, true);
+    // Reuse the longest prefix already in the cache; prefill only the rest.
+    size_t p = 0;
+    while (p < cached.size() && p < ids.size() && cached[p] == ids[p]) ++p;
+    if (p == ids.size()) --p;  // at least one token must run to get logits
+    if (int64_t(ids.size()) + 1 >= s.n_ctx()) {
+      std::printf("(the conversation is %zu tokens; the context holds %lld: /clear to start over)\n", ids.size(),
+                  (long long)s.n_ctx());
+      msgs.pop_back();
+      continue;
+    }
+    s.rewind(int64_t(p));
+    cached.resize(p);
+    const auto* logits = &s.eval(std::span(ids).subspan(p));
+    cached = ids;
+    StreamDecoder dec(*tok, true);
+    std::string answer;
+    g_interrupted = false;
+    for (int64_t i = 0; i < n_predict && s.pos() < s.n_ctx() && !g_interrupted; ++i) {
+      int32_t next = sampler.sample(*logits, cached);
+      if (tok->is_eog(next)) break;
+      std::string piece = dec.push(next);
+      answer += piece;
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      if (s.pos() + 1 >= s.n_ctx()) break;
+      logits = &s.eval(std::span(&next, 1));
+      cached.push_back(next);
+    }
+    std::string tail = dec.flush();
+    answer += tail;
+    std::printf("%s%s\n", tail.c_str(), g_interrupted ? " [stopped]" : "");
+    g_interrupted = false;
+    msgs.push_back({"assistant", answer});
+  }
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace lmf::cli

@@ -35,8 +35,9 @@ Engine load_engine(const EngineFlags& f, int64_t min_ctx) {
   e.model = Model::load(f.model);
   BackendOptions o;
   o.n_threads = f.threads > 0 ? f.threads : ThreadPool::default_threads();
-  o.n_ctx = f.n_ctx > 0 ? f.n_ctx : std::min<int64_t>(e.model->hp.n_ctx_train, 4096);
-  o.n_ctx = std::max(o.n_ctx, min_ctx);
+  // An explicit -c is honoured (a longer input is then a clear error); the default grows to
+  // what the command needs.
+  o.n_ctx = f.n_ctx > 0 ? f.n_ctx : std::max(std::min<int64_t>(e.model->hp.n_ctx_train, 4096), min_ctx);
   o.knobs = knobs_from(f);
   std::string dev = f.device;
   if (f.ngl == 0) dev = "cpu";

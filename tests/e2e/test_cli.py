@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""CLI end to end: random-model, inspect, bench (table, --json, --ab), the logits contract, and
+bad input giving one clear error line and a non-zero exit."""
+import json, os, struct, subprocess, sys, tempfile
+
+SRC = os.environ.get("LMFUSE_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+EXE = os.environ.get("LMFUSE_BIN", os.path.join(SRC, "build", "tools", "lmfuse", "lmfuse"))
+TMP = tempfile.mkdtemp(prefix="lmfuse_cli_")
+failures = []
+
+
+def check(name, ok, detail=""):
+    print(("PASS " if ok else "FAIL ") + name + (f": {detail}" if detail and not ok else ""))
+    if not ok:
+        failures.append(name)
+
+
+def lm(*args):
+    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=600)
+
+
+def main():
+    tok_dir = os.path.join(os.path.dirname(SRC), "shared", "models", "qwen3-tokenizer")
+    m = os.path.join(TMP, "smol.gguf")
+    r = lm("random-model", "--preset", "smollm2-135m", "--type", "q4_0", "--seed", "3", "-o", m, "--no-tokenizer")
+    check("random-model writes a file", r.returncode == 0 and os.path.getsize(m) > 50e6, r.stderr)
+    m2 = os.path.join(TMP, "smol2.gguf")
+    lm("random-model", "--preset", "smollm2-135m", "--type", "q4_0", "--seed", "3", "-o", m2, "--no-tokenizer")
+    check("random-model is deterministic for a seed", open(m, "rb").read() == open(m2, "rb").read())
+    try:
+        import gguf, numpy as np
+        rd = gguf.GGUFReader(m)
+        t = [x for x in rd.tensors if x.name == "blk.0.ffn_up.weight"][0]
+        d = np.frombuffer(t.data.tobytes(), dtype=np.uint8).reshape(-1, 18)[:, :2].copy().view("<f2").astype(np.float32)
+        check("random Q4_0 blocks have finite non-zero scales (read by the gguf package)",
+              bool(np.all(np.isfinite(d)) and np.all(d != 0)))
+    except ImportError:
+        print("SKIP gguf-package check (gguf/numpy missing)")
+
+    r = lm("inspect", m)
+    check("inspect lists tensors and parameters", r.returncode == 0 and "blk.29.ffn_down.weight" in r.stdout
+          and "param" in r.stdout.lower(), r.stderr)
+
+    r = lm("bench", "-m", m, "-p", "8", "-n", "4", "-r", "1", "-t", "2")
+    check("bench prints a table with pp and tg rows", r.returncode == 0 and "| pp8 |" in r.stdout and "| tg4 |" in r.stdout, r.stdout + r.stderr)
+    r = lm("bench", "-m", m, "-p", "0", "-n", "2", "-r", "1", "--json")
+    rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    check("bench --json", r.returncode == 0 and len(rows) == 1 and rows[0]["test"] == "tg2" and rows[0]["ts_mean"] > 0, r.stdout)
+    r = lm("bench", "-m", m, "-p", "0", "-n", "2", "-r", "1", "--ab", "qkv_fusion")
+    check("bench --ab prints both rows and the ratio", r.returncode == 0 and "qkv_fusion=0" in r.stdout
+          and "qkv_fusion=1" in r.stdout and "qkv_fusion=1 / qkv_fusion=0" in r.stdout, r.stdout + r.stderr)
+
+    out = os.path.join(TMP, "l.bin")
+    r = lm("logits", "-m", m, "--tokens", "1,2,3", "-o", out)
+    check("logits writes [1, vocab] float32", r.returncode == 0 and os.path.getsize(out) == 49152 * 4, r.stderr)
+    r = lm("logits", "-m", m, "--tokens", "1,2,3", "--all", "-o", out)
+    check("logits --all writes [3, vocab]", r.returncode == 0 and os.path.getsize(out) == 3 * 49152 * 4, r.stderr)
+    vals = struct.unpack(f"<{3 * 49152}f", open(out, "rb").read())
+    check("random-model logits are finite", all(v == v and abs(v) < 1e30 for v in vals))
+
+    def bad(name, args, phrase):
+        r = lm(*args)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        check(name, r.returncode != 0 and any(phrase in l for l in lines) and len(lines) <= 2, r.stderr)
+
+    bad("garbage token list", ["logits", "-m", m, "--tokens", "1,x,3", "-o", out], "expected comma-separated integers")
+    bad("token outside the vocabulary", ["logits", "-m", m, "--tokens", "1,999999", "-o", out], "outside the vocabulary")
+    bad("sequence longer than the context", ["logits", "-m", m, "--tokens", ",".join(["1"] * 40), "-c", "16", "-o", out], "context holds 16")
+    bad("unknown preset", ["random-model", "--preset", "gpt5", "-o", out], "qwen3-0.6b")
+    bad("unknown type", ["random-model", "--preset", "qwen3-0.6b", "--type", "q3_k", "-o", out], "--type")
+    bad("unknown knob", ["bench", "-m", m, "--ab", "warp_speed"], "unknown knob")
+    bad("cuda without CUDA", ["logits", "-m", m, "--tokens", "1", "--device", "cuda", "-o", out], "CUDA")
+    with open(m, "rb") as f, open(os.path.join(TMP, "trunc.gguf"), "wb") as g:
+        g.write(f.read(1 << 20))
+    bad("truncated model file", ["logits", "-m", os.path.join(TMP, "trunc.gguf"), "--tokens", "1", "-o", out], "truncated")
+    with open(os.path.join(TMP, "junk.gguf"), "wb") as g:
+        g.write(b"NOTAGGUF" * 10)
+    bad("not a GGUF file", ["inspect", os.path.join(TMP, "junk.gguf")], "magic")
+    r = lm("--help")
+    check("--help lists commands with examples", r.returncode == 0 and "random-model" in r.stdout and "examples" in r.stdout)
+    for c in ("run", "chat", "bench", "logits", "inspect", "random-model", "convert", "tokenize", "detokenize"):
+        r = lm(c, "--help")
+        check(f"{c} --help has examples", r.returncode == 0 and "example" in r.stdout.lower(), r.stdout[-200:])
+    print(f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

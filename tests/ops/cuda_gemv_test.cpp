@@ -170,11 +170,13 @@ TEST(CudaGemv, SiluMulGateUpFusedVsUnfused) {
 // scale, same int8 codes, same dot order), including shapes that use split-K (wide cols).
 TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
   uint32_t seed = 700;
+  for (bool split_k : {false, true})
   for (DType t : kTypes)
     for (Prologue pro : {Prologue::Norm, Prologue::AddNorm})
       for (Shape s : {Shape{96, 64}, Shape{1024, 1024}, Shape{1024, 3072}, Shape{4096, 4096},
                       Shape{1536, 12288}}) {
         std::mt19937 rng(seed++);
+        set_gemv_split_k(split_k);
         auto wq = random_rows(t, s.rows, s.cols, rng);
         DeviceWeight dw = upload_weight(repack_rows(t, wq.data(), s.rows, s.cols));
         auto in = randn(s.cols, rng), res = randn(s.cols, rng), gamma = randn(s.cols, rng, 0.5f);
@@ -204,9 +206,10 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
         for (int64_t i = 0; i < s.rows; ++i) diff += std::memcmp(&y[i], &y2[i], sizeof(float)) != 0;
         EXPECT_TRUE(all_finite(y)) << dtype_name(t);
         EXPECT_EQ(diff, int64_t(0)) << dtype_name(t) << " pro " << int(pro) << " " << s.rows << "x" << s.cols
-                                    << " rel_l2 " << rel_l2(y, y2);
+                                    << " split_k " << split_k << " rel_l2 " << rel_l2(y, y2);
         free_weight(dw);
       }
+  set_gemv_split_k(false);
 }
 
 TEST(CudaGemv, BadArgumentsFail) {

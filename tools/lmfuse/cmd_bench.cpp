@@ -72,7 +72,7 @@ void print_profile(const std::vector<ProfileEntry>& p) {
   }
   std::vector<std::pair<std::string, std::pair<double, int>>> v(by_kind.begin(), by_kind.end());
   std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
-  std::printf("\none decode step, %zu launches, %.1f us of kernel time (eager, events around each launch):\n", p.size(), total);
+  std::printf("\none step, %zu launches, %.1f us (eager; each launch timed):\n", p.size(), total);
   std::printf("| kernel | launches | total us | mean us | share |\n| --- | ---: | ---: | ---: | ---: |\n");
   for (auto& [k, t] : v)
     std::printf("| %s | %d | %.1f | %.2f | %.1f %% |\n", k.c_str(), t.second, t.first, t.first / t.second, 100.0 * t.first / total);
@@ -157,6 +157,14 @@ int cmd_bench(int argc, char** argv) {
           rows.back().extra = b;
         }
       }
+    if (profile && !pp.empty() && pp[0] > 0) {
+      s.reset();
+      auto toks = random_tokens(pp[0], hp.n_vocab, 98);
+      s.profile_next();
+      s.eval(toks);
+      std::printf("\nprefill of %lld tokens:", (long long)pp[0]);
+      print_profile(e.backend->profile());
+    }
     if (profile) {
       s.reset();
       auto toks = random_tokens(depth + 2, hp.n_vocab, 99);

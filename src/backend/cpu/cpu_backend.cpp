@@ -2,6 +2,7 @@
 // accepted Q/K/V and gate/up groups run as one pass over their shared input (activations are
 // quantized once and the rows of all members are split across threads together).
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -23,6 +24,7 @@ class CpuBackend final : public Backend {
     return cat("CPU ", cpu::isa_name(cpu::active_isa()), ", ", pool_.size(), " threads");
   }
   const BackendOptions& options() const override { return opts_; }
+  std::vector<ProfileEntry> profile() const override { return profile_; }
 
   void load(const Model& m) override {
     m_ = &m;
@@ -69,11 +71,19 @@ class CpuBackend final : public Backend {
   void run(Graph& g, const StepInput& in) override {
     LMF_CHECK(g.n_tokens == in.n_tokens);
     finalize(g);
+    if (in.profile) profile_.clear();
     for (size_t i = 0; i < g.ops.size(); ++i) {
       const Op& op = g.ops[i];
       if (!op.launch) continue;
+      const auto t0 = std::chrono::steady_clock::now();
       if (op.group >= 0) run_group(g, g.groups[size_t(op.group)], in);
       else run_op(g, op, in);
+      if (in.profile) {
+        std::string kind = op_kind_name(op.kind);
+        if (op.group >= 0) kind = cat("matmul ", dtype_name(op.w->type), " ", group_kind_name(g.groups[size_t(op.group)].kind));
+        else if (op.kind == OpKind::MatMul) kind = cat("matmul ", dtype_name(op.w->type));
+        profile_.push_back({op.name, kind, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count()});
+      }
     }
     const GTensor& lt = g.t(g.logits);
     const float* l = ptr(g, g.logits);
@@ -154,6 +164,7 @@ class CpuBackend final : public Backend {
   std::vector<float> arena_;
   std::vector<std::vector<uint16_t>> kc_, vc_;
   cpu::MatmulScratch scratch_;
+  std::vector<ProfileEntry> profile_;
 };
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "backend/cpu/ops.h"
 
+#include "backend/cpu/attention_kernels.h"
+#include "backend/cpu/cpu_features.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -66,38 +69,65 @@ static const float* fp16_table() {
   return tab.data();
 }
 
+// Causal attention, one (query position, KV head) pair at a time with every query head of the
+// group: the result for a position depends only on it and the cache, never on T, so a prompt
+// evaluated in one pass or token by token gives the same bits.
 void attention(const float* q, const uint16_t* kc, const uint16_t* vc, float* out, int64_t T, int64_t pos0,
                int n_head, int n_head_kv, int hd, ThreadPool& pool) {
   const float* h2f = fp16_table();
   const int group = n_head / n_head_kv;
   const int64_t kv_dim = int64_t(n_head_kv) * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
-  pool.parallel_for(T * n_head, [&](int, int64_t b, int64_t e) {
-    std::vector<float> sc(static_cast<size_t>(pos0 + T));
+  const bool simd = active_isa() != Isa::Scalar && hd % 8 == 0 && group <= 8;
+  pool.parallel_for(T * n_head_kv, [&](int, int64_t b, int64_t e) {
+    std::vector<float> sc(static_cast<size_t>((pos0 + T) * group));
     std::vector<float> acc(static_cast<size_t>(hd));
+    float inv_sum[8];
     for (int64_t job = b; job < e; ++job) {
-      const int64_t t = job / n_head;
-      const int h = int(job % n_head), kvh = h / group;
-      const float* qh = q + (t * n_head + h) * hd;
+      const int64_t t = job / n_head_kv;
+      const int kvh = int(job % n_head_kv);
       const int64_t n = pos0 + t + 1;  // causal: positions 0..pos0+t
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < n; ++j) {
-        const uint16_t* kr = kc + j * kv_dim + int64_t(kvh) * hd;
-        float s = 0;
-        for (int i = 0; i < hd; ++i) s += qh[i] * h2f[kr[i]];
-        sc[size_t(j)] = s * scale;
-        mx = std::max(mx, sc[size_t(j)]);
+      if (simd) {
+        AttnGroupArgs a;
+        for (int g = 0; g < group; ++g) {
+          const int h = kvh * group + g;
+          a.q[g] = q + (t * n_head + h) * hd;
+          a.out[g] = out + (t * n_head + h) * hd;
+        }
+        a.group = group;
+        a.k = kc + int64_t(kvh) * hd;
+        a.v = vc + int64_t(kvh) * hd;
+        a.kv_stride = kv_dim;
+        a.n = n;
+        a.head_dim = hd;
+        a.scale = scale;
+        a.scores = sc.data();
+        a.inv_sum = inv_sum;
+        attention_group_avx2(a);
+        continue;
       }
-      float sum = 0;
-      for (int64_t j = 0; j < n; ++j) sum += sc[size_t(j)] = std::exp(sc[size_t(j)] - mx);
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t j = 0; j < n; ++j) {
-        const uint16_t* vr = vc + j * kv_dim + int64_t(kvh) * hd;
-        const float p = sc[size_t(j)];
-        for (int i = 0; i < hd; ++i) acc[size_t(i)] += p * h2f[vr[i]];
+      for (int g = 0; g < group; ++g) {
+        const int h = kvh * group + g;
+        const float* qh = q + (t * n_head + h) * hd;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          const uint16_t* kr = kc + j * kv_dim + int64_t(kvh) * hd;
+          float s = 0;
+          for (int i = 0; i < hd; ++i) s += qh[i] * h2f[kr[i]];
+          sc[size_t(j)] = s * scale;
+          mx = std::max(mx, sc[size_t(j)]);
+        }
+        float sum = 0;
+        for (int64_t j = 0; j < n; ++j) sum += sc[size_t(j)] = std::exp(sc[size_t(j)] - mx);
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int64_t j = 0; j < n; ++j) {
+          const uint16_t* vr = vc + j * kv_dim + int64_t(kvh) * hd;
+          const float p = sc[size_t(j)];
+          for (int i = 0; i < hd; ++i) acc[size_t(i)] += p * h2f[vr[i]];
+        }
+        float* oh = out + (t * n_head + h) * hd;
+        for (int i = 0; i < hd; ++i) oh[i] = acc[size_t(i)] / sum;
       }
-      float* oh = out + (t * n_head + h) * hd;
-      for (int i = 0; i < hd; ++i) oh[i] = acc[size_t(i)] / sum;
     }
   });
 }

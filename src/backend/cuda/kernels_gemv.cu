@@ -41,8 +41,11 @@ int gemv_grid(const void* func, int rows, size_t smem) {
 
 namespace {
 std::atomic<bool> g_pdl{true};
-}
+std::atomic<bool> g_split_k{false};
+}  // namespace
 bool dev::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
+bool dev::gemv_split_k_enabled() { return g_split_k.load(std::memory_order_relaxed); }
+void set_gemv_split_k(bool on) { g_split_k.store(on, std::memory_order_relaxed); }
 void set_programmatic_launch(bool on) { g_pdl.store(on, std::memory_order_relaxed); }
 
 int device_sm_count() {

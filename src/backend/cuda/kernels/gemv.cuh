@@ -34,7 +34,8 @@
 // k warps of a block share a row group, warp `sub` taking column batches sub, sub+k, ...; at the
 // end of the row group the k partial sums meet in shared memory (named barrier per warp group)
 // and are added in sub order by warp sub 0, which runs the epilogue. The order depends only on
-// the shape (the host picks k from rows/cols/type), so results are deterministic.
+// the shape (the host picks k from rows/cols/type), so results are deterministic. Off by default
+// (set_gemv_split_k in kernels.h: measured no gain), then k = 1.
 #pragma once
 #include <cuda_fp16.h>
 

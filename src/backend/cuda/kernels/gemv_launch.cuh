@@ -22,19 +22,22 @@
 namespace lmf::cuda::dev {
 
 int gemv_grid(const void* func, int rows, size_t smem);  // kernels_gemv.cu
+bool gemv_split_k_enabled();                              // kernels_gemv.cu
 
 template <DType T, Prologue PRO, Epilogue EPI>
 void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {
   auto* k = &gemv_kernel<T, PRO, EPI>;
   const size_t smem = gemv_smem_bytes<T>(p.cols);
-  static bool attr_set = false;  // first call per instance happens before any graph capture
-  if (!attr_set && smem > 48 * 1024) {
+  // First call per instance happens before any graph capture. Always opted in: the 48 KB default
+  // limit counts the static shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
+  static bool attr_set = false;
+  if (!attr_set) {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     attr_set = true;
   }
   const int grid = gemv_grid(reinterpret_cast<const void*>(k), p.rows, smem);
   GemvParams q = p;
-  q.ksplit = gemv_ksplit<T>(p.rows, p.cols, device_sm_count());
+  q.ksplit = gemv_split_k_enabled() ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
   launch_pdl(k, dim3(grid), dim3(kGemvThreads), smem, s, q);
 }
 

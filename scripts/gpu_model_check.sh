@@ -7,7 +7,7 @@ set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
-STAGES=${STAGES:-"correct bench ab profile depth"}
+STAGES=${STAGES:-"correct sanitize bench ab profile depth"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLMFUSE_CUDA=ON -DLMFUSE_TESTS=OFF >"$OUT/configure.log" 2>&1 \
   || { tail -30 "$OUT/configure.log"; exit 1; }
@@ -22,6 +22,14 @@ rc=0
 if has correct; then
   python3 scripts/check_models.py --lmfuse "$L" --device cuda --gen ${GEN:-256} 2>&1 | tee "$OUT/golden.md" || rc=1
   python3 scripts/check_models.py --lmfuse "$L" --device cuda --gen 64 --model $M/qwen3-0.6b.gguf 2>&1 | tee -a "$OUT/golden.md" || rc=1
+fi
+if has sanitize; then
+  # compute-sanitizer on a short run (prefill + decode steps) of a tiny golden model.
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 "$L" logits -m tests/data/golden/qwen3-tiny-q4_0.gguf \
+      --device cuda --tokens 1,2,3,4,5 --all --prefill 2 -o /tmp/san.bin --knob cuda_graph=0 >"$OUT/sanitize_$tool.log" 2>&1
+    echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitize_$tool.log") clean summaries)" | tee -a "$OUT/golden.md"
+  done
 fi
 if has bench; then
   for p in qwen3-0.6b qwen3-4b qwen3-8b; do

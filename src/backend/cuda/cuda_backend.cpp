@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/qkv_post.h"
 #include "format/quant/half.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -175,6 +176,7 @@ class CudaBackend final : public Backend {
   std::map<const Graph*, GraphState> states_;
   std::vector<ProfileEntry> profile_;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
+  bool qkv_epilogue_in_gemv_ = true;
 };
 
 void CudaBackend::load(const Model& m) {
@@ -291,15 +293,18 @@ void CudaBackend::prepare(Graph& g) {
       grp.reject_reason = "no kernel instance for this prologue/epilogue";
       continue;
     }
-    if (is_qkv && ((hp.head_dim != 64 && hp.head_dim != 128) || grp.epilogue.empty())) {
-      grp.reject_reason = "QKV epilogue needs head_dim 64 or 128";
+    if (is_qkv && ((hp.head_dim != 32 && hp.head_dim != 64 && hp.head_dim != 128) || grp.epilogue.empty())) {
+      grp.reject_reason = "QKV epilogue needs head_dim 32, 64 or 128";
       continue;
     }
     grp.accepted = true;
     grp.fold_norm = ln;
     grp.fold_add = add;
+    // The leader runs the whole epilogue either way: inside the GEMV (rope_fusion 1) or as one
+    // small kernel after a plain GEMV (rope_fusion 0). Automatic: inside.
     grp.fold_epilogue = true;
   }
+  qkv_epilogue_in_gemv_ = tri_resolve(k.rope_fusion, true);
 }
 
 void CudaBackend::finalize(Graph& g) {
@@ -456,7 +461,28 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       q.n_ctx = opts_.n_ctx;
       q.raw = st.qkv_raw;
       q.counters = L.counters;
-      cuda::gemv(pro, Epilogue::QKV, a, stream_);
+      if (qkv_epilogue_in_gemv_) {
+        cuda::gemv(pro, Epilogue::QKV, a, stream_);
+        break;
+      }
+      a.y = st.qkv_raw;  // plain GEMV into [q|k|v], then the epilogue kernel
+      cuda::gemv(pro, Epilogue::Store, a, stream_);
+      cuda::QkvPostArgs pa;
+      pa.raw = st.qkv_raw;
+      pa.n_head = q.n_head;
+      pa.n_kv_head = q.n_kv_head;
+      pa.head_dim = q.head_dim;
+      pa.q_norm = q.q_norm;
+      pa.k_norm = q.k_norm;
+      pa.eps = q.norm_eps;
+      pa.rope = q.rope;
+      pa.theta = q.theta;
+      pa.pos = q.pos;
+      pa.q_out = q.q_out;
+      pa.k_cache = q.k_cache;
+      pa.v_cache = q.v_cache;
+      pa.n_ctx = q.n_ctx;
+      cuda::qkv_post(pa, stream_);
       break;
     }
     case GroupKind::GateUp:

@@ -7,15 +7,18 @@
 
 // The allow-list. Why these: Store (+Norm for the final logits, +AddNorm for fused layers),
 // Residual for o_proj/down, SiluMul and QKV after the attention/ffn norms, with or without the
-// residual add folded in.
+// residual add folded in; None+SiluMul / None+QKV keep those fusions measurable with the norm
+// fusion off (LMFUSE_LN_FUSION=0).
 #define LMF_GEMV_ALLOW_LIST(X) LMF_GEMV_ALLOW_LIST_PLAIN(X)
 #define LMF_GEMV_ALLOW_LIST_PLAIN(X)  \
   X(None, Store)                \
   X(Norm, Store)                \
   X(AddNorm, Store)             \
   X(None, Residual)             \
+  X(None, SiluMul)              \
   X(Norm, SiluMul)              \
   X(AddNorm, SiluMul)           \
+  X(None, QKV)                  \
   X(Norm, QKV)                  \
   X(AddNorm, QKV)
 

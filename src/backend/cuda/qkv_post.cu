@@ -1,0 +1,65 @@
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/qkv_post.h"
+
+namespace lmf::cuda {
+namespace {
+
+// grid: n_head (q) + n_kv (k) + n_kv (v) blocks; block: head_dim threads, one element each.
+__global__ void qkv_post_kernel(QkvPostArgs a) {
+  __shared__ float sh[32];
+  __shared__ float vals[128];
+  const int b = blockIdx.x, d = threadIdx.x, hd = a.head_dim;
+  const int nq = a.n_head, nk = a.n_kv_head;
+  const int pos = *a.pos;
+  float x = a.raw[size_t(b) * hd + d];
+  if (b >= nq + nk) {  // v head: straight to the cache
+    const int h = b - nq - nk;
+    reinterpret_cast<__half*>(a.v_cache)[(size_t(h) * a.n_ctx + pos) * hd + d] = __float2half_rn(x);
+    return;
+  }
+  const bool is_q = b < nq;
+  const float* gamma = is_q ? a.q_norm : a.k_norm;
+  if (gamma) {  // per-head RMSNorm (uniform branch for the block)
+    const float ss = dev::block_sum(x * x, sh);
+    x = x * rsqrtf(ss / float(hd) + a.eps) * gamma[d];
+  }
+  vals[d] = x;
+  __syncthreads();
+  const int half = hd / 2;
+  int i, partner;  // pair index, the other element of the pair
+  bool first;
+  if (a.rope == RopeStyle::NeoX) {
+    i = d < half ? d : d - half;
+    first = d < half;
+    partner = first ? d + half : d - half;
+  } else {
+    i = d / 2;
+    first = (d & 1) == 0;
+    partner = first ? d + 1 : d - 1;
+  }
+  float c, s;
+  dev::rope_cs(pos, i, hd, a.theta, &c, &s);
+  const float y = first ? x * c - vals[partner] * s : x * c + vals[partner] * s;
+  if (is_q) {
+    a.q_out[size_t(b) * hd + d] = y;
+  } else {
+    const int h = b - nq;
+    reinterpret_cast<__half*>(a.k_cache)[(size_t(h) * a.n_ctx + pos) * hd + d] = __float2half_rn(y);
+  }
+}
+
+}  // namespace
+
+void qkv_post(const QkvPostArgs& a, cudaStream_t s) {
+  if (a.head_dim != 32 && a.head_dim != 64 && a.head_dim != 128)
+    LMF_FAIL("cuda qkv_post: head_dim must be 32, 64 or 128, got ", a.head_dim);
+  if (!a.raw || !a.pos || !a.q_out || !a.k_cache || !a.v_cache || a.n_ctx <= 0)
+    LMF_FAIL("cuda qkv_post: missing pointer");
+  qkv_post_kernel<<<a.n_head + 2 * a.n_kv_head, a.head_dim, 0, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace lmf::cuda

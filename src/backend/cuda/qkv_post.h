@@ -1,0 +1,30 @@
+// The Q/K/V epilogue as its own kernel: per-head RMSNorm of q and k (Qwen3), RoPE, q to its
+// buffer, k and v appended to the fp16 KV cache at the position read from device memory. It
+// follows a plain Store GEMV over the concatenated Q|K|V weight, as the alternative to the
+// epilogue inside the GEMV (knob LMFUSE_ROPE_FUSION: 1 = inside the GEMV, 0 = this kernel).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+
+namespace lmf::cuda {
+
+struct QkvPostArgs {
+  const float* raw = nullptr;  // [(n_head + 2 n_kv) * head_dim]: q | k | v (bias already added)
+  int n_head = 0, n_kv_head = 0, head_dim = 0;  // head_dim 32, 64 or 128
+  const float* q_norm = nullptr;  // [head_dim] or null
+  const float* k_norm = nullptr;
+  float eps = 1e-6f;
+  RopeStyle rope = RopeStyle::NeoX;
+  float theta = 1e6f;
+  const int* pos = nullptr;  // DEVICE
+  float* q_out = nullptr;    // [n_head * head_dim]
+  uint16_t* k_cache = nullptr;  // fp16 [n_kv][n_ctx][head_dim]
+  uint16_t* v_cache = nullptr;
+  int64_t n_ctx = 0;
+};
+void qkv_post(const QkvPostArgs& a, cudaStream_t s);
+
+}  // namespace lmf::cuda

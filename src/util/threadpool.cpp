@@ -1,9 +1,23 @@
 #include "util/threadpool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define LMF_PAUSE() _mm_pause()
+#else
+#define LMF_PAUSE() std::this_thread::yield()
+#endif
+
 namespace lmf {
+
+namespace {
+// How long an idle worker spins before sleeping: long enough to bridge the gap between the
+// parallel regions of one decode step, short enough not to burn a core between requests.
+constexpr auto kSpin = std::chrono::microseconds(2000);
+}  // namespace
 
 int ThreadPool::default_threads() {
   unsigned n = std::thread::hardware_concurrency();
@@ -19,26 +33,30 @@ ThreadPool::~ThreadPool() {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
   }
-  cv_start_.notify_all();
+  cv_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
 void ThreadPool::worker(int idx) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int)>* job;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_start_.wait(lk, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
+    // Spin for a while on the generation counter, then sleep on the condition variable.
+    auto t0 = std::chrono::steady_clock::now();
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed)) {
+      LMF_PAUSE();
+      if (++spins % 1024 == 0 && std::chrono::steady_clock::now() - t0 > kSpin) {
+        std::unique_lock<std::mutex> lk(mu_);
+        sleepers_.fetch_add(1);
+        cv_.wait(lk, [&] { return stop_.load() || generation_.load() != seen; });
+        sleepers_.fetch_sub(1);
+        break;
+      }
     }
-    (*job)(idx);
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (--pending_ == 0) cv_done_.notify_one();
-    }
+    if (stop_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
+    (*job_)(idx);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -57,19 +75,17 @@ void ThreadPool::run_all(const std::function<void(int)>& fn) {
       if (!err) err = std::current_exception();
     }
   };
+  job_ = &guarded;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
+    // The mutex orders this publish against a worker that is about to sleep.
     std::lock_guard<std::mutex> lk(mu_);
-    job_ = &guarded;
-    pending_ = n_threads_ - 1;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_acq_rel);
   }
-  cv_start_.notify_all();
+  if (sleepers_.load() > 0) cv_.notify_all();
   guarded(0);
-  {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_done_.wait(lk, [&] { return pending_ == 0; });
-    job_ = nullptr;
-  }
+  while (pending_.load(std::memory_order_acquire) != 0) LMF_PAUSE();
+  job_ = nullptr;
   if (err) std::rethrow_exception(err);
 }
 

@@ -1,6 +1,10 @@
 // One thread pool for the process. parallel_for splits [0, n) into contiguous chunks, one per
 // thread; the calling thread takes part, so a pool of N threads uses N-1 workers.
+// Dispatch is a generation counter that idle workers spin on for a short while before sleeping:
+// a decode step issues hundreds of small parallel regions, and a condition-variable wake-up per
+// region (tens of microseconds) would cost more than the work.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -30,11 +34,12 @@ class ThreadPool {
   int n_threads_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
-  std::condition_variable cv_start_, cv_done_;
+  std::condition_variable cv_;
   const std::function<void(int)>* job_ = nullptr;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace lmf

@@ -1,25 +1,29 @@
 // Vectorized attention inner loop (attention_avx2.cpp), used by cpu::attention when the CPU has
-// AVX2; the scalar loop in ops.cpp is the fallback. Both are per query position, so the result
-// for a position never depends on how many tokens one call processes.
+// AVX2; the scalar loop in ops.cpp is the fallback. One call covers a tile of query rows that
+// share one KV head (several positions x the heads of a GQA group). Every query's arithmetic
+// (its dot products, softmax and weighted sum, each in key order) is the same whatever tile it is
+// in, so a prompt evaluated in one pass or token by token gives the same bits.
 #pragma once
 #include <cstdint>
 
 namespace lmf::cpu {
 
-struct AttnGroupArgs {
-  const float* q[8];     // the group's query heads, [head_dim] each
-  float* out[8];         // [head_dim] each
-  int group = 1;         // query heads sharing this KV head (<= 8)
-  const uint16_t* k;     // fp16 K of this KV head at position 0; row j at k + j * kv_stride
-  const uint16_t* v;
+constexpr int kAttnMaxQueries = 32;
+
+struct AttnTileArgs {
+  const float* q[kAttnMaxQueries];  // [head_dim] each
+  float* out[kAttnMaxQueries];      // [head_dim] each
+  int64_t n_keys[kAttnMaxQueries];  // causal limit + 1 of each query
+  int nq = 0;
+  const uint16_t* k = nullptr;  // fp16 K of this KV head at position 0; row j at k + j * kv_stride
+  const uint16_t* v = nullptr;
   int64_t kv_stride = 0;
-  int64_t n = 0;         // keys 0..n-1 (causal limit + 1)
-  int head_dim = 0;      // multiple of 8
+  int head_dim = 0;             // multiple of 8, <= 256
   float scale = 1.0f;
-  float* scores = nullptr;   // scratch [group][n]
-  float* inv_sum = nullptr;  // scratch [group]
+  float* scores = nullptr;      // scratch [nq][round_up(max n_keys, 8)]
+  float* acc = nullptr;         // scratch [nq][head_dim]
 };
 
-void attention_group_avx2(const AttnGroupArgs& a);
+void attention_tile_avx2(const AttnTileArgs& a);
 
 }  // namespace lmf::cpu

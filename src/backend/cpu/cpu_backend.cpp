@@ -153,7 +153,7 @@ class CpuBackend final : public Backend {
         cpu::add(IN(0), IN(1), OUT(0), g.t(op.out[0]).rows * g.t(op.out[0]).cols);
         break;
       case OpKind::SiluMul:
-        cpu::silu_mul(IN(0), IN(1), OUT(0), g.t(op.out[0]).rows * g.t(op.out[0]).cols);
+        cpu::silu_mul(IN(0), IN(1), OUT(0), g.t(op.out[0]).rows * g.t(op.out[0]).cols, pool_);
         break;
     }
   }

@@ -2,6 +2,7 @@
 
 #include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/elementwise_kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -69,43 +70,49 @@ static const float* fp16_table() {
   return tab.data();
 }
 
-// Causal attention, one (query position, KV head) pair at a time with every query head of the
-// group: the result for a position depends only on it and the cache, never on T, so a prompt
-// evaluated in one pass or token by token gives the same bits.
+// Causal attention. Jobs are (tile of up to 8 positions, KV head) with every query head of the
+// GQA group, so each cached K/V row is converted once per tile; a query's result depends only
+// on it and the cache, never on T or the tiling, so a prompt evaluated in one pass or token by
+// token gives the same bits.
 void attention(const float* q, const uint16_t* kc, const uint16_t* vc, float* out, int64_t T, int64_t pos0,
                int n_head, int n_head_kv, int hd, ThreadPool& pool) {
   const float* h2f = fp16_table();
   const int group = n_head / n_head_kv;
   const int64_t kv_dim = int64_t(n_head_kv) * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
-  const bool simd = active_isa() != Isa::Scalar && hd % 8 == 0 && group <= 8;
-  pool.parallel_for(T * n_head_kv, [&](int, int64_t b, int64_t e) {
-    std::vector<float> sc(static_cast<size_t>((pos0 + T) * group));
-    std::vector<float> acc(static_cast<size_t>(hd));
-    float inv_sum[8];
+  constexpr int kTile = 8;  // positions per job
+  const bool simd = active_isa() != Isa::Scalar && hd % 8 == 0 && hd <= 256 && group * kTile <= kAttnMaxQueries;
+  const int tile = simd ? kTile : 1;
+  const int64_t n_tiles = (T + tile - 1) / tile;
+  pool.parallel_for(n_tiles * n_head_kv, [&](int, int64_t b, int64_t e) {
+    const int64_t n_pad = (pos0 + T + 7) / 8 * 8;
+    std::vector<float> sc(static_cast<size_t>(n_pad * group * tile));
+    std::vector<float> acc(static_cast<size_t>(hd * group * tile));
     for (int64_t job = b; job < e; ++job) {
-      const int64_t t = job / n_head_kv;
+      const int64_t t0 = (job / n_head_kv) * tile, t1 = std::min(T, t0 + tile);
       const int kvh = int(job % n_head_kv);
-      const int64_t n = pos0 + t + 1;  // causal: positions 0..pos0+t
       if (simd) {
-        AttnGroupArgs a;
-        for (int g = 0; g < group; ++g) {
-          const int h = kvh * group + g;
-          a.q[g] = q + (t * n_head + h) * hd;
-          a.out[g] = out + (t * n_head + h) * hd;
-        }
-        a.group = group;
+        AttnTileArgs a;
+        for (int64_t t = t0; t < t1; ++t)
+          for (int g = 0; g < group; ++g) {
+            const int h = kvh * group + g;
+            a.q[a.nq] = q + (t * n_head + h) * hd;
+            a.out[a.nq] = out + (t * n_head + h) * hd;
+            a.n_keys[a.nq] = pos0 + t + 1;
+            ++a.nq;
+          }
         a.k = kc + int64_t(kvh) * hd;
         a.v = vc + int64_t(kvh) * hd;
         a.kv_stride = kv_dim;
-        a.n = n;
         a.head_dim = hd;
         a.scale = scale;
         a.scores = sc.data();
-        a.inv_sum = inv_sum;
-        attention_group_avx2(a);
+        a.acc = acc.data();
+        attention_tile_avx2(a);
         continue;
       }
+      const int64_t t = t0;
+      const int64_t n = pos0 + t + 1;  // causal: positions 0..pos0+t
       for (int g = 0; g < group; ++g) {
         const int h = kvh * group + g;
         const float* qh = q + (t * n_head + h) * hd;
@@ -119,7 +126,7 @@ void attention(const float* q, const uint16_t* kc, const uint16_t* vc, float* ou
         }
         float sum = 0;
         for (int64_t j = 0; j < n; ++j) sum += sc[size_t(j)] = std::exp(sc[size_t(j)] - mx);
-        std::fill(acc.begin(), acc.end(), 0.f);
+        std::fill(acc.begin(), acc.begin() + hd, 0.f);
         for (int64_t j = 0; j < n; ++j) {
           const uint16_t* vr = vc + j * kv_dim + int64_t(kvh) * hd;
           const float p = sc[size_t(j)];
@@ -137,7 +144,14 @@ void add(const float* a, const float* b, float* y, int64_t n) {
 }
 
 void silu_mul(const float* g, const float* u, float* y, int64_t n) {
+  if (active_isa() != Isa::Scalar) return silu_mul_avx2(g, u, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void silu_mul(const float* g, const float* u, float* y, int64_t n, ThreadPool& pool) {
+  if (n < 4096) return silu_mul(g, u, y, n);
+  pool.parallel_for(n / 8, [&](int, int64_t b, int64_t e) { silu_mul(g + 8 * b, u + 8 * b, y + 8 * b, 8 * (e - b)); });
+  if (n % 8) silu_mul(g + n / 8 * 8, u + n / 8 * 8, y + n / 8 * 8, n % 8);
 }
 
 void embed_row(const Weight& w, int32_t token, float* y) {

@@ -24,6 +24,7 @@ void attention(const float* q, const uint16_t* kc, const uint16_t* vc, float* ou
                int n_head, int n_head_kv, int head_dim, ThreadPool& pool);
 void add(const float* a, const float* b, float* y, int64_t n);
 void silu_mul(const float* g, const float* u, float* y, int64_t n);
+void silu_mul(const float* g, const float* u, float* y, int64_t n, ThreadPool& pool);  // threaded
 // Row `token` of a token-embedding weight of any supported type, as fp32.
 void embed_row(const Weight& w, int32_t token, float* y);
 // Converts a whole 1-D weight to fp32 (norm gammas and biases are f32 already).

@@ -10,6 +10,7 @@
 #include "format/gguf/gguf.h"
 #include "format/quant/half.h"
 #include "model/arch_table.h"
+#include "model/convert.h"
 #include "model/presets.h"
 #include "tokenizer/tokenizer.h"
 #include "util/progress.h"
@@ -95,18 +96,6 @@ void fill_matrix(uint8_t* dst, DType t, int64_t rows, int64_t cols, uint64_t see
   }
 }
 
-uint32_t file_type_id(DType t) {  // llama.cpp's LLAMA_FTYPE_MOSTLY_*
-  switch (t) {
-    case DType::F32: return 0;
-    case DType::F16: return 1;
-    case DType::Q4_0: return 2;
-    case DType::Q4_1: return 3;
-    case DType::Q8_0: return 7;
-    case DType::BF16: return 32;
-  }
-  return 0;
-}
-
 }  // namespace
 
 int cmd_random_model(int argc, char** argv) {
@@ -138,7 +127,7 @@ int cmd_random_model(int argc, char** argv) {
   const std::string a = p.arch;
   w.set(key::kArch, gguf::Value::str(a));
   w.set("general.name", gguf::Value::str(cat(p.name, " (random weights, seed ", seed, ")")));
-  w.set("general.file_type", gguf::Value::u32(file_type_id(*type)));
+  w.set("general.file_type", gguf::Value::u32(llama_file_type(*type)));
   w.set(fmt_key(key::kContext, a), gguf::Value::u32(uint32_t(p.n_ctx)));
   w.set(fmt_key(key::kEmbd, a), gguf::Value::u32(uint32_t(p.n_embd)));
   w.set(fmt_key(key::kBlocks, a), gguf::Value::u32(uint32_t(p.n_layer)));

@@ -17,7 +17,6 @@ const std::vector<KnobInfo>& knob_table() {
       {"resid_fusion", "LMFUSE_RESID_FUSION", &Knobs::resid_fusion, "residual add in o_proj/down epilogue"},
       {"rope_fusion", "LMFUSE_ROPE_FUSION", &Knobs::rope_fusion, "q/k norm + RoPE + KV append in QKV epilogue"},
       {"cuda_graph", "LMFUSE_CUDA_GRAPH", &Knobs::cuda_graph, "decode step as one replayed CUDA graph"},
-      {"norm_staging", "LMFUSE_NORM_STAGING", &Knobs::norm_staging, "stage normalized input in shared memory"},
       {"prefill_inkernel_dequant", "LMFUSE_PREFILL_INKERNEL_DEQUANT", &Knobs::prefill_inkernel_dequant,
        "prefill: in-kernel dequant GEMM (1) vs dequant-once + vendor GEMM (0)"},
   };

@@ -22,7 +22,6 @@ struct Knobs {
   Tri resid_fusion = Tri::Auto;     // LMFUSE_RESID_FUSION: residual add in o_proj / down epilogues
   Tri rope_fusion = Tri::Auto;      // LMFUSE_ROPE_FUSION: q/k norm + RoPE + KV append in the QKV epilogue
   Tri cuda_graph = Tri::Auto;       // LMFUSE_CUDA_GRAPH: decode step captured once and replayed
-  Tri norm_staging = Tri::Auto;     // LMFUSE_NORM_STAGING: stage normalized vector in shared memory
   Tri prefill_inkernel_dequant = Tri::Auto;  // LMFUSE_PREFILL_INKERNEL_DEQUANT
   Tri fusion = Tri::Auto;           // LMFUSE_FUSION: master switch; 0 = plain unfused graph
 

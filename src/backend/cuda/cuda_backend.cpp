@@ -3,8 +3,13 @@
 // of it), gate/up interleaved for the SiLU·mul epilogue (or separate when that fusion is off).
 // prepare() accepts or rejects each fusion group; run() only launches what prepare chose, so
 // the whole step is captured once as a CUDA graph and replayed per token (token id and position
-// are read from device memory). Prompts run token by token through the same step
-// (max_tokens_per_run() == 1) until the batched prefill kernels exist.
+// are read from device memory).
+//
+// Prefill (T > 1, v1 of issue 6): graphs of up to kPrefillChunk tokens (the Session splits longer
+// prompts into chunks, so activation memory stays bounded) run unfused, op by op, without a CUDA
+// graph: batched kernels of prefill.h, and every matrix product through the outer-dequant path
+// (weight rows -> fp16 scratch shared by all projections, cuBLAS GEMM). A product over a single
+// row (the last-token logits) keeps the decode GEMV.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -15,6 +20,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/prefill.h"
 #include "backend/cuda/qkv_post.h"
 #include "format/quant/half.h"
 #include "util/log.h"
@@ -26,6 +32,10 @@ namespace {
 using cuda::DeviceWeight;
 using cuda::Epilogue;
 using cuda::Prologue;
+
+// Most tokens one prefill run takes. 512 keeps the T-row activations of the largest supported
+// model (n_ff 25600: ~52 MB a tensor) and the fp16 activation scratch small.
+constexpr int64_t kPrefillChunk = 512;
 
 // A view of rows [r0, r0 + n) of a repacked weight (rows are contiguous in both the data and
 // the scale arrays, so a view is a pointer offset).
@@ -110,6 +120,11 @@ class CudaBackend final : public Backend {
     for (auto& w : extra_) cuda::free_weight(w);
     for (void* p : buffers_) cudaFree(p);
     cuda::argmax_scratch_free(argmax_);
+    cuda::gemm_destroy(gemm_);
+    cudaFree(pf_.w);
+    cudaFree(pf_.x);
+    cudaFree(d_tokens_);
+    cudaFreeHost(h_tokens_);
     cudaFree(d_io_);
     cudaFreeHost(h_io_);
     cudaStreamDestroy(stream_);
@@ -118,7 +133,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   std::string description() const override { return "CUDA " + dev_name_; }
   const BackendOptions& options() const override { return opts_; }
-  int64_t max_tokens_per_run() const override { return 1; }
+  int64_t max_tokens_per_run() const override { return kPrefillChunk; }
   uint64_t decode_weight_bytes() const override { return decode_bytes_; }
 
   void load(const Model& m) override;
@@ -155,6 +170,10 @@ class CudaBackend final : public Backend {
   }
   void launch_all(Graph& g, GraphState& st, bool profile);
   void launch_op(Graph& g, GraphState& st, const Op& op);
+  void launch_prefill_op(Graph& g, GraphState& st, const Op& op);
+  void prepare_prefill(Graph& g);
+  void ensure_prefill_scratch();
+  void finish_run(Graph& g, GraphState& st, const StepInput& in);
   void launch_group(Graph& g, GraphState& st, const FusionGroup& grp);
   void matmul(const Weight* w, const float* x, float* y, const float* bias);
 
@@ -177,6 +196,12 @@ class CudaBackend final : public Backend {
   std::vector<ProfileEntry> profile_;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   bool qkv_epilogue_in_gemv_ = true;
+  // Prefill (T > 1)
+  cuda::GemmHandle* gemm_ = nullptr;
+  cuda::PrefillScratch pf_;      // fp16 weight rows + fp16 activations, shared by every graph
+  size_t pf_w_elems_ = 0;        // largest layer weight (rows x cols), set at load
+  int* d_tokens_ = nullptr;      // [kPrefillChunk] token ids of a prefill run
+  int* h_tokens_ = nullptr;      // pinned staging for them
 };
 
 void CudaBackend::load(const Model& m) {
@@ -241,6 +266,9 @@ void CudaBackend::load(const Model& m) {
     CUDA_CHECK(cudaMemset(L.vc, 0, cache));
     L.counters = cuda::qkv_counters_alloc(int(hp.n_head), int(hp.n_head_kv));
   }
+  for (const auto& [w, dw] : mats_) pf_w_elems_ = std::max(pf_w_elems_, size_t(dw.rows * dw.cols));
+  for (const auto& L : layers_)
+    if (L.gate_up.q) pf_w_elems_ = std::max(pf_w_elems_, size_t(L.gate_up.rows / 2 * L.gate_up.cols));
   upload_f32(m.output_norm);
   extra_.push_back(cuda::upload_weight(pack(m.output), stream_));
   mats_[&m.output] = extra_.back();
@@ -252,7 +280,10 @@ void CudaBackend::load(const Model& m) {
 }
 
 void CudaBackend::prepare(Graph& g) {
-  LMF_CHECK(g.n_tokens == 1, "the CUDA backend runs one token per step");
+  if (g.n_tokens > 1) {
+    prepare_prefill(g);
+    return;
+  }
   const Knobs& k = opts_.knobs;
   const bool fusion = k.fusion != Tri::Off;
   const auto& hp = m_->hp;
@@ -309,12 +340,41 @@ void CudaBackend::prepare(Graph& g) {
   qkv_epilogue_in_gemv_ = tri_resolve(k.rope_fusion, false);
 }
 
+void CudaBackend::prepare_prefill(Graph& g) {
+  if (g.n_tokens > kPrefillChunk)
+    LMF_FAIL("cuda prefill: a run takes at most ", kPrefillChunk, " tokens, the graph has ", g.n_tokens);
+  if (opts_.knobs.prefill_inkernel_dequant == Tri::On)
+    LMF_FAIL("LMFUSE_PREFILL_INKERNEL_DEQUANT=1: in-kernel dequant GEMM not built yet (only the outer-dequant "
+             "path exists; unset the knob or set it to 0)");
+  for (auto& grp : g.groups) grp.reject_reason = "prefill runs unfused (v1)";
+}
+
+void CudaBackend::ensure_prefill_scratch() {
+  if (gemm_) return;
+  const auto& hp = m_->hp;
+  const int64_t widest = std::max({hp.n_embd, hp.n_ff, hp.q_dim()});
+  pf_.x_elems = size_t(kPrefillChunk * widest);
+  // At least 64 MiB of weight scratch so the output projection (vocab rows, chunked) takes few chunks.
+  pf_.w_elems = std::max(pf_w_elems_, size_t(32) << 20);
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pf_.x), pf_.x_elems * sizeof(uint16_t)));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pf_.w), pf_.w_elems * sizeof(uint16_t)));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_tokens_), kPrefillChunk * sizeof(int)));
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_tokens_), kPrefillChunk * sizeof(int)));
+  gemm_ = cuda::gemm_create(stream_);
+}
+
 void CudaBackend::finalize(Graph& g) {
   GraphState& st = states_[&g];
   free_state(st);
   const auto& hp = m_->hp;
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.arena), std::max<size_t>(g.total_bytes, 256)));
   st.arena_bytes = g.total_bytes;
+  if (g.n_tokens > 1) {
+    ensure_prefill_scratch();
+    // gateup_tmp: a single-row product over an interleaved gate/up weight (decode fallback path).
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.gateup_tmp), size_t(2 * hp.n_ff) * sizeof(float)));
+    return;
+  }
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.qkv_raw), size_t(hp.q_dim() + 2 * hp.kv_dim()) * sizeof(float)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.gateup_tmp), size_t(2 * hp.n_ff) * sizeof(float)));
   st.attn_splits = cuda::attn_plan_splits(int(hp.n_head_kv), opts_.n_ctx);
@@ -411,6 +471,86 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       break;
     case OpKind::SiluMul:
       cuda::silu_mul(IN(0), IN(1), OUT(0), g.t(op.out[0]).rows * g.t(op.out[0]).cols, stream_);
+      break;
+  }
+}
+
+// One op of a T-row (prefill) graph: positions pos0 + t come from d_io_[1], tokens from
+// d_tokens_. Unfused throughout (prepare_prefill rejected every group).
+void CudaBackend::launch_prefill_op(Graph& g, GraphState& st, const Op& op) {
+  auto IN = [&](int i) { return ptr(st, g, op.in[size_t(i)]); };
+  auto OUT = [&](int i) { return ptr(st, g, op.out[size_t(i)]); };
+  const int* d_pos0 = d_io_ + 1;
+  const int T = int(g.n_tokens);
+  switch (op.kind) {
+    case OpKind::Embed:
+      cuda::embed_rows(op.w->type, embd_raw_, op.w->cols, d_tokens_, T, OUT(0), stream_);
+      break;
+    case OpKind::MatMul: {
+      const GTensor& x = g.t(op.in[0]);
+      if (x.rows == 1) {  // last-token logits: the decode GEMV
+        launch_op(g, st, op);
+        break;
+      }
+      cuda::PrefillMatmul mm;
+      mm.x = IN(0);
+      mm.T = x.rows;
+      mm.y = OUT(0);
+      mm.bias = op.b ? dev_vec(*op.b) : nullptr;
+      auto gu = gate_up_layer_.find(op.w);
+      if (gu != gate_up_layer_.end()) {  // rows of gate (even) or up (odd) of the interleaved weight
+        mm.w = &layers_[size_t(gu->second)].gate_up;
+        mm.r0 = op.w == &m_->layers[size_t(gu->second)].w_gate ? 0 : 1;
+        mm.step = 2;
+        mm.n = op.w->rows;
+      } else {
+        auto it = mats_.find(op.w);
+        LMF_CHECK(it != mats_.end(), "matrix not uploaded: ", op.w->name);
+        mm.w = &it->second;
+      }
+      cuda::matmul_prefill(gemm_, mm, pf_, stream_);
+      break;
+    }
+    case OpKind::HeadNorm: {
+      const GTensor& x = g.t(op.in[0]);
+      cuda::rmsnorm_rows(IN(0), dev_vec(*op.w), OUT(0), x.rows * (x.cols / op.head_dim), op.head_dim, op.eps,
+                         stream_);
+      break;
+    }
+    case OpKind::Rope: {
+      const GTensor& x = g.t(op.in[0]);
+      CUDA_CHECK(cudaMemcpyAsync(OUT(0), IN(0), x.bytes(), cudaMemcpyDeviceToDevice, stream_));
+      cuda::rope_rows(OUT(0), int(x.rows), int(x.cols / op.head_dim), op.head_dim,
+                      op.rope_neox ? cuda::RopeStyle::NeoX : cuda::RopeStyle::Adjacent, op.rope_theta, d_pos0,
+                      stream_);
+      break;
+    }
+    case OpKind::KvStore: {
+      const LayerDev& L = layers_[size_t(op.layer)];
+      cuda::kv_store_rows(IN(0), IN(1), L.kc, L.vc, int(g.t(op.in[0]).rows), op.n_head_kv, op.head_dim, opts_.n_ctx,
+                          d_pos0, stream_);
+      break;
+    }
+    case OpKind::Attention: {
+      const LayerDev& L = layers_[size_t(op.layer)];
+      cuda::PrefillAttnArgs a;
+      a.q = IN(0);
+      a.k_cache = L.kc;
+      a.v_cache = L.vc;
+      a.T = int(g.t(op.in[0]).rows);
+      a.n_head = op.n_head;
+      a.n_kv_head = op.n_head_kv;
+      a.head_dim = op.head_dim;
+      a.n_ctx = opts_.n_ctx;
+      a.pos0 = d_pos0;
+      a.out = OUT(0);
+      cuda::attention_prefill(a, stream_);
+      break;
+    }
+    case OpKind::RmsNorm:  // rows and row_begin handled there already
+    case OpKind::Add:
+    case OpKind::SiluMul:
+      launch_op(g, st, op);
       break;
   }
 }
@@ -518,6 +658,7 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
       CUDA_CHECK(cudaEventRecord(events_[ev].first, stream_));
     }
     if (op.group >= 0) launch_group(g, st, g.groups[size_t(op.group)]);
+    else if (g.n_tokens > 1) launch_prefill_op(g, st, op);
     else launch_op(g, st, op);
     if (profile) {
       CUDA_CHECK(cudaEventRecord(events_[ev].second, stream_));
@@ -538,7 +679,7 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
         const auto& grp = g.groups[size_t(op.group)];
         kind = cat("gemv ", dtype_name(op.w->type), " ", group_kind_name(grp.kind), grp.fold_add ? "+addnorm" : grp.fold_norm ? "+norm" : "");
       } else if (op.kind == OpKind::MatMul) {
-        kind = cat("gemv ", dtype_name(op.w->type));
+        kind = cat(g.t(op.in[0]).rows > 1 ? "gemm f16 outer-dequant " : "gemv ", dtype_name(op.w->type));
       }
       profile_.push_back({op.name, kind, double(ms) * 1000.0});
     }
@@ -546,8 +687,20 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
 }
 
 void CudaBackend::run(Graph& g, const StepInput& in) {
-  LMF_CHECK(in.n_tokens == 1 && g.n_tokens == 1);
   GraphState& st = states_.at(&g);
+  if (g.n_tokens > 1) {
+    LMF_CHECK(in.n_tokens == g.n_tokens && g.n_tokens <= kPrefillChunk && gemm_);
+    std::memcpy(h_tokens_, in.tokens, size_t(in.n_tokens) * sizeof(int));
+    h_io_[1] = int(in.pos0);
+    CUDA_CHECK(cudaMemcpyAsync(d_tokens_, h_tokens_, size_t(in.n_tokens) * sizeof(int), cudaMemcpyHostToDevice,
+                               stream_));
+    CUDA_CHECK(cudaMemcpyAsync(d_io_ + 1, h_io_ + 1, sizeof(int), cudaMemcpyHostToDevice, stream_));
+    launch_all(g, st, in.profile);  // op by op: no CUDA graph for prefill (v1)
+    ++st.runs;
+    finish_run(g, st, in);
+    return;
+  }
+  LMF_CHECK(in.n_tokens == 1 && g.n_tokens == 1);
   h_io_[0] = in.tokens[0];
   h_io_[1] = int(in.pos0);
   CUDA_CHECK(cudaMemcpyAsync(d_io_, h_io_, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
@@ -573,6 +726,10 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
     launch_all(g, st, in.profile);
   }
   ++st.runs;
+  finish_run(g, st, in);
+}
+
+void CudaBackend::finish_run(Graph& g, GraphState& st, const StepInput& in) {
   const GTensor& lt = g.t(g.logits);
   const float* l = ptr(st, g, g.logits);
   if (in.argmax) {

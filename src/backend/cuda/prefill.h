@@ -1,0 +1,89 @@
+// Host API of the batched prefill kernels (T tokens per run, issue 6 first slice). Plain C++
+// like kernels.h; same conventions: launchers only launch (no allocation or sync inside, except
+// gemm_create), positions are read from DEVICE memory, activations are fp32 row-major [T, n],
+// the KV cache is fp16 head-major [n_kv][n_ctx][head_dim] per layer (kernels.h).
+//
+// Matrix products take the "outer dequant" path: the repacked weight (or a row range of it) is
+// unpacked to fp16 into one scratch buffer reused by every projection, the activations are
+// converted to fp16, and cuBLAS multiplies them (fp16 inputs, fp32 accumulate and output).
+// For the 8-bit/4-bit types the activations are first quantized to int8 per block of 32 exactly
+// as the decode GEMV and the CPU backend do (amax/127 scale, round to nearest even), then
+// written as fp16(dx*q): prefill then computes the same products as decode, up to fp16 rounding
+// of the two factors (2^-12 relative), so a prompt split into prefill + decode steps agrees with
+// one long prefill.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+
+namespace lmf::cuda {
+
+// out[t][:] = row tokens[t] of the GGUF embedding table (types as embed_lookup), t < T.
+// tokens: DEVICE [T].
+void embed_rows(DType t, const void* table, int64_t cols, const int* tokens, int T, float* out,
+                cudaStream_t s = nullptr);
+// In place over x [T][n_heads*head_dim]; row t is at position *pos0 + t (pos0 in DEVICE memory).
+void rope_rows(float* x, int T, int n_heads, int head_dim, RopeStyle st, float theta, const int* pos0,
+               cudaStream_t s = nullptr);
+// k, v [T][n_kv*head_dim] fp32 -> fp16 caches at positions *pos0 .. *pos0 + T - 1.
+void kv_store_rows(const float* k, const float* v, uint16_t* k_cache, uint16_t* v_cache, int T, int n_kv,
+                   int head_dim, int64_t n_ctx, const int* pos0, cudaStream_t s = nullptr);
+
+// Causal attention of T queries (query t at position *pos0 + t sees keys 0 .. *pos0 + t) over the
+// layer's cache, which must already hold those keys (kv_store_rows first). GQA: query head h reads
+// KV head h / (n_head / n_kv_head). Flash style: one block per (tile of 16 queries, query head),
+// online softmax in fp32 over tiles of 32 keys. head_dim 32, 64 or 128.
+struct PrefillAttnArgs {
+  const float* q = nullptr;  // [T][n_head*head_dim]
+  const uint16_t* k_cache = nullptr;
+  const uint16_t* v_cache = nullptr;
+  int T = 0, n_head = 0, n_kv_head = 0, head_dim = 0;
+  int64_t n_ctx = 0;
+  const int* pos0 = nullptr;  // DEVICE
+  float* out = nullptr;       // [T][n_head*head_dim]
+};
+void attention_prefill(const PrefillAttnArgs& a, cudaStream_t s = nullptr);
+
+// fp32 [rows][cols] -> fp16 [rows][cols]; int8_blocks: quantize each block of 32 to int8 first
+// (see the header comment). cols % 32 == 0.
+void act_to_f16(const float* x, uint16_t* y, int64_t rows, int cols, bool int8_blocks, cudaStream_t s = nullptr);
+// Rows r0, r0 + step, ..., r0 + (n-1)*step of a repacked weight (kernels.h layout) -> fp16
+// out [n][w.cols] (values computed in fp32, rounded once). step 2 picks gate or up rows out of an
+// interleaved gate/up weight.
+void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n, uint16_t* out,
+                      cudaStream_t s = nullptr);
+// y[t][i] += bias[i] for t < rows, i < n; row stride ldy.
+void add_bias_rows(float* y, const float* bias, int64_t rows, int n, int64_t ldy, cudaStream_t s = nullptr);
+
+// cuBLAS handle bound to one stream.
+struct GemmHandle;
+GemmHandle* gemm_create(cudaStream_t s);
+void gemm_destroy(GemmHandle* h);
+// y [T][ldy], columns [0, N) = x [T][K] (fp16) * w [N][K]^T (fp16), fp32 accumulate and output.
+void gemm_f16(GemmHandle* h, const uint16_t* x, const uint16_t* w, float* y, int64_t T, int64_t N, int64_t K,
+              int64_t ldy);
+
+// Scratch of the outer-dequant path, owned by the caller: w holds w_elems fp16 (the largest
+// weight, or a chunk of rows of a larger one), x holds x_elems fp16 (T x the widest input).
+struct PrefillScratch {
+  uint16_t* w = nullptr;
+  size_t w_elems = 0;
+  uint16_t* x = nullptr;
+  size_t x_elems = 0;
+};
+// Y [T][n] (+ bias) = X [T][w.cols] * (rows r0 + i*step of w)^T: converts X, then dequantizes and
+// multiplies in chunks of rows that fit the scratch.
+struct PrefillMatmul {
+  const DeviceWeight* w = nullptr;
+  int64_t r0 = 0, step = 1, n = 0;  // n = 0: all rows of w
+  const float* x = nullptr;
+  int64_t T = 0;
+  float* y = nullptr;
+  const float* bias = nullptr;  // [n] or null
+};
+void matmul_prefill(GemmHandle* h, const PrefillMatmul& m, const PrefillScratch& sc, cudaStream_t s);
+
+}  // namespace lmf::cuda

@@ -1,0 +1,223 @@
+// Batched (T-row) building blocks of the prefill path: embedding rows, RoPE over rows, KV store
+// of T rows, activation fp32 -> fp16 (optionally int8-block-quantized), weight dequant to fp16,
+// bias add. prefill.h documents the host API.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/prefill.h"
+
+namespace lmf::cuda {
+namespace pdev {
+
+using dev::bf16_bits_to_f32;
+
+__device__ __forceinline__ float h2f(const uint8_t* p) {
+  return __half2float(__ushort_as_half(uint16_t(p[0] | (p[1] << 8))));
+}
+
+// Element i of a raw GGUF row (format/quant/types.h block layouts).
+template <DType T>
+__device__ __forceinline__ float gguf_value(const uint8_t* row, int i) {
+  const int b = i >> 5, e = i & 31;
+  if constexpr (T == DType::F32) {
+    return reinterpret_cast<const float*>(row)[i];
+  } else if constexpr (T == DType::F16) {
+    return __half2float(reinterpret_cast<const __half*>(row)[i]);
+  } else if constexpr (T == DType::BF16) {
+    return bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
+  } else if constexpr (T == DType::Q4_0) {
+    const uint8_t* blk = row + b * 18;
+    return h2f(blk) * float(((blk[2 + (e & 15)] >> (e < 16 ? 0 : 4)) & 15) - 8);
+  } else if constexpr (T == DType::Q4_1) {
+    const uint8_t* blk = row + b * 20;
+    return fmaf(h2f(blk), float((blk[4 + (e & 15)] >> (e < 16 ? 0 : 4)) & 15), h2f(blk + 2));
+  } else {  // Q8_0
+    const uint8_t* blk = row + b * 34;
+    return h2f(blk) * float(int8_t(blk[2 + e]));
+  }
+}
+
+// grid (ceil(cols/256), T)
+template <DType T>
+__global__ void embed_rows_kernel(const uint8_t* table, size_t rb, int cols, const int* tokens, float* out) {
+  const int t = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= cols) return;
+  out[size_t(t) * cols + i] = gguf_value<T>(table + size_t(tokens[t]) * rb, i);
+}
+
+// grid (n_heads, T), block hd/2: one pair per thread (same arithmetic as the decode rope).
+__global__ void rope_rows_kernel(float* x, int n_heads, int hd, RopeStyle st, float theta, const int* pos0) {
+  const int i = threadIdx.x, half_d = hd / 2, t = blockIdx.y;
+  float* h = x + (size_t(t) * n_heads + blockIdx.x) * hd;
+  const int a = st == RopeStyle::NeoX ? i : 2 * i, b = st == RopeStyle::NeoX ? i + half_d : 2 * i + 1;
+  float c, s;
+  dev::rope_cs(*pos0 + t, i, hd, theta, &c, &s);
+  const float va = h[a], vb = h[b];
+  h[a] = va * c - vb * s;
+  h[b] = vb * c + va * s;
+}
+
+// grid (n_kv, T), block hd.
+__global__ void kv_store_rows_kernel(const float* k, const float* v, __half* kc, __half* vc, int n_kv, int hd,
+                                     int n_ctx, const int* pos0) {
+  const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
+  const size_t src = (size_t(t) * n_kv + h) * hd + d;
+  const size_t dst = (size_t(h) * n_ctx + *pos0 + t) * hd + d;
+  kc[dst] = __float2half_rn(k[src]);
+  vc[dst] = __float2half_rn(v[src]);
+}
+
+// One warp per block of 32 elements (rows*cols/32 warps in all).
+__global__ void act_to_f16_kernel(const float* x, __half* y, int64_t nblocks, bool q8) {
+  const int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  if (b >= nblocks) return;
+  const int lane = threadIdx.x & 31;
+  const float v = x[b * 32 + lane];
+  float out = v;
+  if (q8) {  // the decode GEMV's activation quantization (gemv.cuh), element for element
+    const float am = dev::warp_max(fabsf(v));
+    const float id = am > 0.f ? 127.f / am : 0.f;
+    out = (am / 127.f) * float(__float2int_rn(v * id));
+  }
+  y[b * 32 + lane] = __float2half_rn(out);
+}
+
+// One thread per (output row i, block c of 32 elements) of a repacked weight.
+template <DType T>
+__global__ void dequant_kernel(const uint8_t* q, const uint8_t* scales, int nblk, size_t row_stride, int64_t r0,
+                               int64_t step, int64_t n, __half* out) {
+  constexpr int P = T == DType::Q4_0 || T == DType::Q4_1 ? 1 : T == DType::Q8_0 ? 2 : 4;
+  const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (gid >= n * nblk) return;
+  const int64_t i = gid / nblk;
+  const int c = int(gid % nblk);
+  const int64_t r = r0 + i * step;
+  const int g = c >> 5, l = c & 31, gb = min(32, nblk - 32 * g);
+  const uint8_t* base = q + size_t(r) * row_stride + size_t(g) * 32 * P * 16;
+  uint4 pc[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p) pc[p] = *reinterpret_cast<const uint4*>(base + (p * gb + l) * 16);
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(pc);
+  __align__(16) __half h[32];
+  if constexpr (T == DType::Q4_0 || T == DType::Q4_1) {
+    const size_t sb = T == DType::Q4_0 ? 2 : 4;
+    const uint8_t* sp = scales + (size_t(r) * nblk + c) * sb;
+    const float d = h2f(sp), m = T == DType::Q4_1 ? h2f(sp + 2) : 0.f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int lo = bytes[j] & 15, hi = bytes[j] >> 4;
+      if constexpr (T == DType::Q4_0) {
+        h[j] = __float2half_rn(d * float(lo - 8));
+        h[j + 16] = __float2half_rn(d * float(hi - 8));
+      } else {
+        h[j] = __float2half_rn(fmaf(d, float(lo), m));
+        h[j + 16] = __float2half_rn(fmaf(d, float(hi), m));
+      }
+    }
+  } else if constexpr (T == DType::Q8_0) {
+    const float d = h2f(scales + (size_t(r) * nblk + c) * 2);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) h[j] = __float2half_rn(d * float(int8_t(bytes[j])));
+  } else if constexpr (T == DType::BF16) {
+    const uint16_t* b16 = reinterpret_cast<const uint16_t*>(bytes);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) h[j] = __float2half_rn(bf16_bits_to_f32(b16[j]));
+  } else {  // F16: a copy
+    const __half* b16 = reinterpret_cast<const __half*>(bytes);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) h[j] = b16[j];
+  }
+  uint4* dst = reinterpret_cast<uint4*>(out + size_t(i) * nblk * 32 + size_t(c) * 32);
+  const uint4* src = reinterpret_cast<const uint4*>(h);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) dst[k] = src[k];
+}
+
+__global__ void add_bias_rows_kernel(float* y, const float* bias, int64_t rows, int n, int64_t ldy) {
+  const int64_t total = rows * n;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = k / n;
+    const int i = int(k % n);
+    y[t * ldy + i] += bias[i];
+  }
+}
+
+}  // namespace pdev
+
+namespace {
+unsigned blocks_for(int64_t threads, int per = 256) { return unsigned((threads + per - 1) / per); }
+}  // namespace
+
+void embed_rows(DType t, const void* table, int64_t cols, const int* tokens, int T, float* out, cudaStream_t s) {
+  if (cols <= 0 || T <= 0 || (t != DType::F32 && t != DType::F16 && t != DType::BF16 && cols % 32 != 0))
+    LMF_FAIL("cuda embed_rows: bad shape ", T, "x", cols);
+  const auto* tb = static_cast<const uint8_t*>(table);
+  const size_t rb = row_bytes(t, cols);
+  const dim3 grid(blocks_for(cols), unsigned(T));
+  switch (t) {
+    case DType::F32: pdev::embed_rows_kernel<DType::F32><<<grid, 256, 0, s>>>(tb, rb, int(cols), tokens, out); break;
+    case DType::F16: pdev::embed_rows_kernel<DType::F16><<<grid, 256, 0, s>>>(tb, rb, int(cols), tokens, out); break;
+    case DType::BF16: pdev::embed_rows_kernel<DType::BF16><<<grid, 256, 0, s>>>(tb, rb, int(cols), tokens, out); break;
+    case DType::Q4_0: pdev::embed_rows_kernel<DType::Q4_0><<<grid, 256, 0, s>>>(tb, rb, int(cols), tokens, out); break;
+    case DType::Q4_1: pdev::embed_rows_kernel<DType::Q4_1><<<grid, 256, 0, s>>>(tb, rb, int(cols), tokens, out); break;
+    case DType::Q8_0: pdev::embed_rows_kernel<DType::Q8_0><<<grid, 256, 0, s>>>(tb, rb, int(cols), tokens, out); break;
+    default: LMF_FAIL("cuda embed_rows: unsupported type ", dtype_name(t));
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void rope_rows(float* x, int T, int n_heads, int head_dim, RopeStyle st, float theta, const int* pos0,
+               cudaStream_t s) {
+  if (T <= 0 || n_heads <= 0 || head_dim % 2 != 0 || head_dim > 2048)
+    LMF_FAIL("cuda rope_rows: bad shape T ", T, " heads ", n_heads, " head_dim ", head_dim);
+  pdev::rope_rows_kernel<<<dim3(unsigned(n_heads), unsigned(T)), head_dim / 2, 0, s>>>(x, n_heads, head_dim, st,
+                                                                                       theta, pos0);
+  CUDA_CHECK_LAUNCH();
+}
+
+void kv_store_rows(const float* k, const float* v, uint16_t* k_cache, uint16_t* v_cache, int T, int n_kv,
+                   int head_dim, int64_t n_ctx, const int* pos0, cudaStream_t s) {
+  if (T <= 0 || n_kv <= 0 || head_dim <= 0 || head_dim > 1024)
+    LMF_FAIL("cuda kv_store_rows: bad shape T ", T, " n_kv ", n_kv, " head_dim ", head_dim);
+  pdev::kv_store_rows_kernel<<<dim3(unsigned(n_kv), unsigned(T)), head_dim, 0, s>>>(
+      k, v, reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache), n_kv, head_dim, int(n_ctx),
+      pos0);
+  CUDA_CHECK_LAUNCH();
+}
+
+void act_to_f16(const float* x, uint16_t* y, int64_t rows, int cols, bool int8_blocks, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0 || cols % 32 != 0) LMF_FAIL("cuda act_to_f16: bad shape ", rows, "x", cols);
+  const int64_t nb = rows * (cols / 32);
+  pdev::act_to_f16_kernel<<<blocks_for(nb * 32), 256, 0, s>>>(x, reinterpret_cast<__half*>(y), nb, int8_blocks);
+  CUDA_CHECK_LAUNCH();
+}
+
+void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n, uint16_t* out, cudaStream_t s) {
+  if (n <= 0 || r0 < 0 || step < 1 || r0 + (n - 1) * step >= w.rows || w.cols % 32 != 0)
+    LMF_FAIL("cuda dequant_rows_f16: rows ", r0, " + ", n, " x step ", step, " outside a weight of ", w.rows, "x",
+             w.cols);
+  const int nblk = int(w.cols / 32);
+  const size_t stride = w.q_bytes / size_t(w.rows);
+  const unsigned grid = blocks_for(n * nblk, 128);
+  auto* o = reinterpret_cast<__half*>(out);
+  switch (w.type) {
+    case DType::Q4_0: pdev::dequant_kernel<DType::Q4_0><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
+    case DType::Q4_1: pdev::dequant_kernel<DType::Q4_1><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
+    case DType::Q8_0: pdev::dequant_kernel<DType::Q8_0><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
+    case DType::F16: pdev::dequant_kernel<DType::F16><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
+    case DType::BF16: pdev::dequant_kernel<DType::BF16><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
+    default: LMF_FAIL("cuda dequant_rows_f16: unsupported type ", dtype_name(w.type));
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_bias_rows(float* y, const float* bias, int64_t rows, int n, int64_t ldy, cudaStream_t s) {
+  const unsigned grid = unsigned(std::min<int64_t>(blocks_for(rows * n), 4 * int64_t(device_sm_count())));
+  pdev::add_bias_rows_kernel<<<grid, 256, 0, s>>>(y, bias, rows, n, ldy);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace lmf::cuda

@@ -1,0 +1,229 @@
+// Batched prefill kernels (prefill.h) vs double references: embedding rows, RoPE over rows, KV
+// store of T rows, weight dequant to fp16, the outer-dequant matmul (cuBLAS), causal prefill
+// attention with GQA. Odd T, odd column groups (cols not a multiple of 1024), chunked weights.
+#include "cuda_test.h"
+#include "cuda_test_util.h"
+
+#include "backend/cuda/prefill.h"
+
+using namespace lmfct_cuda;
+using namespace lmf::cuda;
+
+namespace {
+
+constexpr DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16};
+
+DeviceWeight upload(DType t, const std::vector<uint8_t>& rows, int64_t n, int64_t cols) {
+  return upload_weight(repack_rows(t, rows.data(), n, cols));
+}
+
+void check_dequant(DType t, int64_t rows, int64_t cols, int64_t r0, int64_t step, uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto raw = random_rows(t, rows, cols, rng);
+  auto W = dequant(t, raw, rows, cols);
+  DeviceWeight w = upload(t, raw, rows, cols);
+  const int64_t n = (rows - 1 - r0) / step + 1;
+  DevBuf<uint16_t> out(size_t(n * cols));
+  dequant_rows_f16(w, r0, step, n, out.p());
+  auto got = fp16_to_f(out.get());
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < cols; ++c) {
+      const double ref = W[size_t((r0 + i * step) * cols + c)];
+      // one fp16 rounding; the fp32 order of d*q+m (Q4_1) may move a value across a rounding
+      // midpoint: at most one fp16 ulp (2^-10 relative, or the subnormal spacing 6e-8)
+      worst = std::max(worst, std::fabs(got[size_t(i * cols + c)] - ref) / (std::fabs(ref) * 9.8e-4 + 6e-8));
+    }
+  EXPECT_TRUE(worst <= 1.0 && out.guards_intact()) << dtype_name(t) << " rows " << rows << " cols " << cols
+                                                   << " step " << step << " worst/allowed " << worst;
+  free_weight(w);
+}
+
+// Y = X W^T (+ bias) through matmul_prefill; reference in double from the format/quant dequant,
+// with the activations int8-quantized per block exactly as the kernel does for 8/4-bit weights.
+void check_matmul(DType t, int64_t T, int64_t rows, int64_t cols, int64_t r0, int64_t step, size_t w_scratch,
+                  bool bias, uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto raw = random_rows(t, rows, cols, rng);
+  auto W = dequant(t, raw, rows, cols);
+  DeviceWeight w = upload(t, raw, rows, cols);
+  const int64_t n = (rows - 1 - r0) / step + 1;
+  auto x = randn(size_t(T * cols), rng);
+  auto b = randn(size_t(n), rng, 0.1f);
+  std::vector<double> ref(size_t(T * n));
+  for (int64_t tt = 0; tt < T; ++tt) {
+    std::vector<float> xr(x.begin() + tt * cols, x.begin() + (tt + 1) * cols);
+    const auto xq = act_quantized(t) ? act_quant_ref(xr) : to_d(xr);
+    for (int64_t i = 0; i < n; ++i) {
+      double s = bias ? b[size_t(i)] : 0.0;
+      const double* wr = W.data() + size_t((r0 + i * step) * cols);
+      for (int64_t c = 0; c < cols; ++c) s += wr[c] * xq[size_t(c)];
+      ref[size_t(tt * n + i)] = s;
+    }
+  }
+  DevBuf<float> d_x(x), d_b(b), d_y(size_t(T * n));
+  DevBuf<uint16_t> sw(w_scratch), sx(size_t(T * cols));
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreate(&s));
+  GemmHandle* h = gemm_create(s);
+  PrefillMatmul m;
+  m.w = &w;
+  m.r0 = r0;
+  m.step = step;
+  m.n = step > 1 || r0 > 0 ? n : 0;
+  m.x = d_x.p();
+  m.T = T;
+  m.y = d_y.p();
+  m.bias = bias ? d_b.p() : nullptr;
+  matmul_prefill(h, m, PrefillScratch{sw.p(), w_scratch, sx.p(), size_t(T * cols)}, s);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  auto y = d_y.get();
+  // Both fp16 factors carry one rounding (2^-12 relative each, random sign): the product's
+  // relative error is ~3.5e-4 rms; fp32 accumulation adds ~1e-7.
+  EXPECT_LE(rel_l2(y, ref), 1e-3) << dtype_name(t) << " T " << T << " rows " << rows << " cols " << cols;
+  EXPECT_TRUE(all_finite(y) && d_y.guards_intact() && sw.guards_intact() && sx.guards_intact())
+      << dtype_name(t) << " T " << T;
+  gemm_destroy(h);
+  cudaStreamDestroy(s);
+  free_weight(w);
+}
+
+void check_attention(int T, int pos0, int n_head, int n_kv, int hd, int64_t n_ctx, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int G = n_head / n_kv, len = pos0 + T;
+  auto q = randn(size_t(T) * n_head * hd, rng);
+  std::vector<uint16_t> kc(size_t(n_kv) * n_ctx * hd, 0xFFFF), vc(kc.size(), 0xFFFF);  // NaN past len
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int h = 0; h < n_kv; ++h)
+    for (int p = 0; p < len; ++p)
+      for (int d = 0; d < hd; ++d) {
+        const size_t i = (size_t(h) * n_ctx + p) * hd + d;
+        kc[i] = f32_to_fp16(nd(rng));
+        vc[i] = f32_to_fp16(nd(rng));
+      }
+  std::vector<double> ref(q.size());
+  for (int t = 0; t < T; ++t)
+    for (int hq = 0; hq < n_head; ++hq) {
+      const int h = hq / G, n_see = pos0 + t + 1;
+      const float* qr = q.data() + (size_t(t) * n_head + hq) * hd;
+      std::vector<double> sc(static_cast<size_t>(n_see));
+      double m = -1e300, den = 0;
+      for (int p = 0; p < n_see; ++p) {
+        double a = 0;
+        for (int d = 0; d < hd; ++d) a += double(qr[d]) * fp16_to_f32(kc[(size_t(h) * n_ctx + p) * hd + d]);
+        sc[size_t(p)] = a / std::sqrt(double(hd));
+        m = std::max(m, sc[size_t(p)]);
+      }
+      for (auto& v : sc) den += (v = std::exp(v - m));
+      for (int d = 0; d < hd; ++d) {
+        double o = 0;
+        for (int p = 0; p < n_see; ++p) o += sc[size_t(p)] * fp16_to_f32(vc[(size_t(h) * n_ctx + p) * hd + d]);
+        ref[(size_t(t) * n_head + hq) * hd + d] = o / den;
+      }
+    }
+  DevBuf<float> d_q(q), d_out(q.size());
+  DevBuf<uint16_t> d_k(kc), d_v(vc);
+  DevBuf<int> d_pos(std::vector<int>{pos0});
+  PrefillAttnArgs a;
+  a.q = d_q.p();
+  a.k_cache = d_k.p();
+  a.v_cache = d_v.p();
+  a.T = T;
+  a.n_head = n_head;
+  a.n_kv_head = n_kv;
+  a.head_dim = hd;
+  a.n_ctx = n_ctx;
+  a.pos0 = d_pos.p();
+  a.out = d_out.p();
+  attention_prefill(a);
+  auto out = d_out.get();
+  EXPECT_TRUE(all_finite(out) && d_out.guards_intact()) << "T " << T << " pos0 " << pos0 << " hd " << hd;
+  EXPECT_LE(rel_l2(out, ref), 1e-5) << "T " << T << " pos0 " << pos0 << " heads " << n_head << "/" << n_kv
+                                    << " hd " << hd;
+}
+
+}  // namespace
+
+TEST(CudaPrefill, DequantRowsAllTypes) {
+  uint32_t seed = 100;
+  for (DType t : kTypes) {
+    check_dequant(t, 37, 1056, 0, 1, seed++);  // 33 blocks: a partial group of 1
+    check_dequant(t, 64, 2048 + 96, 1, 2, seed++);  // odd rows of an interleaved pair
+    check_dequant(t, 9, 32, 3, 3, seed++);
+  }
+}
+
+TEST(CudaPrefill, MatmulOuterDequant) {
+  uint32_t seed = 200;
+  for (DType t : kTypes) {
+    check_matmul(t, 37, 200, 1056, 0, 1, size_t(200) * 1056, true, seed++);
+    check_matmul(t, 5, 150, 96, 1, 2, size_t(7) * 96, false, seed++);  // gate/up rows, 11 chunks
+    check_matmul(t, 64, 512, 1024, 0, 1, size_t(100) * 1024, false, seed++);  // chunked (6 chunks)
+  }
+}
+
+TEST(CudaPrefill, AttentionCausalGqa) {
+  uint32_t seed = 300;
+  for (int hd : {32, 64, 128}) {
+    check_attention(37, 0, 16, 8, hd, 256, seed++);
+    check_attention(16, 20, 32, 8, hd, 128, seed++);
+    check_attention(1 + 64, 300, 14, 2, hd, 512, seed++);
+  }
+  check_attention(2, 0, 4, 4, 64, 2, seed++);  // MHA, context exactly full
+}
+
+TEST(CudaPrefill, EmbedRopeKvStoreRows) {
+  std::mt19937 rng(400);
+  const int T = 19, pos0 = 7, n_kv = 3, hd = 64, n_ctx = 40, cols = 96, vocab = 50;
+  // embedding rows of a Q4_0 table vs format/quant dequant
+  auto table = random_rows(DType::Q4_0, vocab, cols, rng);
+  auto Wt = dequant(DType::Q4_0, table, vocab, cols);
+  std::vector<int> toks(T);
+  for (int t = 0; t < T; ++t) toks[size_t(t)] = (t * 17 + 3) % vocab;
+  std::vector<uint8_t> tb(table);
+  uint8_t* d_table = nullptr;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_table), tb.size()));
+  CUDA_CHECK(cudaMemcpy(d_table, tb.data(), tb.size(), cudaMemcpyHostToDevice));
+  DevBuf<int> d_tok(toks), d_pos(std::vector<int>{pos0});
+  DevBuf<float> d_e(size_t(T) * cols);
+  embed_rows(DType::Q4_0, d_table, cols, d_tok.p(), T, d_e.p());
+  auto e = d_e.get();
+  double worst = 0;
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < cols; ++c)
+      worst = std::max(worst, std::fabs(e[size_t(t) * cols + c] - Wt[size_t(toks[size_t(t)]) * cols + c]));
+  EXPECT_LE(worst, 1e-6);
+  EXPECT_TRUE(d_e.guards_intact());
+  cudaFree(d_table);
+  // rope over rows, both styles
+  for (RopeStyle st : {RopeStyle::NeoX, RopeStyle::Adjacent}) {
+    auto x = randn(size_t(T) * n_kv * hd, rng);
+    std::vector<double> ref = to_d(x);
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < n_kv; ++h) rope_ref(ref.data() + (size_t(t) * n_kv + h) * hd, hd, st, 1e6, pos0 + t);
+    DevBuf<float> d_x(x);
+    rope_rows(d_x.p(), T, n_kv, hd, st, 1e6f, d_pos.p());
+    EXPECT_LE(rel_l2(d_x.get(), ref), 1e-5) << (st == RopeStyle::NeoX ? "neox" : "adjacent");
+  }
+  // kv store of T rows at pos0..pos0+T-1; the rest of the cache untouched
+  auto k = randn(size_t(T) * n_kv * hd, rng), v = randn(k.size(), rng);
+  DevBuf<float> d_k(k), d_v(v);
+  DevBuf<uint16_t> kc(size_t(n_kv) * n_ctx * hd), vc(kc.n);
+  kv_store_rows(d_k.p(), d_v.p(), kc.p(), vc.p(), T, n_kv, hd, n_ctx, d_pos.p());
+  auto hk = kc.get(), hv = vc.get();
+  int bad = 0;
+  for (int h = 0; h < n_kv; ++h)
+    for (int p = 0; p < n_ctx; ++p)
+      for (int d = 0; d < hd; ++d) {
+        const size_t ci = (size_t(h) * n_ctx + p) * hd + d;
+        const int t = p - pos0;
+        if (t >= 0 && t < T) {
+          const size_t si = (size_t(t) * n_kv + h) * hd + d;
+          bad += hk[ci] != f32_to_fp16(k[si]) || hv[ci] != f32_to_fp16(v[si]);
+        } else {
+          bad += hk[ci] != 0xFFFF || hv[ci] != 0xFFFF;
+        }
+      }
+  EXPECT_EQ(bad, 0);
+  EXPECT_TRUE(kc.guards_intact() && vc.guards_intact());
+}

@@ -62,7 +62,7 @@ void check_matmul(DType t, int64_t T, int64_t rows, int64_t cols, int64_t r0, in
     }
   }
   DevBuf<float> d_x(x), d_b(b), d_y(size_t(T * n));
-  DevBuf<uint16_t> sw(w_scratch), sx(size_t(T * cols));
+  DevBuf<uint16_t> sw(3 * w_scratch), sx(size_t(3 * T * cols));
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreate(&s));
   GemmHandle* h = gemm_create(s);
@@ -75,12 +75,13 @@ void check_matmul(DType t, int64_t T, int64_t rows, int64_t cols, int64_t r0, in
   m.T = T;
   m.y = d_y.p();
   m.bias = bias ? d_b.p() : nullptr;
-  matmul_prefill(h, m, PrefillScratch{sw.p(), w_scratch, sx.p(), size_t(T * cols)}, s);
+  matmul_prefill(h, m, PrefillScratch{sw.p(), 3 * w_scratch, sx.p(), size_t(3 * T * cols)}, s);
   CUDA_CHECK(cudaStreamSynchronize(s));
   auto y = d_y.get();
-  // Both fp16 factors carry one rounding (2^-12 relative each, random sign): the product's
-  // relative error is ~3.5e-4 rms; fp32 accumulation adds ~1e-7.
-  EXPECT_LE(rel_l2(y, ref), 1e-3) << dtype_name(t) << " T " << T << " rows " << rows << " cols " << cols;
+  // Split fp16 (hi + lo) factors: fp32-level products; what is left is fp32 accumulation (~1e-7)
+  // and lo parts that fall into the fp16 subnormal range (absolute 3e-8 on weights ~1e-2:
+  // ~3e-6 relative).
+  EXPECT_LE(rel_l2(y, ref), 2e-5) << dtype_name(t) << " T " << T << " rows " << rows << " cols " << cols;
   EXPECT_TRUE(all_finite(y) && d_y.guards_intact() && sw.guards_intact() && sx.guards_intact())
       << dtype_name(t) << " T " << T;
   gemm_destroy(h);

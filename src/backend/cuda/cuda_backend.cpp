@@ -133,7 +133,11 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   std::string description() const override { return "CUDA " + dev_name_; }
   const BackendOptions& options() const override { return opts_; }
-  int64_t max_tokens_per_run() const override { return kPrefillChunk; }
+  // LMFUSE_CUDA_PREFILL=0 runs prompts token by token through the decode step (slow, but the
+  // same arithmetic as decode: prefill-then-decode equals one prefill exactly).
+  int64_t max_tokens_per_run() const override {
+    return tri_resolve(opts_.knobs.cuda_prefill, true) ? kPrefillChunk : 1;
+  }
   uint64_t decode_weight_bytes() const override { return decode_bytes_; }
 
   void load(const Model& m) override;
@@ -353,9 +357,10 @@ void CudaBackend::ensure_prefill_scratch() {
   if (gemm_) return;
   const auto& hp = m_->hp;
   const int64_t widest = std::max({hp.n_embd, hp.n_ff, hp.q_dim()});
-  pf_.x_elems = size_t(kPrefillChunk * widest);
-  // At least 64 MiB of weight scratch so the output projection (vocab rows, chunked) takes few chunks.
-  pf_.w_elems = std::max(pf_w_elems_, size_t(32) << 20);
+  // x3: the split-fp16 operands (prefill.h) are up to three times as wide as the input.
+  pf_.x_elems = size_t(3 * kPrefillChunk * widest);
+  // At least 192 MiB of weight scratch so the output projection (vocab rows, chunked) takes few chunks.
+  pf_.w_elems = 3 * std::max(pf_w_elems_, size_t(32) << 20);
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pf_.x), pf_.x_elems * sizeof(uint16_t)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pf_.w), pf_.w_elems * sizeof(uint16_t)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_tokens_), kPrefillChunk * sizeof(int)));

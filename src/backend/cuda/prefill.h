@@ -7,10 +7,17 @@
 // unpacked to fp16 into one scratch buffer reused by every projection, the activations are
 // converted to fp16, and cuBLAS multiplies them (fp16 inputs, fp32 accumulate and output).
 // For the 8-bit/4-bit types the activations are first quantized to int8 per block of 32 exactly
-// as the decode GEMV and the CPU backend do (amax/127 scale, round to nearest even), then
-// written as fp16(dx*q): prefill then computes the same products as decode, up to fp16 rounding
-// of the two factors (2^-12 relative), so a prompt split into prefill + decode steps agrees with
-// one long prefill.
+// as the decode GEMV and the CPU backend do (amax/127 scale, round to nearest even).
+//
+// Split fp16 ("parts"). One fp16 rounding of each factor (2^-12) was measured not to be enough
+// (docs/PERF.md, prefill): the next layer's int8 quantization turns 2e-4 relative differences
+// into flipped codes, and prefill drifted 6e-3 (rel-L2) from decode and the CPU on the tiny
+// quantized golden models, with greedy outputs diverging. So each factor is split into an fp16
+// hi part and an fp16 lo part (a - hi), and the GEMM runs over K' = parts*K with the operands
+// laid side by side: quantized weights (not exact in fp16) [Xhi|Xhi|Xlo] . [Whi|Wlo|Whi]
+// (parts 3), float weights (exact in fp16) [Xhi|Xlo] . [W|W] (parts 2). fp16 x fp16 products
+// are exact in the fp32 accumulator, so the result is fp32-accurate (~1e-6; lo parts below
+// 6e-5 lose bits as fp16 subnormals), at 2-3x the GEMM work.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -49,11 +56,13 @@ void attention_prefill(const PrefillAttnArgs& a, cudaStream_t s = nullptr);
 
 // fp32 [rows][cols] -> fp16 [rows][cols]; int8_blocks: quantize each block of 32 to int8 first
 // (see the header comment). cols % 32 == 0.
-void act_to_f16(const float* x, uint16_t* y, int64_t rows, int cols, bool int8_blocks, cudaStream_t s = nullptr);
+// parts 1: y [rows][cols] = fp16(x); 2: y [rows][2 cols] = hi | lo; 3: hi | hi | lo.
+void act_to_f16(const float* x, uint16_t* y, int64_t rows, int cols, bool int8_blocks, int parts = 1,
+                cudaStream_t s = nullptr);
 // Rows r0, r0 + step, ..., r0 + (n-1)*step of a repacked weight (kernels.h layout) -> fp16
-// out [n][w.cols] (values computed in fp32, rounded once). step 2 picks gate or up rows out of an
-// interleaved gate/up weight.
-void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n, uint16_t* out,
+// out [n][parts * w.cols] (values computed in fp32): parts 1: fp16(w); 2: w | w (float weights,
+// exact in fp16); 3: hi | lo | hi. step 2 picks gate or up rows out of an interleaved gate/up weight.
+void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n, uint16_t* out, int parts = 1,
                       cudaStream_t s = nullptr);
 // y[t][i] += bias[i] for t < rows, i < n; row stride ldy.
 void add_bias_rows(float* y, const float* bias, int64_t rows, int n, int64_t ldy, cudaStream_t s = nullptr);
@@ -66,8 +75,8 @@ void gemm_destroy(GemmHandle* h);
 void gemm_f16(GemmHandle* h, const uint16_t* x, const uint16_t* w, float* y, int64_t T, int64_t N, int64_t K,
               int64_t ldy);
 
-// Scratch of the outer-dequant path, owned by the caller: w holds w_elems fp16 (the largest
-// weight, or a chunk of rows of a larger one), x holds x_elems fp16 (T x the widest input).
+// Scratch of the outer-dequant path, owned by the caller: w holds w_elems fp16 (3 x the largest
+// weight, or a chunk of rows of a larger one), x holds x_elems fp16 (3 x T x the widest input).
 struct PrefillScratch {
   uint16_t* w = nullptr;
   size_t w_elems = 0;

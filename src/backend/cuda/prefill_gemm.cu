@@ -54,15 +54,17 @@ void gemm_f16(GemmHandle* g, const uint16_t* x, const uint16_t* w, float* y, int
 void matmul_prefill(GemmHandle* g, const PrefillMatmul& m, const PrefillScratch& sc, cudaStream_t s) {
   const DeviceWeight& w = *m.w;
   const int64_t n = m.n > 0 ? m.n : w.rows, K = w.cols;
-  if (size_t(m.T * K) > sc.x_elems) LMF_FAIL("cuda matmul_prefill: activation scratch too small for ", m.T, "x", K);
   const bool q8 = w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0;
-  act_to_f16(m.x, sc.x, m.T, int(K), q8, s);
-  const int64_t chunk = std::min<int64_t>(n, int64_t(sc.w_elems / size_t(K)));
-  if (chunk <= 0) LMF_FAIL("cuda matmul_prefill: weight scratch holds no row of ", K);
+  const int parts = q8 ? 3 : 2;  // split fp16 (prefill.h): quantized weights need a lo part too
+  const int64_t Kp = parts * K;
+  if (size_t(m.T * Kp) > sc.x_elems) LMF_FAIL("cuda matmul_prefill: activation scratch too small for ", m.T, "x", Kp);
+  act_to_f16(m.x, sc.x, m.T, int(K), q8, parts, s);
+  const int64_t chunk = std::min<int64_t>(n, int64_t(sc.w_elems / size_t(Kp)));
+  if (chunk <= 0) LMF_FAIL("cuda matmul_prefill: weight scratch holds no row of ", Kp);
   for (int64_t i0 = 0; i0 < n; i0 += chunk) {
     const int64_t c = std::min(chunk, n - i0);
-    dequant_rows_f16(w, m.r0 + i0 * m.step, m.step, c, sc.w, s);
-    gemm_f16(g, sc.x, sc.w, m.y + i0, m.T, c, K, n);
+    dequant_rows_f16(w, m.r0 + i0 * m.step, m.step, c, sc.w, parts, s);
+    gemm_f16(g, sc.x, sc.w, m.y + i0, m.T, c, Kp, n);
   }
   if (m.bias) add_bias_rows(m.y, m.bias, m.T, int(n), n, s);
 }

@@ -71,7 +71,7 @@ __global__ void kv_store_rows_kernel(const float* k, const float* v, __half* kc,
 }
 
 // One warp per block of 32 elements (rows*cols/32 warps in all).
-__global__ void act_to_f16_kernel(const float* x, __half* y, int64_t nblocks, bool q8) {
+__global__ void act_to_f16_kernel(const float* x, __half* y, int64_t nblocks, int cols, bool q8, int parts) {
   const int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   if (b >= nblocks) return;
   const int lane = threadIdx.x & 31;
@@ -82,13 +82,24 @@ __global__ void act_to_f16_kernel(const float* x, __half* y, int64_t nblocks, bo
     const float id = am > 0.f ? 127.f / am : 0.f;
     out = (am / 127.f) * float(__float2int_rn(v * id));
   }
-  y[b * 32 + lane] = __float2half_rn(out);
+  const int64_t e = b * 32 + lane, row = e / cols, c = e % cols;
+  __half* yr = y + row * parts * cols;
+  const __half hi = __float2half_rn(out);
+  yr[c] = hi;
+  if (parts == 1) return;
+  const __half lo = __float2half_rn(out - __half2float(hi));
+  if (parts == 2) {
+    yr[cols + c] = lo;
+  } else {
+    yr[cols + c] = hi;
+    yr[2 * cols + c] = lo;
+  }
 }
 
 // One thread per (output row i, block c of 32 elements) of a repacked weight.
 template <DType T>
 __global__ void dequant_kernel(const uint8_t* q, const uint8_t* scales, int nblk, size_t row_stride, int64_t r0,
-                               int64_t step, int64_t n, __half* out) {
+                               int64_t step, int64_t n, int parts, __half* out) {
   constexpr int P = T == DType::Q4_0 || T == DType::Q4_1 ? 1 : T == DType::Q8_0 ? 2 : 4;
   const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (gid >= n * nblk) return;
@@ -101,7 +112,7 @@ __global__ void dequant_kernel(const uint8_t* q, const uint8_t* scales, int nblk
 #pragma unroll
   for (int p = 0; p < P; ++p) pc[p] = *reinterpret_cast<const uint4*>(base + (p * gb + l) * 16);
   const uint8_t* bytes = reinterpret_cast<const uint8_t*>(pc);
-  __align__(16) __half h[32];
+  float h[32];
   if constexpr (T == DType::Q4_0 || T == DType::Q4_1) {
     const size_t sb = T == DType::Q4_0 ? 2 : 4;
     const uint8_t* sp = scales + (size_t(r) * nblk + c) * sb;
@@ -110,30 +121,43 @@ __global__ void dequant_kernel(const uint8_t* q, const uint8_t* scales, int nblk
     for (int j = 0; j < 16; ++j) {
       const int lo = bytes[j] & 15, hi = bytes[j] >> 4;
       if constexpr (T == DType::Q4_0) {
-        h[j] = __float2half_rn(d * float(lo - 8));
-        h[j + 16] = __float2half_rn(d * float(hi - 8));
+        h[j] = d * float(lo - 8);
+        h[j + 16] = d * float(hi - 8);
       } else {
-        h[j] = __float2half_rn(fmaf(d, float(lo), m));
-        h[j + 16] = __float2half_rn(fmaf(d, float(hi), m));
+        h[j] = fmaf(d, float(lo), m);
+        h[j + 16] = fmaf(d, float(hi), m);
       }
     }
   } else if constexpr (T == DType::Q8_0) {
     const float d = h2f(scales + (size_t(r) * nblk + c) * 2);
 #pragma unroll
-    for (int j = 0; j < 32; ++j) h[j] = __float2half_rn(d * float(int8_t(bytes[j])));
+    for (int j = 0; j < 32; ++j) h[j] = d * float(int8_t(bytes[j]));
   } else if constexpr (T == DType::BF16) {
     const uint16_t* b16 = reinterpret_cast<const uint16_t*>(bytes);
 #pragma unroll
-    for (int j = 0; j < 32; ++j) h[j] = __float2half_rn(bf16_bits_to_f32(b16[j]));
-  } else {  // F16: a copy
+    for (int j = 0; j < 32; ++j) h[j] = bf16_bits_to_f32(b16[j]);
+  } else {  // F16
     const __half* b16 = reinterpret_cast<const __half*>(bytes);
 #pragma unroll
-    for (int j = 0; j < 32; ++j) h[j] = b16[j];
+    for (int j = 0; j < 32; ++j) h[j] = __half2float(b16[j]);
   }
-  uint4* dst = reinterpret_cast<uint4*>(out + size_t(i) * nblk * 32 + size_t(c) * 32);
-  const uint4* src = reinterpret_cast<const uint4*>(h);
+  // parts 1: hi; 2: hi | hi (float weights: hi is exact); 3: hi | lo | hi
+  const int cols = nblk * 32;
+  __half* row = out + size_t(i) * parts * cols + size_t(c) * 32;
+  __align__(16) __half hv[32], lv[32];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) dst[k] = src[k];
+  for (int j = 0; j < 32; ++j) {
+    hv[j] = __float2half_rn(h[j]);
+    lv[j] = __float2half_rn(h[j] - __half2float(hv[j]));
+  }
+  const uint4* hs = reinterpret_cast<const uint4*>(hv);
+  const uint4* ls = reinterpret_cast<const uint4*>(lv);
+  for (int p = 0; p < parts; ++p) {
+    uint4* dst = reinterpret_cast<uint4*>(row + size_t(p) * cols);
+    const uint4* src = p == 1 && parts == 3 ? ls : hs;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) dst[k] = src[k];
+  }
 }
 
 __global__ void add_bias_rows_kernel(float* y, const float* bias, int64_t rows, int n, int64_t ldy) {
@@ -188,14 +212,18 @@ void kv_store_rows(const float* k, const float* v, uint16_t* k_cache, uint16_t* 
   CUDA_CHECK_LAUNCH();
 }
 
-void act_to_f16(const float* x, uint16_t* y, int64_t rows, int cols, bool int8_blocks, cudaStream_t s) {
-  if (rows <= 0 || cols <= 0 || cols % 32 != 0) LMF_FAIL("cuda act_to_f16: bad shape ", rows, "x", cols);
+void act_to_f16(const float* x, uint16_t* y, int64_t rows, int cols, bool int8_blocks, int parts, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0 || cols % 32 != 0 || parts < 1 || parts > 3)
+    LMF_FAIL("cuda act_to_f16: bad shape ", rows, "x", cols, " parts ", parts);
   const int64_t nb = rows * (cols / 32);
-  pdev::act_to_f16_kernel<<<blocks_for(nb * 32), 256, 0, s>>>(x, reinterpret_cast<__half*>(y), nb, int8_blocks);
+  pdev::act_to_f16_kernel<<<blocks_for(nb * 32), 256, 0, s>>>(x, reinterpret_cast<__half*>(y), nb, cols, int8_blocks,
+                                                             parts);
   CUDA_CHECK_LAUNCH();
 }
 
-void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n, uint16_t* out, cudaStream_t s) {
+void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n, uint16_t* out, int parts,
+                      cudaStream_t s) {
+  if (parts < 1 || parts > 3) LMF_FAIL("cuda dequant_rows_f16: parts must be 1..3, got ", parts);
   if (n <= 0 || r0 < 0 || step < 1 || r0 + (n - 1) * step >= w.rows || w.cols % 32 != 0)
     LMF_FAIL("cuda dequant_rows_f16: rows ", r0, " + ", n, " x step ", step, " outside a weight of ", w.rows, "x",
              w.cols);
@@ -204,11 +232,11 @@ void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n
   const unsigned grid = blocks_for(n * nblk, 128);
   auto* o = reinterpret_cast<__half*>(out);
   switch (w.type) {
-    case DType::Q4_0: pdev::dequant_kernel<DType::Q4_0><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
-    case DType::Q4_1: pdev::dequant_kernel<DType::Q4_1><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
-    case DType::Q8_0: pdev::dequant_kernel<DType::Q8_0><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
-    case DType::F16: pdev::dequant_kernel<DType::F16><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
-    case DType::BF16: pdev::dequant_kernel<DType::BF16><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
+    case DType::Q4_0: pdev::dequant_kernel<DType::Q4_0><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, parts, o); break;
+    case DType::Q4_1: pdev::dequant_kernel<DType::Q4_1><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, parts, o); break;
+    case DType::Q8_0: pdev::dequant_kernel<DType::Q8_0><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, parts, o); break;
+    case DType::F16: pdev::dequant_kernel<DType::F16><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, parts, o); break;
+    case DType::BF16: pdev::dequant_kernel<DType::BF16><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, parts, o); break;
     default: LMF_FAIL("cuda dequant_rows_f16: unsupported type ", dtype_name(w.type));
   }
   CUDA_CHECK_LAUNCH();

@@ -12,7 +12,7 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLMFUSE_CUDA=ON -DLMFUSE_TESTS=OFF >"$OUT/configure.log" 2>&1 \
   || { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build "$BUILD" --target lmfuse -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
-L="$BUILD/tools/lmfuse/lmfuse"
+L="$BUILD/lmfuse"
 M=/tmp/models
 mkdir -p $M
 for p in ${PRESETS:-qwen3-0.6b qwen3-4b qwen3-8b}; do

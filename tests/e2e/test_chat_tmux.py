@@ -5,7 +5,7 @@ ending the program, /clear, and Ctrl-D exits. Skips, saying why, without tmux or
 import os, shutil, subprocess, sys, time
 
 SRC = os.environ.get("LMFUSE_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-EXE = os.environ.get("LMFUSE_BIN", os.path.join(SRC, "build", "tools", "lmfuse", "lmfuse"))
+EXE = os.environ.get("LMFUSE_BIN", os.path.join(SRC, "build", "lmfuse"))
 MODEL = os.path.join(SRC, "models", "smollm2-135m-instruct-q4_1.gguf")
 SESSION = f"lmfuse_chat_{os.getpid()}"
 

@@ -4,7 +4,7 @@ bad input giving one clear error line and a non-zero exit."""
 import json, os, struct, subprocess, sys, tempfile
 
 SRC = os.environ.get("LMFUSE_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-EXE = os.environ.get("LMFUSE_BIN", os.path.join(SRC, "build", "tools", "lmfuse", "lmfuse"))
+EXE = os.environ.get("LMFUSE_BIN", os.path.join(SRC, "build", "lmfuse"))
 TMP = tempfile.mkdtemp(prefix="lmfuse_cli_")
 failures = []
 

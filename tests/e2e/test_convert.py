@@ -27,7 +27,7 @@ except ImportError as e:  # CI without the Python packages
     sys.exit(0)
 
 SRC = pathlib.Path(os.environ.get("LMFUSE_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
-BIN = os.environ.get("LMFUSE_BIN", str(SRC / "build/tools/lmfuse/lmfuse"))
+BIN = os.environ.get("LMFUSE_BIN", str(SRC / "build/lmfuse"))
 GOLDEN = SRC / "tests/data/golden"
 MANIFEST = json.loads((GOLDEN / "manifest.json").read_text())
 CASES = {c["name"]: c for c in MANIFEST["cases"]}

@@ -7,7 +7,7 @@ cannot be fetched."""
 import base64, json, os, subprocess, sys
 
 SRC = os.environ.get("LMFUSE_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-EXE = os.environ.get("LMFUSE_BIN", os.path.join(SRC, "build", "tools", "lmfuse", "lmfuse"))
+EXE = os.environ.get("LMFUSE_BIN", os.path.join(SRC, "build", "lmfuse"))
 MODEL = os.path.join(SRC, "models", "smollm2-135m-instruct-q4_1.gguf")
 failures = []
 

@@ -31,6 +31,8 @@ Knobs knobs_from(const EngineFlags& f) {
 }
 
 Engine load_engine(const EngineFlags& f, int64_t min_ctx) {
+  if (f.n_ctx < 0) LMF_FAIL("-c/--ctx-size must be positive, got ", f.n_ctx);
+  if (f.threads < 0) LMF_FAIL("-t/--threads must be positive, got ", f.threads);
   Engine e;
   e.model = Model::load(f.model);
   BackendOptions o;

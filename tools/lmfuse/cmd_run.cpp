@@ -26,7 +26,7 @@ int cmd_run(int argc, char** argv) {
   bool greedy = false, chat = false, no_think = false;
   std::string system;
   app.add_option("-p,--prompt", prompt, "prompt text")->required();
-  app.add_option("-n,--n-predict", n_predict, "tokens to generate (default 128)");
+  app.add_option("-n,--n-predict", n_predict, "tokens to generate (default 128; -1 = until end of text or context)");
   app.add_option("--temp", sp.temperature, "temperature (0 = greedy; default 0.8)");
   app.add_option("--top-k", sp.top_k, "top-k (0 = off; default 40)");
   app.add_option("--top-p", sp.top_p, "top-p (1 = off; default 0.95)");
@@ -40,6 +40,7 @@ int cmd_run(int argc, char** argv) {
   app.add_flag("--no-think", no_think, "Qwen3: disable thinking (enable_thinking=false)");
   CLI11_PARSE(app, argc, argv);
   if (greedy) sp.temperature = 0;
+  if (n_predict < 0) n_predict = INT64_MAX;  // llama.cpp's -n -1
 
   Engine e = load_engine(ef);
   auto tok = Tokenizer::from_gguf(*e.model->file);

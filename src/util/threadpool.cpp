@@ -16,7 +16,10 @@ namespace lmf {
 namespace {
 // How long an idle worker spins before sleeping: long enough to bridge the gap between the
 // parallel regions of one decode step, short enough not to burn a core between requests.
-constexpr auto kSpin = std::chrono::microseconds(2000);
+constexpr auto kSpin = std::chrono::microseconds(500);
+// Under oversubscription (more runnable threads than cores) a pure spin starves the thread it
+// waits for; yielding every few pauses hands the core over instead.
+constexpr int kPausesPerYield = 64;
 }  // namespace
 
 int ThreadPool::default_threads() {
@@ -45,7 +48,8 @@ void ThreadPool::worker(int idx) {
     int spins = 0;
     while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed)) {
       LMF_PAUSE();
-      if (++spins % 1024 == 0 && std::chrono::steady_clock::now() - t0 > kSpin) {
+      if (++spins % kPausesPerYield == 0) std::this_thread::yield();
+      if (spins % 1024 == 0 && std::chrono::steady_clock::now() - t0 > kSpin) {
         std::unique_lock<std::mutex> lk(mu_);
         sleepers_.fetch_add(1);
         cv_.wait(lk, [&] { return stop_.load() || generation_.load() != seen; });
@@ -84,7 +88,10 @@ void ThreadPool::run_all(const std::function<void(int)>& fn) {
   }
   if (sleepers_.load() > 0) cv_.notify_all();
   guarded(0);
-  while (pending_.load(std::memory_order_acquire) != 0) LMF_PAUSE();
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0;) {
+    LMF_PAUSE();
+    if (++spins % kPausesPerYield == 0) std::this_thread::yield();
+  }
   job_ = nullptr;
   if (err) std::rethrow_exception(err);
 }

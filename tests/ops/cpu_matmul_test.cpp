@@ -282,7 +282,7 @@ TEST(CpuMatmul, BitIdenticalAcrossTokenCounts) {
       const int64_t rows = 45;
       const TestWeight tw = make_weight(type, rows, cols, uint32_t(cols + 11));
       for (Isa isa : isas())
-        for (int64_t k : {2, 3, 7, 8, 9, 17, 64}) {
+        for (int64_t k : {2, 3, 7, 8, 9, 12, 13, 17, 64}) {  // packed tiles of 8, 4 and 1 tokens
           SCOPED_TRACE(std::string(dtype_name(type)) + " " + isa_name(isa) + " cols=" +
                        std::to_string(cols) + " T=" + std::to_string(k));
           const std::vector<float> x = make_input(k, cols, cols, uint32_t(k * 13 + cols));

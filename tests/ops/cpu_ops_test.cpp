@@ -23,7 +23,10 @@ TEST(CpuOps, AttentionMatchesDoubleReference) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (Case c : {Case{4, 4, 32, 0, 1}, Case{8, 2, 32, 3, 9}, Case{16, 8, 128, 0, 17}, Case{14, 2, 64, 5, 3},
-                 Case{32, 8, 128, 40, 1}, Case{9, 3, 64, 0, 33}}) {
+                 Case{32, 8, 128, 40, 1}, Case{9, 3, 64, 0, 33},
+                 // head_dim 40: a dim tail of 8 after blocks of 16; 70 tokens: several
+                 // 16-position tiles, key counts with an odd number of 8-key blocks.
+                 Case{8, 4, 40, 2, 20}, Case{16, 8, 64, 7, 70}}) {
     const int64_t n = c.pos0 + c.T, kv_dim = int64_t(c.n_kv) * c.hd;
     std::vector<uint16_t> kc(size_t(n * kv_dim)), vc(size_t(n * kv_dim));
     for (auto& x : kc) x = f32_to_fp16(nd(rng));

@@ -1,8 +1,10 @@
 // AVX-512 matmul kernels (needs F/BW/VL/DQ + VNNI; only called after cpuid confirmed them):
-// the 256-bit kernels of matmul_x86.inc with vpdpbusd for the integer dots (AVX512-VL encodes
-// it for ymm registers, and EVEX gives 32 of them). On Zen 4, 512-bit ops are split in two
-// 256-bit halves, and a 512-bit variant (two blocks per register) measured slower for decode:
-// 16.5 vs 21.9 GB/s on cached q4_0 2048x1024.
+// the kernels of matmul_x86.inc with vpdpbusd for the integer dots (AVX512-VL encodes it for
+// ymm registers, and EVEX gives 32 of them). Decode stays 256-bit: a 512-bit variant (two
+// blocks per register) measured slower, 16.5 vs 21.9 GB/s on cached q4_0 2048x1024. Prefill
+// (T >= 8) uses zmm, 16 rows per register: on this Zen 4 a zmm vpdpbusd issues once per cycle
+// and a ymm one twice (same MACs per cycle), but the zmm tile halves the broadcasts, the
+// scale multiply-adds and the loop overhead per MAC.
 
 // GCC 12's AVX-512 headers build some results from _mm512_undefined_*() and then warn about it.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -2,7 +2,7 @@
 # GPU check for the CUDA kernels: configure + build (build-cuda, Ninja, -DLMFUSE_CUDA=ON), run the
 # op tests and the micro-benchmark, logs under $OUT (default ./out). Works on the bare GPU machine:
 # no GoogleTest there (cuda_op_tests has its own harness) and the CLI11 header that only the
-# lmfuse CLI needs is satisfied with .deps/include when carried, else a placeholder path (the CLI
+# lmfuse CLI needs is satisfied with .deps/include when carried, else a nonexistent path (the CLI
 # target is not built here).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}

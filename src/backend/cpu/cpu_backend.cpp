@@ -112,6 +112,14 @@ class CpuBackend final : public Backend {
       for (int e : grp.epilogue) run_op(g, g.ops[size_t(e)], in);
   }
 
+  // Row-parallel element-wise work for prompts (each row's result does not depend on the split);
+  // a decode step (one row) stays on the calling thread.
+  template <class F>
+  void rows(int64_t n, const F& f) {
+    if (n < 8) return f(0, n);
+    pool_.parallel_for(n, [&](int, int64_t b, int64_t e) { f(b, e); });
+  }
+
   void run_op(Graph& g, const Op& op, const StepInput& in) {
     const auto& hp = m_->hp;
     auto IN = [&](int i) { return ptr(g, op.in[size_t(i)]); };
@@ -123,7 +131,11 @@ class CpuBackend final : public Backend {
         break;
       case OpKind::RmsNorm: {
         const GTensor& y = g.t(op.out[0]);
-        cpu::rms_norm(IN(0) + op.row_begin * y.cols, cpu::as_f32(*op.w), OUT(0), y.rows, y.cols, op.eps);
+        const float* x = IN(0) + op.row_begin * y.cols;
+        float* out = OUT(0);
+        rows(y.rows, [&](int64_t r0, int64_t r1) {
+          cpu::rms_norm(x + r0 * y.cols, cpu::as_f32(*op.w), out + r0 * y.cols, r1 - r0, y.cols, op.eps);
+        });
         break;
       }
       case OpKind::MatMul: {
@@ -134,17 +146,31 @@ class CpuBackend final : public Backend {
       }
       case OpKind::HeadNorm: {
         const GTensor& x = g.t(op.in[0]);
-        cpu::head_norm(IN(0), cpu::as_f32(*op.w), OUT(0), x.rows, int(x.cols / op.head_dim), op.head_dim, op.eps);
+        const float* xi = IN(0);
+        float* out = OUT(0);
+        rows(x.rows, [&](int64_t r0, int64_t r1) {
+          cpu::head_norm(xi + r0 * x.cols, cpu::as_f32(*op.w), out + r0 * x.cols, r1 - r0, int(x.cols / op.head_dim),
+                         op.head_dim, op.eps);
+        });
         break;
       }
       case OpKind::Rope: {
         const GTensor& x = g.t(op.in[0]);
-        cpu::rope(IN(0), OUT(0), x.rows, int(x.cols / op.head_dim), op.head_dim, in.pos0, op.rope_theta, op.rope_neox);
+        const float* xi = IN(0);
+        float* out = OUT(0);
+        rows(x.rows, [&](int64_t r0, int64_t r1) {
+          cpu::rope(xi + r0 * x.cols, out + r0 * x.cols, r1 - r0, int(x.cols / op.head_dim), op.head_dim, in.pos0 + r0,
+                    op.rope_theta, op.rope_neox);
+        });
         break;
       }
-      case OpKind::KvStore:
-        cpu::kv_store(IN(0), IN(1), kc_[size_t(op.layer)].data(), vc_[size_t(op.layer)].data(), T, hp.kv_dim(), in.pos0);
+      case OpKind::KvStore: {
+        const float *k = IN(0), *v = IN(1);
+        uint16_t *kc = kc_[size_t(op.layer)].data(), *vc = vc_[size_t(op.layer)].data();
+        const int64_t kvd = hp.kv_dim();
+        rows(T, [&](int64_t r0, int64_t r1) { cpu::kv_store(k + r0 * kvd, v + r0 * kvd, kc, vc, r1 - r0, kvd, in.pos0 + r0); });
         break;
+      }
       case OpKind::Attention:
         cpu::attention(IN(0), kc_[size_t(op.layer)].data(), vc_[size_t(op.layer)].data(), OUT(0), T, in.pos0,
                        op.n_head, op.n_head_kv, op.head_dim, pool_);

@@ -42,8 +42,9 @@ class CpuBackend final : public Backend {
         case GroupKind::QKV:
         case GroupKind::GateUp: {
           const Tri knob = grp.kind == GroupKind::QKV ? k.qkv_fusion : k.gateup_fusion;
-          // One pass over the shared input always pays on the CPU (activations quantized once,
-          // one parallel region): automatic = on.
+          // One pass over the shared input: activations quantized once, one parallel region.
+          // Measured within noise of separate passes on the 2-core box (docs/PERF.md, CPU
+          // fusion A/B: 0.94-1.10); kept on automatically since it never measured worse.
           grp.accepted = fusion && tri_resolve(knob, true);
           if (!grp.accepted) {
             grp.reject_reason = fusion ? "knob off" : "fusion disabled";

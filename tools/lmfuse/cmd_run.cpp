@@ -65,11 +65,17 @@ int cmd_run(int argc, char** argv) {
 
   using clk = std::chrono::steady_clock;
   auto t0 = clk::now();
-  const auto* logits = &s.eval(ids);
+  // Plain greedy decoding takes the argmax where the logits are (on the GPU for CUDA), so only
+  // the token id crosses to the host; anything else samples from host logits.
+  const bool device_greedy = sp.temperature <= 0 && sp.repeat_penalty == 1.0f;
+  const std::vector<float>* logits = nullptr;
+  int32_t next_greedy = -1;
+  if (device_greedy) next_greedy = s.eval_argmax(ids);
+  else logits = &s.eval(ids);
   auto t1 = clk::now();
   int64_t generated = 0;
   for (; generated < n_predict && s.pos() < s.n_ctx(); ) {
-    int32_t next = sampler.sample(*logits, history);
+    int32_t next = device_greedy ? next_greedy : sampler.sample(*logits, history);
     if (tok->is_eog(next)) break;
     std::string text = dec.push(next);
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -77,7 +83,8 @@ int cmd_run(int argc, char** argv) {
     history.push_back(next);
     ++generated;
     if (generated == n_predict || s.pos() >= s.n_ctx()) break;
-    logits = &s.eval(std::span(&next, 1));
+    if (device_greedy) next_greedy = s.eval_argmax(std::span(&next, 1));
+    else logits = &s.eval(std::span(&next, 1));
   }
   std::string tail = dec.flush();
   std::fwrite(tail.data(), 1, tail.size(), stdout);

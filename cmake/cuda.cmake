@@ -35,3 +35,9 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/bench/cuda_bench_gemv.cu)
   add_executable(cuda_bench_gemv ${CMAKE_SOURCE_DIR}/bench/cuda_bench_gemv.cu)
   target_link_libraries(cuda_bench_gemv PRIVATE lmfuse_backend_cuda lmfuse_format)
 endif()
+
+# The prefill routing sweep (in-kernel vs outer dequant vs GEMV per token; docs/PERF.md).
+if(EXISTS ${CMAKE_SOURCE_DIR}/bench/cuda_bench_prefill.cu)
+  add_executable(cuda_bench_prefill ${CMAKE_SOURCE_DIR}/bench/cuda_bench_prefill.cu)
+  target_link_libraries(cuda_bench_prefill PRIVATE lmfuse_backend_cuda lmfuse_format CUDA::cublas)
+endif()

@@ -54,6 +54,8 @@ class Backend {
   virtual int64_t max_tokens_per_run() const { return INT64_MAX; }
   // Measured device copy bandwidth in bytes/s (read + write counted), 0 when not measured.
   virtual double copy_bandwidth() { return 0; }
+  // Measured dense-GEMM peak in FLOP/s (CUDA: cuBLAS bf16 8192^3), 0 when not measured.
+  virtual double gemm_peak_flops() { return 0; }
   // Weight bytes one decode step reads (for achieved-bandwidth figures).
   virtual uint64_t decode_weight_bytes() const { return 0; }
   // Per-launch times of the last run with StepInput::profile set.

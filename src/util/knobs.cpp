@@ -21,6 +21,8 @@ const std::vector<KnobInfo>& knob_table() {
        "prefill: in-kernel dequant GEMM (1) vs dequant-once + vendor GEMM (0)"},
       {"cuda_prefill", "LMFUSE_CUDA_PREFILL", &Knobs::cuda_prefill,
        "CUDA: batched prefill (0 = prompts token by token through the decode step)"},
+      {"cpu_act16", "LMFUSE_CPU_ACT16", &Knobs::cpu_act16,
+       "CPU: 16-bit activation blocks in quantized matmuls (0 = 8-bit, faster, less exact)"},
   };
   return t;
 }

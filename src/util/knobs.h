@@ -24,6 +24,7 @@ struct Knobs {
   Tri cuda_graph = Tri::Auto;       // LMFUSE_CUDA_GRAPH: decode step captured once and replayed
   Tri prefill_inkernel_dequant = Tri::Auto;  // LMFUSE_PREFILL_INKERNEL_DEQUANT
   Tri cuda_prefill = Tri::Auto;     // LMFUSE_CUDA_PREFILL: batched prefill (0 = token by token)
+  Tri cpu_act16 = Tri::Auto;        // LMFUSE_CPU_ACT16: CPU quantized matmuls take 16-bit activations (0 = 8-bit)
   Tri fusion = Tri::Auto;           // LMFUSE_FUSION: master switch; 0 = plain unfused graph
 
   // Reads LMFUSE_* from the environment; a malformed value is an error naming the variable.

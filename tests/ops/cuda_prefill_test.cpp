@@ -1,5 +1,6 @@
 // Batched prefill kernels (prefill.h) vs double references: embedding rows, RoPE over rows, KV
-// store of T rows, weight dequant to fp16, the outer-dequant matmul (cuBLAS), causal prefill
+// store of T rows, weight dequant to fp16, the outer-dequant matmul (cuBLAS), the in-kernel
+// (int8 tensor-core) matmul, causal prefill
 // attention with GQA. Odd T, odd column groups (cols not a multiple of 1024), chunked weights.
 #include "cuda_test.h"
 #include "cuda_test_util.h"
@@ -42,7 +43,8 @@ void check_dequant(DType t, int64_t rows, int64_t cols, int64_t r0, int64_t step
 // Y = X W^T (+ bias) through matmul_prefill; reference in double from the format/quant dequant,
 // with the activations int8-quantized per block exactly as the kernel does for 8/4-bit weights.
 void check_matmul(DType t, int64_t T, int64_t rows, int64_t cols, int64_t r0, int64_t step, size_t w_scratch,
-                  bool bias, uint32_t seed) {
+                  bool bias, uint32_t seed, PrefillRoute route = PrefillRoute::Outer, bool accumulate = false,
+                  bool silu = false) {
   std::mt19937 rng(seed);
   auto raw = random_rows(t, rows, cols, rng);
   auto W = dequant(t, raw, rows, cols);
@@ -61,8 +63,25 @@ void check_matmul(DType t, int64_t T, int64_t rows, int64_t cols, int64_t r0, in
       ref[size_t(tt * n + i)] = s;
     }
   }
-  DevBuf<float> d_x(x), d_b(b), d_y(size_t(T * n));
+  const int64_t n_out = silu ? n / 2 : n;
+  if (silu) {  // interleaved gate/up columns -> silu(gate) * up
+    std::vector<double> r2(size_t(T * n_out));
+    for (int64_t tt = 0; tt < T; ++tt)
+      for (int64_t j = 0; j < n_out; ++j) {
+        const double gt = ref[size_t(tt * n + 2 * j)], up = ref[size_t(tt * n + 2 * j + 1)];
+        r2[size_t(tt * n_out + j)] = gt / (1.0 + std::exp(-gt)) * up;
+      }
+    ref = r2;
+  }
+  auto y0 = randn(size_t(T * n_out), rng);  // accumulate: y starts here
+  if (accumulate)
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] += y0[i];
+  DevBuf<float> d_x(x), d_b(b), d_y(size_t(T * n_out)), pairs(size_t(T * n));
+  if (accumulate) d_y.upload(y0);
   DevBuf<uint16_t> sw(3 * w_scratch), sx(size_t(3 * T * cols));
+  const int64_t nblk4 = mmq_nblk4(cols);
+  DevBuf<int8_t> xq(size_t(T * nblk4 * 32));
+  DevBuf<float> xd(size_t(T * nblk4)), xs(size_t(T * nblk4));
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreate(&s));
   GemmHandle* h = gemm_create(s);
@@ -75,14 +94,33 @@ void check_matmul(DType t, int64_t T, int64_t rows, int64_t cols, int64_t r0, in
   m.T = T;
   m.y = d_y.p();
   m.bias = bias ? d_b.p() : nullptr;
-  matmul_prefill(h, m, PrefillScratch{sw.p(), 3 * w_scratch, sx.p(), size_t(3 * T * cols)}, s);
+  m.residual = accumulate ? d_y.p() : nullptr;  // in place: y = y + X W^T
+  m.silu_pairs = silu;
+  PrefillScratch sc{sw.p(), 3 * w_scratch, sx.p(), size_t(3 * T * cols)};
+  sc.xq = xq.p();
+  sc.xq_bytes = xq.n;
+  sc.xd = xd.p();
+  sc.xs = xs.p();
+  sc.xd_elems = xd.n;
+  sc.pairs = pairs.p();
+  sc.pairs_elems = pairs.n;
+  matmul_prefill(h, m, sc, route, s);
   CUDA_CHECK(cudaStreamSynchronize(s));
   auto y = d_y.get();
-  // Split fp16 (hi + lo) factors: fp32-level products; what is left is fp32 accumulation (~1e-7)
-  // and lo parts that fall into the fp16 subnormal range (absolute 3e-8 on weights ~1e-2:
-  // ~3e-6 relative).
-  EXPECT_LE(rel_l2(y, ref), 2e-5) << dtype_name(t) << " T " << T << " rows " << rows << " cols " << cols;
-  EXPECT_TRUE(all_finite(y) && d_y.guards_intact() && sw.guards_intact() && sx.guards_intact())
+  // The route matmul_prefill falls back to (prefill.h): gemv needs the whole weight.
+  const bool gemv_ok = route == PrefillRoute::Gemv && r0 == 0 && step == 1 && !(bias && (accumulate || silu));
+  const bool inkernel = act_quantized(t) && (gemv_ok || route != PrefillRoute::Outer);
+  // In-kernel: the int32 block dots are exact, then fp32 scaling and accumulation (~1e-7).
+  // Outer, float weights: split fp16 (hi + lo) factors, fp32-level products; what is left is fp32
+  // accumulation and lo parts in the fp16 subnormal range (absolute 3e-8 on weights ~1e-2: ~3e-6
+  // relative). Outer, quantized weights: one fp16 rounding of each factor (<= 2^-11 relative
+  // each, independent): expected ~2^-11 * sqrt(2/3) = 4e-4 rel-L2; 1e-3 bounds it.
+  const double tol = inkernel ? 2e-6 : act_quantized(t) ? 1e-3 : 2e-5;  // in-kernel/gemv: same arithmetic
+  const double err = rel_l2(y, ref);
+  EXPECT_LE(err, tol) << dtype_name(t) << " " << route_name(route) << " T " << T << " rows " << rows << " cols "
+                      << cols << " step " << step << (silu ? " silu" : "") << (accumulate ? " acc" : "");
+  EXPECT_TRUE(all_finite(y) && d_y.guards_intact() && sw.guards_intact() && sx.guards_intact() &&
+              xq.guards_intact() && xd.guards_intact() && xs.guards_intact() && pairs.guards_intact())
       << dtype_name(t) << " T " << T;
   gemm_destroy(h);
   cudaStreamDestroy(s);
@@ -161,6 +199,38 @@ TEST(CudaPrefill, MatmulOuterDequant) {
     check_matmul(t, 5, 150, 96, 1, 2, size_t(7) * 96, false, seed++);  // gate/up rows, 11 chunks
     check_matmul(t, 64, 512, 1024, 0, 1, size_t(100) * 1024, false, seed++);  // chunked (6 chunks)
   }
+}
+
+// The in-kernel route (int8 tensor-core GEMM): token counts around each tile size (16, 32, 64),
+// output columns not a multiple of the 128-row tile, inputs whose block count is not a multiple
+// of the 4-block stage (96, 160 = 3, 5 blocks) or spans partial 32-block groups (1056 = 33),
+// gate/up rows (step 2), bias and the accumulate (residual) epilogue.
+TEST(CudaPrefill, MatmulInKernel) {
+  uint32_t seed = 500;
+  const PrefillRoute ik = PrefillRoute::InKernel;
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    check_matmul(t, 37, 200, 1056, 0, 1, size_t(200) * 1056, true, seed++, ik);
+    check_matmul(t, 5, 150, 96, 1, 2, size_t(150) * 96, false, seed++, ik);
+    check_matmul(t, 16, 64, 160, 0, 1, size_t(64) * 160, true, seed++, ik, true);
+    check_matmul(t, 2, 300, 2048, 0, 1, size_t(300) * 2048, false, seed++, ik);
+    check_matmul(t, 33, 129, 512, 0, 1, size_t(129) * 512, false, seed++, ik, true);
+    check_matmul(t, 64, 256, 1024, 0, 1, size_t(256) * 1024, true, seed++, ik);
+    check_matmul(t, 130, 384, 3072, 0, 1, size_t(384) * 3072, false, seed++, ik);
+  }
+}
+
+// Every route with the gate/up SiLU-pair epilogue and the residual (accumulate) epilogue; the
+// GEMV route (decode GEMV per token) on small T, and its fallbacks (rows subset -> in-kernel).
+TEST(CudaPrefill, MatmulRoutesEpilogues) {
+  uint32_t seed = 600;
+  for (DType t : kTypes)
+    for (PrefillRoute r : {PrefillRoute::Outer, PrefillRoute::InKernel, PrefillRoute::Gemv}) {
+      check_matmul(t, 3, 256, 1024, 0, 1, size_t(256) * 1024, false, seed++, r, false, true);    // silu pairs
+      check_matmul(t, 37, 200, 1056, 0, 1, size_t(200) * 1056, false, seed++, r, false, true);
+      check_matmul(t, 4, 300, 512, 0, 1, size_t(300) * 512, false, seed++, r, true);             // residual
+      check_matmul(t, 2, 96, 2048, 0, 1, size_t(96) * 2048, true, seed++, r);                    // bias
+      check_matmul(t, 3, 150, 96, 1, 2, size_t(150) * 96, false, seed++, r);                     // gemv -> fallback
+    }
 }
 
 TEST(CudaPrefill, AttentionCausalGqa) {

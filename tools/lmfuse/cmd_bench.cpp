@@ -105,7 +105,7 @@ int cmd_bench(int argc, char** argv) {
   app.add_flag("--profile", profile, "per-kernel time breakdown of one decode step (CUDA)");
   CLI11_PARSE(app, argc, argv);
 
-  double copy_bw = 0;
+  double copy_bw = 0, gemm_peak = 0;
   std::vector<std::string> variants = {""};
   if (!ab.empty()) {
     Knobs().get(ab);  // validates the knob name
@@ -136,10 +136,26 @@ int cmd_bench(int argc, char** argv) {
     params_desc = buf;
     backend_desc = e.backend->description();
     threads = e.backend->options().n_threads;
+    if (gemm_peak == 0 && std::any_of(pp.begin(), pp.end(), [](int64_t p) { return p > 0; }))
+      gemm_peak = e.backend->gemm_peak_flops();
     for (auto p : pp)
       if (p > 0) {
         rows.push_back(bench_one(s, "pp", p, depth, reps, hp.n_vocab));
         rows.back().knob_label = v;
+        if (gemm_peak > 0) {
+          // Model FLOPs of the run: 2 x (layer matrices) per token, the output head once (last
+          // token), causal attention QK^T and PV (4 x heads x head_dim per visible key).
+          const double d = double(hp.n_embd), layer_mat = d * double(hp.q_dim() + 2 * hp.kv_dim()) +
+                                                          double(hp.q_dim()) * d + 3.0 * d * double(hp.n_ff);
+          const double keys = double(p) * double(depth) + double(p) * double(p + 1) / 2.0;
+          const double flop = 2.0 * double(hp.n_layer) * layer_mat * double(p) + 2.0 * double(hp.n_vocab) * d +
+                              4.0 * double(hp.n_layer) * double(hp.n_head) * double(hp.head_dim) * keys;
+          const double fs = flop / (double(p) / rows.back().mean);
+          char b[112];
+          std::snprintf(b, sizeof b, "%.1f TFLOP/s = %.1f %% of bf16 GEMM %.0f TFLOP/s", fs / 1e12, 100.0 * fs / gemm_peak,
+                        gemm_peak / 1e12);
+          rows.back().extra = b;
+        }
       }
     if (copy_bw == 0) copy_bw = e.backend->copy_bandwidth();
     for (auto n : tg)
@@ -186,7 +202,7 @@ int cmd_bench(int argc, char** argv) {
   bool any_extra = false;
   for (const auto& r : rows) any_extra |= !r.extra.empty();
   std::printf("| model | size | params | backend | threads |%s test | t/s |%s\n", show_knob ? " knobs |" : "",
-              any_extra ? " bandwidth |" : "");
+              any_extra ? " bandwidth (tg) / compute (pp) |" : "");
   std::printf("| --- | ---: | ---: | --- | ---: |%s ---: | ---: |%s\n", show_knob ? " --- |" : "", any_extra ? " ---: |" : "");
   for (const auto& r : rows) {
     std::string knob = r.knob_label;

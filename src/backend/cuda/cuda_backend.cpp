@@ -123,6 +123,11 @@ class CudaBackend final : public Backend {
     cuda::gemm_destroy(gemm_);
     cudaFree(pf_.w);
     cudaFree(pf_.x);
+    cudaFree(pf_.xq);
+    cudaFree(pf_.xd);
+    cudaFree(pf_.xs);
+    cudaFree(pf_.pairs);
+    cudaFree(pf_qkv_raw_);
     cudaFree(d_tokens_);
     cudaFreeHost(h_tokens_);
     cudaFree(d_io_);
@@ -145,6 +150,10 @@ class CudaBackend final : public Backend {
   void finalize(Graph& g) override;
   void run(Graph& g, const StepInput& in) override;
   double copy_bandwidth() override;
+  double gemm_peak_flops() override {
+    ensure_prefill_scratch();  // creates the cuBLAS handle
+    return cuda::gemm_bf16_peak_flops(gemm_, stream_);
+  }
   std::vector<ProfileEntry> profile() const override { return profile_; }
 
  private:
@@ -176,9 +185,20 @@ class CudaBackend final : public Backend {
   void launch_op(Graph& g, GraphState& st, const Op& op);
   void launch_prefill_op(Graph& g, GraphState& st, const Op& op);
   void prepare_prefill(Graph& g);
+  // Knob LMFUSE_PREFILL_INKERNEL_DEQUANT over the measured rule; float weights have no in-kernel
+  // kernel and always take the outer route.
+  cuda::PrefillRoute prefill_route(const DeviceWeight& w, int64_t n, int64_t T) const {
+    if (!cuda::mmq_supported(w.type)) return cuda::PrefillRoute::Outer;
+    switch (opts_.knobs.prefill_inkernel_dequant) {
+      case Tri::On: return cuda::PrefillRoute::InKernel;
+      case Tri::Off: return cuda::PrefillRoute::Outer;
+      default: return cuda::prefill_route_auto(w.type, n, w.cols, T);
+    }
+  }
   void ensure_prefill_scratch();
   void finish_run(Graph& g, GraphState& st, const StepInput& in);
   void launch_group(Graph& g, GraphState& st, const FusionGroup& grp);
+  void launch_prefill_group(Graph& g, GraphState& st, const FusionGroup& grp);
   void matmul(const Weight* w, const float* x, float* y, const float* bias);
 
   BackendOptions opts_;
@@ -204,6 +224,7 @@ class CudaBackend final : public Backend {
   cuda::GemmHandle* gemm_ = nullptr;
   cuda::PrefillScratch pf_;      // fp16 weight rows + fp16 activations, shared by every graph
   size_t pf_w_elems_ = 0;        // largest layer weight (rows x cols), set at load
+  float* pf_qkv_raw_ = nullptr;  // [kPrefillChunk][q + 2 kv] fused QKV product before its epilogue
   int* d_tokens_ = nullptr;      // [kPrefillChunk] token ids of a prefill run
   int* h_tokens_ = nullptr;      // pinned staging for them
 };
@@ -347,22 +368,66 @@ void CudaBackend::prepare(Graph& g) {
 void CudaBackend::prepare_prefill(Graph& g) {
   if (g.n_tokens > kPrefillChunk)
     LMF_FAIL("cuda prefill: a run takes at most ", kPrefillChunk, " tokens, the graph has ", g.n_tokens);
-  if (opts_.knobs.prefill_inkernel_dequant == Tri::On)
-    LMF_FAIL("LMFUSE_PREFILL_INKERNEL_DEQUANT=1: in-kernel dequant GEMM not built yet (only the outer-dequant "
-             "path exists; unset the knob or set it to 0)");
-  for (auto& grp : g.groups) grp.reject_reason = "prefill runs unfused (v1)";
+  // Prefill fusions (issue 6): the leader runs one matrix product for the group, through the
+  // route the rule picks, with the group's epilogue: Q|K|V in one product then the q/k norm +
+  // RoPE + KV append kernel over T rows; gate|up in one product with silu(gate)*up in the
+  // epilogue; o_proj/down with the residual add. The norm stays its own launch at prefill: a
+  // T-row RMSNorm is a streaming pass that costs ~1 % of a layer there (bench --profile), while
+  // folding it would make every output tile of the GEMM re-normalize its input rows.
+  const Knobs& k = opts_.knobs;
+  const bool fusion = k.fusion != Tri::Off;
+  const auto& hp = m_->hp;
+  for (auto& grp : g.groups) {
+    const LayerDev& L = layers_[size_t(grp.layer)];
+    const Op& lead = g.ops[size_t(grp.leader())];
+    bool knob = false, can = false;
+    switch (grp.kind) {
+      case GroupKind::QKV:
+        knob = tri_resolve(k.qkv_fusion, true);
+        can = L.qkv.q && !grp.epilogue.empty() && (hp.head_dim == 32 || hp.head_dim == 64 || hp.head_dim == 128);
+        break;
+      case GroupKind::GateUp:
+        knob = tri_resolve(k.gateup_fusion, true);
+        can = L.gate_up.q && grp.epilogue.size() == 1;
+        break;
+      case GroupKind::OResid:
+      case GroupKind::DownResid:
+        knob = tri_resolve(k.resid_fusion, true);
+        can = mats_.count(lead.w) > 0;
+        break;
+    }
+    if (!fusion || !knob) {
+      grp.reject_reason = "knob off";
+      continue;
+    }
+    if (!can) {
+      grp.reject_reason = "weights not packed for this fusion (mixed types or knob off at load)";
+      continue;
+    }
+    grp.accepted = grp.fold_epilogue = true;
+  }
 }
 
 void CudaBackend::ensure_prefill_scratch() {
   if (gemm_) return;
   const auto& hp = m_->hp;
   const int64_t widest = std::max({hp.n_embd, hp.n_ff, hp.q_dim()});
-  // x3: the split-fp16 operands (prefill.h) are up to three times as wide as the input.
-  pf_.x_elems = size_t(3 * kPrefillChunk * widest);
-  // At least 192 MiB of weight scratch so the output projection (vocab rows, chunked) takes few chunks.
-  pf_.w_elems = 3 * std::max(pf_w_elems_, size_t(32) << 20);
+  // x2: the split-fp16 operands of float weights (prefill.h) are twice as wide as the input.
+  pf_.x_elems = size_t(2 * kPrefillChunk * widest);
+  // At least 128 MiB of weight scratch so the output projection (vocab rows, chunked) takes few chunks.
+  pf_.w_elems = 2 * std::max(pf_w_elems_, size_t(32) << 20);
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pf_.x), pf_.x_elems * sizeof(uint16_t)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pf_.w), pf_.w_elems * sizeof(uint16_t)));
+  const int64_t nblk4 = cuda::mmq_nblk4(widest);
+  pf_.xq_bytes = size_t(kPrefillChunk * nblk4 * 32);
+  pf_.xd_elems = size_t(kPrefillChunk * nblk4);
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pf_.xq), pf_.xq_bytes));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pf_.xd), pf_.xd_elems * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pf_.xs), pf_.xd_elems * sizeof(float)));
+  pf_.pairs_elems = size_t(kPrefillChunk * 2 * hp.n_ff);
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pf_.pairs), pf_.pairs_elems * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pf_qkv_raw_),
+                        size_t(kPrefillChunk * (hp.q_dim() + 2 * hp.kv_dim())) * sizeof(float)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_tokens_), kPrefillChunk * sizeof(int)));
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_tokens_), kPrefillChunk * sizeof(int)));
   gemm_ = cuda::gemm_create(stream_);
@@ -513,7 +578,7 @@ void CudaBackend::launch_prefill_op(Graph& g, GraphState& st, const Op& op) {
         LMF_CHECK(it != mats_.end(), "matrix not uploaded: ", op.w->name);
         mm.w = &it->second;
       }
-      cuda::matmul_prefill(gemm_, mm, pf_, stream_);
+      cuda::matmul_prefill(gemm_, mm, pf_, prefill_route(*mm.w, mm.n > 0 ? mm.n : mm.w->rows, mm.T), stream_);
       break;
     }
     case OpKind::HeadNorm: {
@@ -560,7 +625,69 @@ void CudaBackend::launch_prefill_op(Graph& g, GraphState& st, const Op& op) {
   }
 }
 
+// An accepted group of a T-row graph (prepare_prefill): one matrix product + its epilogue.
+void CudaBackend::launch_prefill_group(Graph& g, GraphState& st, const FusionGroup& grp) {
+  const auto& hp = m_->hp;
+  const Op& lead = g.ops[size_t(grp.leader())];
+  const LayerDev& L = layers_[size_t(grp.layer)];
+  cuda::PrefillMatmul mm;
+  mm.x = ptr(st, g, lead.in[0]);
+  mm.T = g.t(lead.in[0]).rows;
+  switch (grp.kind) {
+    case GroupKind::QKV: {
+      mm.w = &L.qkv;
+      mm.bias = L.qkv_bias;
+      mm.y = pf_qkv_raw_;
+      cuda::matmul_prefill(gemm_, mm, pf_, prefill_route(*mm.w, mm.w->rows, mm.T), stream_);
+      const auto& W = m_->layers[size_t(grp.layer)];
+      cuda::QkvPostArgs pa;
+      pa.raw = pf_qkv_raw_;
+      pa.T = int(mm.T);
+      pa.n_head = int(hp.n_head);
+      pa.n_kv_head = int(hp.n_head_kv);
+      pa.head_dim = int(hp.head_dim);
+      pa.q_norm = W.q_norm.data ? dev_vec(W.q_norm) : nullptr;
+      pa.k_norm = W.k_norm.data ? dev_vec(W.k_norm) : nullptr;
+      pa.eps = hp.rms_eps;
+      pa.rope = hp.rope_neox ? cuda::RopeStyle::NeoX : cuda::RopeStyle::Adjacent;
+      pa.theta = hp.rope_theta;
+      pa.pos = d_io_ + 1;
+      int q_rope = -1;
+      for (int e : grp.epilogue)
+        if (g.ops[size_t(e)].kind == OpKind::Rope && g.ops[size_t(e)].name.find("q_rope") != std::string::npos)
+          q_rope = g.ops[size_t(e)].out[0];
+      LMF_CHECK(q_rope >= 0);
+      pa.q_out = ptr(st, g, q_rope);
+      pa.k_cache = L.kc;
+      pa.v_cache = L.vc;
+      pa.n_ctx = opts_.n_ctx;
+      cuda::qkv_post(pa, stream_);
+      break;
+    }
+    case GroupKind::GateUp:
+      mm.w = &L.gate_up;
+      mm.silu_pairs = true;
+      mm.y = ptr(st, g, g.ops[size_t(grp.epilogue[0])].out[0]);
+      cuda::matmul_prefill(gemm_, mm, pf_, prefill_route(*mm.w, mm.w->rows, mm.T), stream_);
+      break;
+    case GroupKind::OResid:
+    case GroupKind::DownResid: {
+      const Op& add = g.ops[size_t(grp.epilogue[0])];
+      mm.w = &mats_.at(lead.w);
+      mm.bias = lead.b ? dev_vec(*lead.b) : nullptr;
+      mm.residual = ptr(st, g, add.in[0] == lead.out[0] ? add.in[1] : add.in[0]);
+      mm.y = ptr(st, g, add.out[0]);
+      cuda::matmul_prefill(gemm_, mm, pf_, prefill_route(*mm.w, mm.w->rows, mm.T), stream_);
+      break;
+    }
+  }
+}
+
 void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp) {
+  if (g.n_tokens > 1) {
+    launch_prefill_group(g, st, grp);
+    return;
+  }
   const auto& hp = m_->hp;
   const Op& lead = g.ops[size_t(grp.leader())];
   cuda::GemvArgs a;
@@ -680,11 +807,13 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
       CUDA_CHECK(cudaEventElapsedTime(&ms, events_[ev].first, events_[ev].second));
       ++ev;
       std::string kind = op_kind_name(op.kind);
+      const bool rows = g.n_tokens > 1 && op.kind == OpKind::MatMul && g.t(op.in[0]).rows > 1;
       if (op.group >= 0) {
         const auto& grp = g.groups[size_t(op.group)];
-        kind = cat("gemv ", dtype_name(op.w->type), " ", group_kind_name(grp.kind), grp.fold_add ? "+addnorm" : grp.fold_norm ? "+norm" : "");
+        kind = cat(rows ? "prefill matmul " : "gemv ", dtype_name(op.w->type), " ", group_kind_name(grp.kind),
+                   grp.fold_add ? "+addnorm" : grp.fold_norm ? "+norm" : "");
       } else if (op.kind == OpKind::MatMul) {
-        kind = cat(g.t(op.in[0]).rows > 1 ? "gemm f16 outer-dequant " : "gemv ", dtype_name(op.w->type));
+        kind = cat(rows ? "prefill matmul " : "gemv ", dtype_name(op.w->type));
       }
       profile_.push_back({op.name, kind, double(ms) * 1000.0});
     }

@@ -66,22 +66,77 @@ void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n
                       cudaStream_t s = nullptr);
 // y[t][i] += bias[i] for t < rows, i < n; row stride ldy.
 void add_bias_rows(float* y, const float* bias, int64_t rows, int n, int64_t ldy, cudaStream_t s = nullptr);
+// y[t][j] (+)= silu(x[t][2j]) * x[t][2j+1], j < n; x row stride 2n, y row stride n.
+void silu_pairs_rows(const float* x, float* y, int64_t rows, int64_t n, bool accumulate, cudaStream_t s = nullptr);
+// y[t][i] += x[t][i] (rows x n, contiguous)
+void add_rows(const float* x, float* y, int64_t elems, cudaStream_t s = nullptr);
 
 // cuBLAS handle bound to one stream.
 struct GemmHandle;
 GemmHandle* gemm_create(cudaStream_t s);
 void gemm_destroy(GemmHandle* h);
 // y [T][ldy], columns [0, N) = x [T][K] (fp16) * w [N][K]^T (fp16), fp32 accumulate and output.
+// cuBLAS bf16 GEMM 8192^3 (bf16 in/out, fp32 accumulate), median of 10: the FLOP/s that prefill
+// figures are reported against (issue 6). Allocates and frees 384 MiB.
+double gemm_bf16_peak_flops(GemmHandle* h, cudaStream_t s);
+// beta 1: y += the product.
 void gemm_f16(GemmHandle* h, const uint16_t* x, const uint16_t* w, float* y, int64_t T, int64_t N, int64_t K,
-              int64_t ldy);
+              int64_t ldy, float beta = 0.f);
+
+// ---------------------------------------------------------------------------------------------
+// In-kernel route (prefill_mmq.cu): int8 x int8 tensor-core GEMM over the repacked Q4_0/Q4_1/
+// Q8_0 weight, activations quantized per block of 32 as the decode GEMV does (so the block dot
+// products are the decode's, exactly). Activation buffers: xq int8 [T][nblk4*32] (blocks past
+// nblk zero), xd float [T][nblk4] block scales, xs float [T][nblk4] block sums of xq (Q4_1 only,
+// else may be null); nblk4 = mmq_nblk4(cols) (cols/32 rounded up to the kernel's stage of 4).
+bool mmq_supported(DType t);
+int mmq_nblk4(int64_t cols);
+void mmq_quantize(const float* x, int64_t T, int64_t cols, int8_t* xq, float* xd, float* xs, cudaStream_t s);
+struct MmqArgs {
+  DType type = DType::Q4_0;
+  const uint8_t* q = nullptr;       // DeviceWeight::q
+  const uint8_t* scales = nullptr;  // DeviceWeight::scales
+  int nblk = 0;                     // blocks of 32 per weight row (cols / 32)
+  int64_t r0 = 0, step = 1;         // output column i uses weight row r0 + i*step
+  int64_t n = 0;                    // output columns
+  const int8_t* xq = nullptr;
+  const float* xd = nullptr;
+  const float* xs = nullptr;
+  int T = 0, nblk4 = 0;
+  float* y = nullptr;  // [T][ldy]
+  int64_t ldy = 0;
+  const float* bias = nullptr;  // [n] or null
+  const float* residual = nullptr;  // [T][ldy] or null: y = residual + result (may alias y)
+  // Gate/up epilogue: output columns are interleaved gate/up pairs (repack_gate_up); y [T][ldy]
+  // receives silu(col 2j) * col 2j+1 at column j (n even; no bias, no residual).
+  bool silu_pairs = false;
+};
+void mmq_gemm(const MmqArgs& a, cudaStream_t s);
+
+// Which route a prefill matrix product takes (matmul_prefill).
+// Gemv: the decode GEMV once per token (small T: reads the weight T times but needs no tile
+// padding; measured to win at T <= 4 on the H200).
+enum class PrefillRoute { Outer, InKernel, Gemv };
+const char* route_name(PrefillRoute r);  // "outer", "in-kernel", "gemv"
+// The measured routing rule (see the comment at its definition and docs/PERF.md, "prefill
+// routing sweep"): in-kernel or outer for a weight of n x k of type t at T tokens.
+PrefillRoute prefill_route_auto(DType t, int64_t n, int64_t k, int64_t T);
 
 // Scratch of the outer-dequant path, owned by the caller: w holds w_elems fp16 (3 x the largest
 // weight, or a chunk of rows of a larger one), x holds x_elems fp16 (3 x T x the widest input).
+// The in-kernel route's activation buffers (xq/xd/xs above) sized for T x the widest input.
 struct PrefillScratch {
   uint16_t* w = nullptr;
   size_t w_elems = 0;
   uint16_t* x = nullptr;
   size_t x_elems = 0;
+  int8_t* xq = nullptr;
+  size_t xq_bytes = 0;
+  float* xd = nullptr;  // xd_elems floats
+  float* xs = nullptr;  // xd_elems floats
+  size_t xd_elems = 0;
+  float* pairs = nullptr;  // outer route's gate/up product before the SiLU pairs: pairs_elems floats
+  size_t pairs_elems = 0;
 };
 // Y [T][n] (+ bias) = X [T][w.cols] * (rows r0 + i*step of w)^T: converts X, then dequantizes and
 // multiplies in chunks of rows that fit the scratch.
@@ -92,7 +147,16 @@ struct PrefillMatmul {
   int64_t T = 0;
   float* y = nullptr;
   const float* bias = nullptr;  // [n] or null
+  const float* residual = nullptr;  // [T][n] or null: y = residual + X W^T (may alias y exactly)
+  bool silu_pairs = false;      // w is an interleaved gate/up weight: y [T][n/2] = silu(gate) * up
 };
-void matmul_prefill(GemmHandle* h, const PrefillMatmul& m, const PrefillScratch& sc, cudaStream_t s);
+// Routes: InKernel needs a type mmq_supported; Gemv needs the whole weight (r0 0, step 1) and
+// not bias + accumulate together; a route that cannot take the product falls back to InKernel,
+// then Outer. Float weights always take the outer route.
+// The outer route multiplies fp16(int8-block-quantized x) by fp16(w) in one GEMM for quantized
+// weights (one fp16 rounding per factor: ~1e-3 from the decode arithmetic, docs/PERF.md) and
+// the split-fp16 form (parts 2, exact activations) for float weights.
+void matmul_prefill(GemmHandle* h, const PrefillMatmul& m, const PrefillScratch& sc, PrefillRoute route,
+                    cudaStream_t s);
 
 }  // namespace lmf::cuda

@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/prefill.h"
@@ -39,34 +40,151 @@ void gemm_destroy(GemmHandle* g) {
   delete g;
 }
 
+double gemm_bf16_peak_flops(GemmHandle* g, cudaStream_t s) {
+  const int n = 8192;
+  const size_t bytes = size_t(n) * n * 2;
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  CUDA_CHECK(cudaMalloc(&a, bytes));
+  CUDA_CHECK(cudaMalloc(&b, bytes));
+  CUDA_CHECK(cudaMalloc(&c, bytes));
+  CUDA_CHECK(cudaMemsetAsync(a, 0, bytes, s));
+  CUDA_CHECK(cudaMemsetAsync(b, 0, bytes, s));
+  const float one = 1.f, zero = 0.f;
+  auto run = [&] {
+    CUBLAS_CHECK(cublasGemmEx(g->h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n,
+                              &zero, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  };
+  for (int i = 0; i < 3; ++i) run();
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ts;
+  for (int r = 0; r < 10; ++r) {
+    CUDA_CHECK(cudaEventRecord(e0, s));
+    run();
+    CUDA_CHECK(cudaEventRecord(e1, s));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    ts.push_back(ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  std::sort(ts.begin(), ts.end());
+  return 2.0 * n * double(n) * n / (double(ts[ts.size() / 2]) * 1e-3);
+}
+
 void gemm_f16(GemmHandle* g, const uint16_t* x, const uint16_t* w, float* y, int64_t T, int64_t N, int64_t K,
-              int64_t ldy) {
+              int64_t ldy, float beta) {
   if (T <= 0 || N <= 0 || K <= 0 || ldy < N || T > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
     LMF_FAIL("cuda gemm_f16: bad shape T ", T, " N ", N, " K ", K, " ldy ", ldy);
   // Row-major y[T][ldy] is column-major N x T (ld ldy): y = op(W) * X with W stored column-major
   // K x N (ld K, transposed) and X column-major K x T (ld K).
-  const float one = 1.f, zero = 0.f;
+  const float one = 1.f;
   CUBLAS_CHECK(cublasGemmEx(g->h, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(T), int(K), &one, w, CUDA_R_16F, int(K), x,
-                            CUDA_R_16F, int(K), &zero, y, CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F,
+                            CUDA_R_16F, int(K), &beta, y, CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
 }
 
-void matmul_prefill(GemmHandle* g, const PrefillMatmul& m, const PrefillScratch& sc, cudaStream_t s) {
+const char* route_name(PrefillRoute r) {
+  return r == PrefillRoute::InKernel ? "in-kernel" : r == PrefillRoute::Gemv ? "gemv" : "outer";
+}
+
+namespace {
+
+// The route that takes this product: the requested one if it can, else in-kernel, else outer.
+PrefillRoute usable_route(const PrefillMatmul& m, int64_t n, PrefillRoute want) {
+  const DeviceWeight& w = *m.w;
+  const bool ik = mmq_supported(w.type);
+  if (want == PrefillRoute::Gemv && m.r0 == 0 && m.step == 1 && n == w.rows &&
+      gemv_supported(w.type, Prologue::None, m.silu_pairs ? Epilogue::SiluMul : m.residual ? Epilogue::Residual
+                                                                                           : Epilogue::Store) &&
+      !(m.bias && (m.residual || m.silu_pairs)))
+    return PrefillRoute::Gemv;
+  if (want != PrefillRoute::Outer && ik) return PrefillRoute::InKernel;
+  return PrefillRoute::Outer;
+}
+
+}  // namespace
+
+void matmul_prefill(GemmHandle* g, const PrefillMatmul& m, const PrefillScratch& sc, PrefillRoute route,
+                    cudaStream_t s) {
   const DeviceWeight& w = *m.w;
   const int64_t n = m.n > 0 ? m.n : w.rows, K = w.cols;
+  const int64_t n_out = m.silu_pairs ? n / 2 : n;  // columns of y
+  if (m.r0 < 0 || m.step < 1 || m.r0 + (n - 1) * m.step >= w.rows)
+    LMF_FAIL("cuda matmul_prefill: rows ", m.r0, " + ", n, " x step ", m.step, " outside a weight of ", w.rows);
+  if (m.silu_pairs && (n % 2 != 0 || m.bias || m.residual))
+    LMF_FAIL("cuda matmul_prefill: silu_pairs needs an even row count, no bias and no residual");
   const bool q8 = w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0;
-  const int parts = q8 ? 3 : 2;  // split fp16 (prefill.h): quantized weights need a lo part too
+  route = usable_route(m, n, route);
+  if (route == PrefillRoute::Gemv) {
+    for (int64_t t = 0; t < m.T; ++t) {
+      GemvArgs a;
+      a.w = &w;
+      a.in = m.x + t * K;
+      a.y = m.y + t * n_out;
+      a.bias = m.bias;
+      a.y_residual = m.residual ? m.residual + t * n_out : nullptr;
+      gemv(Prologue::None, m.silu_pairs ? Epilogue::SiluMul : m.residual ? Epilogue::Residual : Epilogue::Store, a, s);
+    }
+    return;
+  }
+  if (route == PrefillRoute::InKernel) {
+    const int nblk = int(K / 32), nblk4 = mmq_nblk4(K);
+    if (size_t(m.T) * size_t(nblk4) * 32 > sc.xq_bytes || size_t(m.T) * size_t(nblk4) > sc.xd_elems)
+      LMF_FAIL("cuda matmul_prefill: in-kernel activation scratch too small for ", m.T, "x", K);
+    mmq_quantize(m.x, m.T, K, sc.xq, sc.xd, w.type == DType::Q4_1 ? sc.xs : nullptr, s);
+    MmqArgs a;
+    a.type = w.type;
+    a.q = w.q;
+    a.scales = w.scales;
+    a.nblk = nblk;
+    a.r0 = m.r0;
+    a.step = m.step;
+    a.n = n;
+    a.xq = sc.xq;
+    a.xd = sc.xd;
+    a.xs = w.type == DType::Q4_1 ? sc.xs : nullptr;
+    a.T = int(m.T);
+    a.nblk4 = nblk4;
+    a.y = m.y;
+    a.ldy = n_out;
+    a.bias = m.bias;
+    a.residual = m.residual;
+    a.silu_pairs = m.silu_pairs;
+    mmq_gemm(a, s);
+    return;
+  }
+  // Outer route. Quantized weights: one fp16 rounding per factor (parts 1); float weights: the
+  // activations split hi|lo (parts 2) so they enter exactly, as the decode GEMV reads them.
+  const int parts = q8 ? 1 : 2;
   const int64_t Kp = parts * K;
   if (size_t(m.T * Kp) > sc.x_elems) LMF_FAIL("cuda matmul_prefill: activation scratch too small for ", m.T, "x", Kp);
+  float* y = m.y;
+  if (m.silu_pairs) {
+    if (size_t(m.T * n) > sc.pairs_elems) LMF_FAIL("cuda matmul_prefill: gate/up scratch too small for ", m.T, "x", n);
+    y = sc.pairs;
+  }
+  float beta = 0.f;
+  if (m.residual) {  // y starts as the residual, the GEMM adds to it
+    if (m.residual != m.y)
+      CUDA_CHECK(cudaMemcpyAsync(m.y, m.residual, size_t(m.T * n) * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    beta = 1.f;
+  }
   act_to_f16(m.x, sc.x, m.T, int(K), q8, parts, s);
   const int64_t chunk = std::min<int64_t>(n, int64_t(sc.w_elems / size_t(Kp)));
   if (chunk <= 0) LMF_FAIL("cuda matmul_prefill: weight scratch holds no row of ", Kp);
   for (int64_t i0 = 0; i0 < n; i0 += chunk) {
     const int64_t c = std::min(chunk, n - i0);
     dequant_rows_f16(w, m.r0 + i0 * m.step, m.step, c, sc.w, parts, s);
-    gemm_f16(g, sc.x, sc.w, m.y + i0, m.T, c, Kp, n);
+    gemm_f16(g, sc.x, sc.w, y + i0, m.T, c, Kp, n, beta);
   }
-  if (m.bias) add_bias_rows(m.y, m.bias, m.T, int(n), n, s);
+  if (m.bias) add_bias_rows(y, m.bias, m.T, int(n), n, s);
+  if (m.silu_pairs) silu_pairs_rows(y, m.y, m.T, n_out, false, s);
 }
 
 }  // namespace lmf::cuda

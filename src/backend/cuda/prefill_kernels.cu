@@ -160,6 +160,46 @@ __global__ void dequant_kernel(const uint8_t* q, const uint8_t* scales, int nblk
   }
 }
 
+// Quantized weights, parts 1: one thread per 8 outputs (a quarter of a block), so a warp stores
+// 512 contiguous bytes and loads 8 bytes per lane; same values as dequant_kernel (d*(q-8),
+// fmaf(d, q, m), d*q computed in fp32, rounded once to fp16). The one-thread-per-block kernel
+// above ran at ~1/6 of the copy bandwidth (sweep, docs/PERF.md): strided 64-byte stores per lane.
+template <DType T>
+__global__ void dequant_q_fast_kernel(const uint8_t* q, const uint8_t* scales, int nblk, size_t row_stride,
+                                      int64_t r0, int64_t step, int64_t n, __half* out) {
+  constexpr int P = T == DType::Q8_0 ? 2 : 1;
+  const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (gid >= n * nblk * 4) return;
+  const int qt = int(gid & 3);
+  const int64_t bi = gid >> 2, i = bi / nblk;
+  const int c = int(bi % nblk);
+  const int64_t r = r0 + i * step;
+  const int g = c >> 5, l = c & 31, gb = min(32, nblk - 32 * g);
+  const uint8_t* base = q + size_t(r) * row_stride + size_t(g) * 32 * P * 16;
+  float v[8];
+  if constexpr (T == DType::Q8_0) {
+    const uint2 w = *reinterpret_cast<const uint2*>(base + ((qt >> 1) * gb + l) * 16 + (qt & 1) * 8);
+    const float d = h2f(scales + (size_t(r) * nblk + c) * 2);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = d * float(int8_t(((j < 4 ? w.x : w.y) >> (8 * (j & 3))) & 0xff));
+  } else {
+    const uint2 w = *reinterpret_cast<const uint2*>(base + l * 16 + (qt & 1) * 8);
+    const int sh = qt < 2 ? 0 : 4;  // elements 0-15: low nibbles; 16-31: high nibbles
+    const size_t sb = T == DType::Q4_0 ? 2 : 4;
+    const uint8_t* sp = scales + (size_t(r) * nblk + c) * sb;
+    const float d = h2f(sp), m = T == DType::Q4_1 ? h2f(sp + 2) : 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int nib = int(((j < 4 ? w.x : w.y) >> (8 * (j & 3) + sh)) & 15);
+      v[j] = T == DType::Q4_0 ? d * float(nib - 8) : fmaf(d, float(nib), m);
+    }
+  }
+  __align__(16) __half h[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) h[j] = __float2half_rn(v[j]);
+  *reinterpret_cast<uint4*>(out + size_t(i) * nblk * 32 + size_t(c) * 32 + qt * 8) = *reinterpret_cast<const uint4*>(h);
+}
+
 __global__ void add_bias_rows_kernel(float* y, const float* bias, int64_t rows, int n, int64_t ldy) {
   const int64_t total = rows * n;
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
@@ -167,6 +207,19 @@ __global__ void add_bias_rows_kernel(float* y, const float* bias, int64_t rows, 
     const int i = int(k % n);
     y[t * ldy + i] += bias[i];
   }
+}
+
+__global__ void silu_pairs_kernel(const float* x, float* y, int64_t total, int64_t n, bool acc) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = k / n, j = k % n;
+    const float2 gu = reinterpret_cast<const float2*>(x + t * 2 * n)[j];
+    const float v = dev::silu(gu.x) * gu.y;
+    y[k] = acc ? y[k] + v : v;
+  }
+}
+__global__ void add_rows_kernel(const float* x, float* y, int64_t total) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x)
+    y[k] += x[k];
 }
 
 }  // namespace pdev
@@ -231,6 +284,16 @@ void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n
   const size_t stride = w.q_bytes / size_t(w.rows);
   const unsigned grid = blocks_for(n * nblk, 128);
   auto* o = reinterpret_cast<__half*>(out);
+  if (parts == 1 && (w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0)) {
+    const unsigned g4 = blocks_for(n * nblk * 4, 256);
+    switch (w.type) {
+      case DType::Q4_0: pdev::dequant_q_fast_kernel<DType::Q4_0><<<g4, 256, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
+      case DType::Q4_1: pdev::dequant_q_fast_kernel<DType::Q4_1><<<g4, 256, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
+      default: pdev::dequant_q_fast_kernel<DType::Q8_0><<<g4, 256, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
+    }
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   switch (w.type) {
     case DType::Q4_0: pdev::dequant_kernel<DType::Q4_0><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, parts, o); break;
     case DType::Q4_1: pdev::dequant_kernel<DType::Q4_1><<<grid, 128, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, parts, o); break;
@@ -248,4 +311,17 @@ void add_bias_rows(float* y, const float* bias, int64_t rows, int n, int64_t ldy
   CUDA_CHECK_LAUNCH();
 }
 
+}  // namespace lmf::cuda
+
+namespace lmf::cuda {
+void silu_pairs_rows(const float* x, float* y, int64_t rows, int64_t n, bool accumulate, cudaStream_t s) {
+  const unsigned grid = unsigned(std::min<int64_t>((rows * n + 255) / 256, 8 * int64_t(device_sm_count())));
+  pdev::silu_pairs_kernel<<<grid, 256, 0, s>>>(x, y, rows * n, n, accumulate);
+  CUDA_CHECK_LAUNCH();
+}
+void add_rows(const float* x, float* y, int64_t elems, cudaStream_t s) {
+  const unsigned grid = unsigned(std::min<int64_t>((elems + 255) / 256, 8 * int64_t(device_sm_count())));
+  pdev::add_rows_kernel<<<grid, 256, 0, s>>>(x, y, elems);
+  CUDA_CHECK_LAUNCH();
+}
 }  // namespace lmf::cuda

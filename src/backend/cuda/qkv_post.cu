@@ -7,14 +7,16 @@
 namespace lmf::cuda {
 namespace {
 
-// grid: n_head (q) + n_kv (k) + n_kv (v) blocks; block: head_dim threads, one element each.
+// grid: (n_head (q) + n_kv (k) + n_kv (v), T); block: head_dim threads, one element each.
 __global__ void qkv_post_kernel(QkvPostArgs a) {
   __shared__ float sh[32];
   __shared__ float vals[128];
   const int b = blockIdx.x, d = threadIdx.x, hd = a.head_dim;
   const int nq = a.n_head, nk = a.n_kv_head;
-  const int pos = *a.pos;
-  float x = a.raw[size_t(b) * hd + d];
+  const int t = blockIdx.y, pos = *a.pos + t;
+  const float* raw = a.raw + size_t(t) * (nq + 2 * nk) * hd;
+  float* q_out = a.q_out + size_t(t) * nq * hd;
+  float x = raw[size_t(b) * hd + d];
   if (b >= nq + nk) {  // v head: straight to the cache
     const int h = b - nq - nk;
     reinterpret_cast<__half*>(a.v_cache)[(size_t(h) * a.n_ctx + pos) * hd + d] = __float2half_rn(x);
@@ -44,7 +46,7 @@ __global__ void qkv_post_kernel(QkvPostArgs a) {
   dev::rope_cs(pos, i, hd, a.theta, &c, &s);
   const float y = first ? x * c - vals[partner] * s : x * c + vals[partner] * s;
   if (is_q) {
-    a.q_out[size_t(b) * hd + d] = y;
+    q_out[size_t(b) * hd + d] = y;
   } else {
     const int h = b - nq;
     reinterpret_cast<__half*>(a.k_cache)[(size_t(h) * a.n_ctx + pos) * hd + d] = __float2half_rn(y);
@@ -58,7 +60,8 @@ void qkv_post(const QkvPostArgs& a, cudaStream_t s) {
     LMF_FAIL("cuda qkv_post: head_dim must be 32, 64 or 128, got ", a.head_dim);
   if (!a.raw || !a.pos || !a.q_out || !a.k_cache || !a.v_cache || a.n_ctx <= 0)
     LMF_FAIL("cuda qkv_post: missing pointer");
-  qkv_post_kernel<<<a.n_head + 2 * a.n_kv_head, a.head_dim, 0, s>>>(a);
+  if (a.T < 1) LMF_FAIL("cuda qkv_post: T must be >= 1, got ", a.T);
+  qkv_post_kernel<<<dim3(unsigned(a.n_head + 2 * a.n_kv_head), unsigned(a.T)), a.head_dim, 0, s>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 

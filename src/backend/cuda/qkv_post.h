@@ -12,7 +12,10 @@
 namespace lmf::cuda {
 
 struct QkvPostArgs {
-  const float* raw = nullptr;  // [(n_head + 2 n_kv) * head_dim]: q | k | v (bias already added)
+  // [T][(n_head + 2 n_kv) * head_dim]: q | k | v per token (bias already added); token t is at
+  // position *pos + t and writes q_out [T][n_head * head_dim] row t (prefill: T > 1).
+  const float* raw = nullptr;
+  int T = 1;
   int n_head = 0, n_kv_head = 0, head_dim = 0;  // head_dim 32, 64 or 128
   const float* q_norm = nullptr;  // [head_dim] or null
   const float* k_norm = nullptr;

@@ -1,0 +1,238 @@
+// The prefill routing sweep (issue 6): for every projection shape of qwen3-0.6b .. 32b
+// (src/model/presets.cpp) and M = 2 .. 16384 tokens, times the two prefill routes of prefill.h
+// on the same weight and activations:
+//   outer     : activations -> fp16, weight -> fp16 scratch, cuBLAS GEMM (matmul_prefill Outer)
+//   in-kernel : activations -> int8 blocks, int8 tensor-core GEMM on the packed weight (InKernel)
+//   gemv      : (M <= 16 only) the decode GEMV once per token, for the small-M question
+// Shapes: qkv (Q|K|V), o, gate (one of gate/up, unfused), gu (gate|up fused), down.
+// and prints one row per (shape, M) with the times, the winner, the auto rule's choice and what
+// the rule loses against the winner. Weights rotate through enough copies to exceed the 50 MB L2
+// (in a model each weight is read once per prefill run, cold). Also measures the cuBLAS bf16
+// GEMM peak (8192^3) that prefill figures are reported against.
+//
+// Usage: cuda_bench_prefill [--type q4_0|q4_1|q8_0] [--models a,b] [--m 2,16,512] [--reps N]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/prefill.h"
+
+using namespace lmf;
+using namespace lmf::cuda;
+
+namespace {
+
+__global__ void fill_q(uint32_t* p, size_t n, uint32_t seed, uint32_t mask, uint32_t orv) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    p[i] = (h & mask) | orv;
+  }
+}
+__global__ void fill_f(float* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    p[i] = float(int(h % 2001) - 1000) * 1e-3f;
+  }
+}
+
+int pieces(DType t) { return t == DType::Q8_0 ? 2 : 1; }
+int scale_b(DType t) { return t == DType::Q4_1 ? 4 : 2; }
+
+DeviceWeight random_weight(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  DeviceWeight w;
+  w.type = t;
+  w.rows = rows;
+  w.cols = cols;
+  w.q_bytes = size_t(rows) * (cols / 32) * pieces(t) * 16;
+  w.scale_bytes = size_t(rows) * (cols / 32) * scale_b(t);
+  void *q = nullptr, *s = nullptr;
+  CUDA_CHECK(cudaMalloc(&q, w.q_bytes));
+  CUDA_CHECK(cudaMalloc(&s, w.scale_bytes));
+  fill_q<<<1024, 256>>>(static_cast<uint32_t*>(q), w.q_bytes / 4, seed, 0xFFFFFFFFu, 0);
+  // small positive fp16 scales: 0x2000..0x23FF (~0.008 .. 0.016)
+  fill_q<<<1024, 256>>>(static_cast<uint32_t*>(s), w.scale_bytes / 4, seed + 1, 0x03FF03FFu, 0x20002000u);
+  CUDA_CHECK(cudaGetLastError());
+  w.q = static_cast<const uint8_t*>(q);
+  w.scales = static_cast<const uint8_t*>(s);
+  return w;
+}
+
+struct Shape {
+  const char* model;
+  const char* name;
+  int64_t n, k;
+};
+
+// From src/model/presets.cpp: hidden, heads, kv heads, head_dim 128, ff.
+std::vector<Shape> shapes_for(const std::string& model) {
+  struct P {
+    const char* name;
+    int64_t hidden, heads, kv, ff;
+  };
+  static const P ps[] = {{"qwen3-0.6b", 1024, 16, 8, 3072},  {"qwen3-1.7b", 2048, 16, 8, 6144},
+                         {"qwen3-4b", 2560, 32, 8, 9728},    {"qwen3-8b", 4096, 32, 8, 12288},
+                         {"qwen3-14b", 5120, 40, 8, 17408},  {"qwen3-32b", 5120, 64, 8, 25600}};
+  for (const auto& p : ps)
+    if (model == p.name) {
+      const int64_t q = p.heads * 128, kv = p.kv * 128;
+      return {{p.name, "qkv", q + 2 * kv, p.hidden},
+              {p.name, "o", p.hidden, q},
+              {p.name, "gate", p.ff, p.hidden},
+              {p.name, "gu", 2 * p.ff, p.hidden},  // gate|up as one product (prefill gate/up fusion)
+              {p.name, "down", p.hidden, p.ff}};
+    }
+  std::fprintf(stderr, "unknown model %s\n", model.c_str());
+  std::exit(2);
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t a = 0;
+  while (a <= s.size()) {
+    size_t b = s.find(',', a);
+    if (b == std::string::npos) b = s.size();
+    if (b > a) out.push_back(s.substr(a, b - a));
+    a = b + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  DType type = DType::Q4_0;
+  std::vector<std::string> models = {"qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b"};
+  std::vector<int64_t> Ms = {2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+  int reps = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--type") type = v == "q4_1" ? DType::Q4_1 : v == "q8_0" ? DType::Q8_0 : DType::Q4_0;
+    else if (a == "--models") models = split(v);
+    else if (a == "--m") {
+      Ms.clear();
+      for (auto& x : split(v)) Ms.push_back(std::stoll(x));
+    } else if (a == "--reps") reps = std::stoi(v);
+  }
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreate(&s));
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  GemmHandle* gh = gemm_create(s);
+  const double peak = gemm_bf16_peak_flops(gh, s) / 1e12;
+  std::printf("# device %s, cuBLAS bf16 GEMM 8192^3: %.1f TFLOP/s\n", prop.name, peak);
+  std::printf("# type %s; times in us (median of %d); rule = prefill_route_auto; loss = rule / best - 1\n",
+              dtype_name(type), reps);
+  std::printf("%-11s %-5s %6s %6s %6s %10s %10s %10s %-9s %-9s %6s %8s\n", "model", "shape", "N", "K", "M", "outer",
+              "in-kernel", "gemv", "best", "rule", "loss%", "TFLOP/s");
+
+  const int64_t maxM = *std::max_element(Ms.begin(), Ms.end());
+  int64_t maxK = 0;
+  for (auto& m : models)
+    for (auto& sh : shapes_for(m)) maxK = std::max(maxK, sh.k);
+  // Scratch as the backend sizes it (prefill.h), for maxM tokens.
+  PrefillScratch sc;
+  sc.x_elems = size_t(2 * maxM * maxK);
+  sc.w_elems = size_t(2) * 25600 * 5120;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sc.x), sc.x_elems * 2));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sc.w), sc.w_elems * 2));
+  const int64_t nb4 = mmq_nblk4(maxK);
+  sc.xq_bytes = size_t(maxM * nb4 * 32);
+  sc.xd_elems = size_t(maxM * nb4);
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sc.xq), sc.xq_bytes));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sc.xd), sc.xd_elems * 4));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sc.xs), sc.xd_elems * 4));
+  float *x = nullptr, *y = nullptr;
+  CUDA_CHECK(cudaMalloc(&x, size_t(maxM * maxK) * 4));
+  fill_f<<<1024, 256>>>(x, size_t(maxM * maxK), 7);
+  size_t maxN = 0;
+  for (auto& m : models)
+    for (auto& sh : shapes_for(m)) maxN = std::max(maxN, size_t(sh.n));
+  CUDA_CHECK(cudaMalloc(&y, maxN * size_t(maxM) * 4));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+
+  int worse = 0, rows = 0;
+  double worst_loss = 0;
+  for (auto& model : models) {
+    for (auto& sh : shapes_for(model)) {
+      const size_t wbytes = size_t(sh.n) * (sh.k / 32) * (pieces(type) * 16 + scale_b(type));
+      const int copies = int(std::max<size_t>(1, (size_t(160) << 20) / wbytes + 1));
+      std::vector<DeviceWeight> ws;
+      for (int c = 0; c < std::min(copies, 8); ++c) ws.push_back(random_weight(type, sh.n, sh.k, 11 + c));
+      int rot = 0;
+      for (int64_t M : Ms) {
+        auto time_route = [&](int route) {  // 0 outer, 1 in-kernel, 2 gemv per token
+          auto once = [&] {
+            const DeviceWeight& w = ws[size_t(rot++ % int(ws.size()))];
+            if (route == 2) {
+              for (int64_t t = 0; t < M; ++t) {
+                GemvArgs ga;
+                ga.w = &w;
+                ga.in = x + t * sh.k;
+                ga.y = y + t * sh.n;
+                gemv(Prologue::None, Epilogue::Store, ga, s);
+              }
+              return;
+            }
+            PrefillMatmul mm;
+            mm.w = &w;
+            mm.x = x;
+            mm.T = M;
+            mm.y = y;
+            matmul_prefill(gh, mm, sc, route == 1 ? PrefillRoute::InKernel : PrefillRoute::Outer, s);
+          };
+          once();
+          once();
+          std::vector<float> ts;
+          for (int r = 0; r < reps; ++r) {
+            cudaEventRecord(e0, s);
+            once();
+            cudaEventRecord(e1, s);
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            float ms;
+            cudaEventElapsedTime(&ms, e0, e1);
+            ts.push_back(ms * 1000.f);
+          }
+          std::sort(ts.begin(), ts.end());
+          return double(ts[ts.size() / 2]);
+        };
+        const double to = time_route(0), ti = time_route(1), tg = M <= 16 ? time_route(2) : 0.0;
+        const PrefillRoute rule = prefill_route_auto(type, sh.n, sh.k, M);
+        double best = std::min(to, ti);
+        const char* bname = ti <= to ? "in-kernel" : "outer";
+        if (tg > 0 && tg < best) {
+          best = tg;
+          bname = "gemv";
+        }
+        const double tr = rule == PrefillRoute::InKernel ? ti : rule == PrefillRoute::Gemv && tg > 0 ? tg : to;
+        const double loss = (tr / best - 1) * 100;
+        worst_loss = std::max(worst_loss, loss);
+        worse += loss > 3.0;
+        ++rows;
+        std::printf("%-11s %-5s %6lld %6lld %6lld %10.1f %10.1f %10.1f %-9s %-9s %6.1f %8.1f\n", sh.model, sh.name,
+                    (long long)sh.n, (long long)sh.k, (long long)M, to, ti, tg, bname, route_name(rule), loss,
+                    2.0 * sh.n * sh.k * M / (std::min(to, ti) * 1e-6) / 1e12);
+        std::fflush(stdout);
+      }
+      for (auto& w : ws) {
+        cudaFree(const_cast<uint8_t*>(w.q));
+        cudaFree(const_cast<uint8_t*>(w.scales));
+      }
+    }
+  }
+  std::printf("# %d of %d rows: the rule loses > 3%% against the better of outer/in-kernel/gemv; worst %.1f%%\n",
+              worse, rows, worst_loss);
+  gemm_destroy(gh);
+  return 0;
+}

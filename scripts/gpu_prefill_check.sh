@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Prefill check on the GPU machine (issue 6): builds the op tests, the routing sweep and lmfuse
+# with CUDA; runs the prefill op tests, the sweep (bench/cuda_bench_prefill.cu), `lmfuse bench`
+# prefill figures with the in-kernel/outer A/B, and the golden whole-model checks. Logs under
+# $OUT. Carry .deps (scripts/carry_deps.sh) for the CLI's headers.
+#   STAGES="tests sweep bench golden" (default: all); SWEEP_ARGS passes options to the sweep;
+#   PRESETS, PP (default "512 2048 8192") for bench.
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build-gpu}
+STAGES=${STAGES:-"tests sweep bench golden"}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLMFUSE_CUDA=ON -DLMFUSE_TESTS=OFF >"$OUT/build.log" 2>&1 \
+  || { tail -30 "$OUT/build.log"; exit 1; }
+cmake --build "$BUILD" --target lmfuse cuda_op_tests cuda_bench_prefill -j"$(nproc)" >>"$OUT/build.log" 2>&1 \
+  || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
+echo "build ok"
+L="$BUILD/lmfuse"
+M=/tmp/models
+mkdir -p $M
+rc=0
+if has tests; then
+  "$BUILD/cuda_op_tests" ${TEST_FILTER:-CudaPrefill} 2>&1 | tee "$OUT/tests.log" | grep -E "FAILED|failed|exception|==========|Failure|rel" | head -60
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if has sweep; then
+  "$BUILD/cuda_bench_prefill" ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep.txt" | tail -5 || rc=1
+fi
+if has bench; then
+  for p in ${PRESETS:-qwen3-0.6b qwen3-8b}; do
+    [ -s $M/$p.gguf ] || $L random-model --preset $p --type q4_0 --no-tokenizer -o $M/$p.gguf 2>>"$OUT/build.log"
+    for pp in ${PP:-512 2048 8192}; do
+      $L bench -m $M/$p.gguf -p $pp -n 0 -r ${REPS:-3} --ab prefill_inkernel_dequant 2>&1 | tee -a "$OUT/bench.md"
+    done
+  done
+fi
+if has golden; then
+  python3 scripts/check_models.py --lmfuse "$L" --device cuda --gen ${GEN:-64} 2>&1 | tee "$OUT/golden.md" || rc=1
+fi
+exit $rc

@@ -30,9 +30,11 @@ fi
 if has bench; then
   for p in ${PRESETS:-qwen3-0.6b qwen3-8b}; do
     [ -s $M/$p.gguf ] || $L random-model --preset $p --type q4_0 --no-tokenizer -o $M/$p.gguf 2>>"$OUT/build.log"
-    for pp in ${PP:-512 2048 8192}; do
-      $L bench -m $M/$p.gguf -p $pp -n 0 -r ${REPS:-3} --ab prefill_inkernel_dequant 2>&1 | tee -a "$OUT/bench.md"
+    $L bench -m $M/$p.gguf -p ${PP:-512,2048,8192} -n 0 -r ${REPS:-3} 2>&1 | tee -a "$OUT/bench.md"
+    for k in ${AB_KNOBS:-prefill_inkernel_dequant prefill_tc_attention qkv_fusion gateup_fusion resid_fusion}; do
+      $L bench -m $M/$p.gguf -p 512 -n 0 -r ${REPS:-3} --ab $k 2>&1 | grep -E "pp512|=" | tee -a "$OUT/bench.md"
     done
+    $L bench -m $M/$p.gguf -p 512 -n 0 -r 1 --profile 2>&1 | tee -a "$OUT/profile.md"
   done
 fi
 if has golden; then

@@ -19,6 +19,8 @@ const std::vector<KnobInfo>& knob_table() {
       {"cuda_graph", "LMFUSE_CUDA_GRAPH", &Knobs::cuda_graph, "decode step as one replayed CUDA graph"},
       {"prefill_inkernel_dequant", "LMFUSE_PREFILL_INKERNEL_DEQUANT", &Knobs::prefill_inkernel_dequant,
        "prefill: in-kernel dequant GEMM (1) vs dequant-once + vendor GEMM (0)"},
+      {"prefill_tc_attention", "LMFUSE_PREFILL_TC_ATTENTION", &Knobs::prefill_tc_attention,
+       "CUDA prefill: flash attention on tensor cores (0 = the fp32 CUDA-core kernel)"},
       {"cuda_prefill", "LMFUSE_CUDA_PREFILL", &Knobs::cuda_prefill,
        "CUDA: batched prefill (0 = prompts token by token through the decode step)"},
       {"cpu_act16", "LMFUSE_CPU_ACT16", &Knobs::cpu_act16,

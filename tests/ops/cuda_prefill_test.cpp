@@ -127,7 +127,7 @@ void check_matmul(DType t, int64_t T, int64_t rows, int64_t cols, int64_t r0, in
   free_weight(w);
 }
 
-void check_attention(int T, int pos0, int n_head, int n_kv, int hd, int64_t n_ctx, uint32_t seed) {
+void check_attention(int T, int pos0, int n_head, int n_kv, int hd, int64_t n_ctx, uint32_t seed, bool tc = false) {
   std::mt19937 rng(seed);
   const int G = n_head / n_kv, len = pos0 + T;
   auto q = randn(size_t(T) * n_head * hd, rng);
@@ -174,11 +174,15 @@ void check_attention(int T, int pos0, int n_head, int n_kv, int hd, int64_t n_ct
   a.n_ctx = n_ctx;
   a.pos0 = d_pos.p();
   a.out = d_out.p();
-  attention_prefill(a);
+  if (tc)
+    attention_prefill_tc(a);
+  else
+    attention_prefill(a);
   auto out = d_out.get();
   EXPECT_TRUE(all_finite(out) && d_out.guards_intact()) << "T " << T << " pos0 " << pos0 << " hd " << hd;
-  EXPECT_LE(rel_l2(out, ref), 1e-5) << "T " << T << " pos0 " << pos0 << " heads " << n_head << "/" << n_kv
-                                    << " hd " << hd;
+  // fp32-level for both kernels (the tensor-core one splits Q and P into hi+lo fp16 parts).
+  EXPECT_LE(rel_l2(out, ref), 1e-5) << (tc ? "tc " : "") << "T " << T << " pos0 " << pos0 << " heads " << n_head
+                                    << "/" << n_kv << " hd " << hd;
 }
 
 }  // namespace
@@ -241,6 +245,21 @@ TEST(CudaPrefill, AttentionCausalGqa) {
     check_attention(1 + 64, 300, 14, 2, hd, 512, seed++);
   }
   check_attention(2, 0, 4, 4, 64, 2, seed++);  // MHA, context exactly full
+}
+
+// Tensor-core flash attention: several 64-query tiles, key tiles ending mid-tile, an offset
+// start (pos0) spanning many key tiles, GQA groups of 1..8, every head_dim; NaN past the visible
+// keys in the cache must not leak (zero-filled staging).
+TEST(CudaPrefill, AttentionTensorCores) {
+  uint32_t seed = 700;
+  for (int hd : {32, 64, 128}) {
+    check_attention(37, 0, 16, 8, hd, 256, seed++, true);
+    check_attention(130, 0, 8, 1, hd, 256, seed++, true);
+    check_attention(64, 200, 32, 8, hd, 512, seed++, true);
+    check_attention(1 + 64, 300, 14, 2, hd, 512, seed++, true);
+  }
+  check_attention(2, 0, 4, 4, 64, 2, seed++, true);  // MHA, context exactly full
+  check_attention(513, 0, 4, 2, 128, 600, seed++, true);
 }
 
 TEST(CudaPrefill, EmbedRopeKvStoreRows) {

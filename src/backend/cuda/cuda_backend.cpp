@@ -614,7 +614,10 @@ void CudaBackend::launch_prefill_op(Graph& g, GraphState& st, const Op& op) {
       a.n_ctx = opts_.n_ctx;
       a.pos0 = d_pos0;
       a.out = OUT(0);
-      cuda::attention_prefill(a, stream_);
+      if (tri_resolve(opts_.knobs.prefill_tc_attention, true))
+        cuda::attention_prefill_tc(a, stream_);
+      else
+        cuda::attention_prefill(a, stream_);
       break;
     }
     case OpKind::RmsNorm:  // rows and row_begin handled there already

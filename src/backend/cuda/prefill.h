@@ -53,6 +53,9 @@ struct PrefillAttnArgs {
   float* out = nullptr;       // [T][n_head*head_dim]
 };
 void attention_prefill(const PrefillAttnArgs& a, cudaStream_t s = nullptr);
+// The same on tensor cores (prefill_attention_tc.cu): flash attention with mma.sync, fp16 K/V
+// from the cache and Q/P split into hi+lo fp16 parts for fp32-level accuracy. head_dim 32/64/128.
+void attention_prefill_tc(const PrefillAttnArgs& a, cudaStream_t s = nullptr);
 
 // fp32 [rows][cols] -> fp16 [rows][cols]; int8_blocks: quantize each block of 32 to int8 first
 // (see the header comment). cols % 32 == 0.

@@ -34,7 +34,12 @@ if has bench; then
     for k in ${AB_KNOBS:-prefill_inkernel_dequant prefill_tc_attention qkv_fusion gateup_fusion resid_fusion}; do
       $L bench -m $M/$p.gguf -p 512 -n 0 -r ${REPS:-3} --ab $k 2>&1 | grep -E "pp512|=" | tee -a "$OUT/bench.md"
     done
-    $L bench -m $M/$p.gguf -p 512 -n 0 -r 1 --profile 2>&1 | tee -a "$OUT/profile.md"
+    $L bench -m $M/$p.gguf -p ${PROFILE_PP:-512} -n 0 -r 1 --profile 2>&1 | tee -a "$OUT/profile.md"
+  done
+fi
+if has tg; then  # decode unchanged by prefill work?
+  for p in ${PRESETS:-qwen3-0.6b qwen3-8b}; do
+    $L bench -m $M/$p.gguf -p 0 -n 128 -r 3 2>&1 | tee -a "$OUT/bench.md"
   done
 fi
 if has golden; then

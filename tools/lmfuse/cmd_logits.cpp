@@ -26,6 +26,9 @@ int cmd_logits(int argc, char** argv) {
   app.add_flag("--all", all, "logits for every position, not only the last");
   app.add_option("--prefill", prefill, "evaluate the first N tokens as one batch, then one at a time");
   app.add_option("-o,--output", out, "output file")->required();
+  int64_t ubatch = 0;
+  app.add_option("--ubatch-size,--ub", ubatch, "most tokens per backend run (longer prompts run in chunks)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   int64_t generate = 0;
   app.add_option("--generate", generate,
                  "then decode N tokens greedily and print their ids to stdout (CPU/GPU agreement checks)");
@@ -34,6 +37,7 @@ int cmd_logits(int argc, char** argv) {
   auto tokens = parse_token_list(tokens_s);
   Engine e = load_engine(ef, int64_t(tokens.size()) + generate);
   Session s(*e.model, *e.backend);
+  if (ubatch > 0) s.set_max_batch(ubatch);
   const int64_t n = int64_t(tokens.size());
   const int64_t V = e.model->hp.n_vocab;
   std::vector<float> result;

@@ -82,7 +82,9 @@ __global__ void __launch_bounds__(kThreads)
   __half* ql = sm + kBQ * R;
   __half* kv = sm + S::kQ;  // stage s: K at kv + s*kKV, V at + kBK*R
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
-  const int q0 = blockIdx.x * kBQ, h = blockIdx.y, kvh = h / group;
+  // Heaviest query tiles first (causal: the last tile walks the most keys), so the short ones
+  // fill the tail of the grid instead of leaving SMs idle behind one long block.
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kBQ, h = blockIdx.y, kvh = h / group;
   const int pos0 = *pos0p;
   const size_t ld = size_t(n_head) * HD;
   const __half* kbase = kc + size_t(kvh) * n_ctx * HD;

@@ -13,6 +13,8 @@
 
 namespace lmf {
 
+struct SamplingParams;  // sampling/sampler.h
+
 struct BackendOptions {
   int n_threads = 0;   // CPU threads (0 = default)
   int64_t n_ctx = 0;   // KV cache length
@@ -27,6 +29,13 @@ struct StepInput {
   float* logits = nullptr;  // host, [n_out, n_vocab]; may be null when argmax is set
   int32_t* argmax = nullptr; // if set: argmax of the last row's logits (on the device where possible)
   bool profile = false;      // time each launch (no graph replay); read with Backend::profile()
+  // Device sampling (only when Backend::can_sample said yes; logits may then be null):
+  // *sampled = sample_with_uniform(*sample, last row, penalty_ids, sample_u01) (sampling/sampler.h).
+  const SamplingParams* sample = nullptr;
+  const int32_t* penalty_ids = nullptr;  // distinct ids in [0, n_vocab)
+  int64_t n_penalty_ids = 0;
+  double sample_u01 = 0;
+  int32_t* sampled = nullptr;
 };
 
 struct ProfileEntry {
@@ -58,6 +67,9 @@ class Backend {
   virtual double gemm_peak_flops() { return 0; }
   // Weight bytes one decode step reads (for achieved-bandwidth figures).
   virtual uint64_t decode_weight_bytes() const { return 0; }
+  // Whether run() can honor StepInput::sampled for these parameters (where the logits are);
+  // otherwise the Session samples the host logits with the same function.
+  virtual bool can_sample(const SamplingParams& p, int64_t n_vocab) const { return false; }
   // Per-launch times of the last run with StepInput::profile set.
   virtual std::vector<ProfileEntry> profile() const { return {}; }
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/build_graph.h"
+#include "sampling/sampler.h"
 #include "util/status.h"
 
 namespace lmf {
@@ -44,7 +45,23 @@ int32_t Session::eval_argmax(std::span<const int32_t> tokens) {
   return id;
 }
 
-void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_t* argmax) {
+int32_t Session::eval_sample(std::span<const int32_t> tokens, const SamplingParams& p, std::span<const int32_t> history,
+                             double u01) {
+  const int64_t V = model_.hp.n_vocab;
+  const std::vector<int32_t> pen = penalty_ids(p, history, V);
+  if (!backend_.can_sample(p, V)) return sample_with_uniform(p, eval(tokens), pen, u01);
+  int32_t id = -1;
+  StepInput req;
+  req.sample = &p;
+  req.penalty_ids = pen.data();
+  req.n_penalty_ids = int64_t(pen.size());
+  req.sample_u01 = u01;
+  req.sampled = &id;
+  eval_impl(tokens, false, nullptr, &req);
+  return id;
+}
+
+void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_t* argmax, const StepInput* sample) {
   const int64_t T = int64_t(tokens.size());
   if (T == 0) LMF_FAIL("no tokens to evaluate");
   if (pos_ + T > n_ctx_)
@@ -55,7 +72,7 @@ void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_
     if (t < 0 || t >= model_.hp.n_vocab)
       LMF_FAIL("token id ", t, " is outside the vocabulary (0..", model_.hp.n_vocab - 1, ")");
   const int64_t V = model_.hp.n_vocab;
-  if (!argmax) logits_.resize(size_t((all_logits ? T : 1) * V));
+  if (!argmax && !sample) logits_.resize(size_t((all_logits ? T : 1) * V));
   for (int64_t done = 0; done < T;) {
     const int64_t n = std::min({max_batch_, backend_.max_tokens_per_run(), T - done});
     const bool last = done + n == T;
@@ -70,6 +87,12 @@ void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_
       in.logits = logits_.data() + done * V;
     } else if (last && argmax) {
       in.argmax = argmax;
+    } else if (last && sample) {
+      in.sample = sample->sample;
+      in.penalty_ids = sample->penalty_ids;
+      in.n_penalty_ids = sample->n_penalty_ids;
+      in.sample_u01 = sample->sample_u01;
+      in.sampled = sample->sampled;
     } else if (last) {
       in.logits = logits_.data();
     }

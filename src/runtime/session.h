@@ -27,6 +27,14 @@ class Session {
   // can (CUDA) compute it on the device so only the token id crosses to the host.
   int32_t eval_argmax(std::span<const int32_t> tokens);
 
+  // Same as eval() followed by sample_with_uniform(p, logits, penalty_ids(p, history), u01)
+  // (sampling/sampler.h): backends that can (CUDA, see Backend::can_sample) sample on the
+  // device so only the token id crosses to the host; the result is the same either way. u01
+  // comes from Sampler::next_uniform() (not drawn when greedy), so a seed gives the same tokens
+  // on every backend.
+  int32_t eval_sample(std::span<const int32_t> tokens, const SamplingParams& p, std::span<const int32_t> history,
+                      double u01);
+
   int64_t pos() const { return pos_; }
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_vocab() const { return model_.hp.n_vocab; }
@@ -42,7 +50,7 @@ class Session {
   void set_max_batch(int64_t n) { max_batch_ = n; }
 
  private:
-  void eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_t* argmax);
+  void eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_t* argmax, const StepInput* sample = nullptr);
   const Model& model_;
   Backend& backend_;
   int64_t n_ctx_;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_set>
+#include <vector>
 
 #include "util/status.h"
 
@@ -18,19 +18,37 @@ Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
   if (p.repeat_penalty <= 0) LMF_FAIL("repeat penalty must be > 0, got ", p.repeat_penalty);
 }
 
+std::vector<int32_t> penalty_ids(const SamplingParams& p, std::span<const int32_t> history, int64_t n_vocab) {
+  std::vector<int32_t> ids;
+  if (p.repeat_penalty == 1.0f || p.repeat_last_n == 0) return ids;
+  size_t from = p.repeat_last_n < 0 || history.size() < size_t(p.repeat_last_n) ? 0 : history.size() - size_t(p.repeat_last_n);
+  for (size_t i = from; i < history.size(); ++i)
+    if (history[i] >= 0 && history[i] < n_vocab) ids.push_back(history[i]);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  const auto pen = penalty_ids(p_, history, int64_t(logits.size()));
+  return sample_with_uniform(p_, logits, pen, p_.temperature <= 0 ? 0.0 : next_uniform(), &cand_);
+}
+
+int32_t sample_with_uniform(const SamplingParams& p_, std::span<const float> logits,
+                            std::span<const int32_t> pen_ids, double u01,
+                            std::vector<std::pair<float, int32_t>>* scratch) {
+  LMF_CHECK(!logits.empty());
+  std::vector<std::pair<float, int32_t>> local;
+  auto& cand_ = scratch ? *scratch : local;
   const int32_t n = int32_t(logits.size());
   cand_.resize(size_t(n));
   for (int32_t i = 0; i < n; ++i) cand_[size_t(i)] = {logits[size_t(i)], i};
-  if (p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0) {
-    size_t from = p_.repeat_last_n < 0 || history.size() < size_t(p_.repeat_last_n) ? 0 : history.size() - size_t(p_.repeat_last_n);
-    std::unordered_set<int32_t> seen(history.begin() + long(from), history.end());
-    for (int32_t t : seen)
+  if (p_.repeat_penalty != 1.0f)
+    for (int32_t t : pen_ids)  // distinct ids: each is penalized once
       if (t >= 0 && t < n) {
         float& l = cand_[size_t(t)].first;
         l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
       }
-  }
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   if (p_.temperature <= 0) return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
 
@@ -69,8 +87,8 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   }
   double total = 0;
   for (size_t i = 0; i < keep; ++i) total += prob[i];
-  // Draw with 53 random bits so the result does not depend on the library's distributions.
-  const double u = double(rng_() >> 11) * (1.0 / 9007199254740992.0) * total;
+  // u01 has 53 random bits so the result does not depend on the library's distributions.
+  const double u = u01 * total;
   double c = 0;
   for (size_t i = 0; i < keep; ++i) {
     c += prob[i];

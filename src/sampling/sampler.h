@@ -18,11 +18,29 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
+// The distinct token ids in [0, n_vocab) that the repetition penalty applies to: the last
+// repeat_last_n entries of history (all of it when repeat_last_n < 0), ascending. Empty when
+// the penalty is off.
+std::vector<int32_t> penalty_ids(const SamplingParams& p, std::span<const int32_t> history, int64_t n_vocab);
+
+// The sampling algorithm with its random number given: u01 in [0, 1) (ignored when greedy).
+// Order: penalty over pen_ids -> candidates sorted by (logit desc, id asc) -> top-k -> softmax
+// with temperature (double) -> min-p -> top-p -> the first candidate whose cumulative
+// probability exceeds u01 * (kept mass). Backends that sample on the device follow this exactly.
+int32_t sample_with_uniform(const SamplingParams& p, std::span<const float> logits,
+                            std::span<const int32_t> pen_ids, double u01,
+                            std::vector<std::pair<float, int32_t>>* scratch = nullptr);
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p);
   // history: tokens seen so far (for the repetition penalty).
+  // Same as sample_with_uniform(p, logits, penalty_ids(history), next_uniform()); greedy
+  // (temperature <= 0) draws no random number.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // The next uniform number in [0, 1) from the seeded generator (53 bits), for callers that
+  // sample elsewhere (on the device) and must keep the same random sequence.
+  double next_uniform() { return double(rng_() >> 11) * (1.0 / 9007199254740992.0); }
   const SamplingParams& params() const { return p_; }
 
  private:

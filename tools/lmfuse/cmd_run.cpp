@@ -65,17 +65,19 @@ int cmd_run(int argc, char** argv) {
 
   using clk = std::chrono::steady_clock;
   auto t0 = clk::now();
-  // Plain greedy decoding takes the argmax where the logits are (on the GPU for CUDA), so only
-  // the token id crosses to the host; anything else samples from host logits.
-  const bool device_greedy = sp.temperature <= 0 && sp.repeat_penalty == 1.0f;
-  const std::vector<float>* logits = nullptr;
-  int32_t next_greedy = -1;
-  if (device_greedy) next_greedy = s.eval_argmax(ids);
-  else logits = &s.eval(ids);
+  // The next token is picked where the logits are (on the GPU for CUDA when the backend can, see
+  // Session::eval_sample), so only the token id crosses to the host. The uniform number comes
+  // from the seeded sampler either way: a seed gives the same text on every backend.
+  const bool plain_greedy = sp.temperature <= 0 && sp.repeat_penalty == 1.0f;
+  auto step = [&](std::span<const int32_t> t) -> int32_t {
+    if (plain_greedy) return s.eval_argmax(t);
+    return s.eval_sample(t, sp, history, sp.temperature > 0 ? sampler.next_uniform() : 0.0);
+  };
+  int32_t next_id = step(ids);
   auto t1 = clk::now();
   int64_t generated = 0;
   for (; generated < n_predict && s.pos() < s.n_ctx(); ) {
-    int32_t next = device_greedy ? next_greedy : sampler.sample(*logits, history);
+    int32_t next = next_id;
     if (tok->is_eog(next)) break;
     std::string text = dec.push(next);
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -83,8 +85,7 @@ int cmd_run(int argc, char** argv) {
     history.push_back(next);
     ++generated;
     if (generated == n_predict || s.pos() >= s.n_ctx()) break;
-    if (device_greedy) next_greedy = s.eval_argmax(std::span(&next, 1));
-    else logits = &s.eval(std::span(&next, 1));
+    next_id = step(std::span(&next, 1));
   }
   std::string tail = dec.flush();
   std::fwrite(tail.data(), 1, tail.size(), stdout);

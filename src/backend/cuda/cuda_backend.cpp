@@ -22,6 +22,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/prefill.h"
 #include "backend/cuda/qkv_post.h"
+#include "backend/cuda/sampling.h"
 #include "format/quant/half.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -122,6 +123,7 @@ class CudaBackend final : public Backend {
     for (auto& w : extra_) cuda::free_weight(w);
     for (void* p : buffers_) cudaFree(p);
     cuda::argmax_scratch_free(argmax_);
+    cuda::sample_scratch_free(sample_);
     cuda::gemm_destroy(gemm_);
     cudaFree(pf_.w);
     cudaFree(pf_.x);
@@ -152,6 +154,7 @@ class CudaBackend final : public Backend {
   void finalize(Graph& g) override;
   void run(Graph& g, const StepInput& in) override;
   double copy_bandwidth() override;
+  bool can_sample(const SamplingParams& p, int64_t n_vocab) const override { return cuda::sample_supported(p, n_vocab); }
   double gemm_peak_flops() override {
     ensure_prefill_scratch();  // creates the cuBLAS handle
     return cuda::gemm_bf16_peak_flops(gemm_, stream_);
@@ -209,6 +212,7 @@ class CudaBackend final : public Backend {
   int* h_io_ = nullptr;  // pinned: [0] token, [1] position, [2] argmax
   int* d_io_ = nullptr;
   cuda::ArgmaxScratch argmax_;
+  cuda::SampleScratch sample_;  // allocated at the first sampled step
   const Model* m_ = nullptr;
   std::vector<LayerDev> layers_;
   std::unordered_map<const Weight*, DeviceWeight> mats_;  // MatMul weight -> device view
@@ -875,9 +879,20 @@ void CudaBackend::finish_run(Graph& g, GraphState& st, const StepInput& in) {
     cuda::argmax(l + (lt.rows - 1) * lt.cols, lt.cols, d_io_ + 2, argmax_, stream_);
     CUDA_CHECK(cudaMemcpyAsync(h_io_ + 2, d_io_ + 2, sizeof(int), cudaMemcpyDeviceToHost, stream_));
   }
+  if (in.sampled) {  // d_io_[3]: the sampled id (pinned h_io_[3] brings it back)
+    if (sample_.n < lt.cols) {
+      cuda::sample_scratch_free(sample_);
+      sample_ = cuda::sample_scratch_alloc(lt.cols);
+    }
+    const int n_pen = cuda::upload_penalty_ids(in.penalty_ids, in.n_penalty_ids, sample_, stream_);
+    cuda::sample(l + (lt.rows - 1) * lt.cols, lt.cols, *in.sample, sample_.pen_ids, n_pen, in.sample_u01, d_io_ + 3,
+                 sample_, stream_);
+    CUDA_CHECK(cudaMemcpyAsync(h_io_ + 3, d_io_ + 3, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  }
   if (in.logits) CUDA_CHECK(cudaMemcpyAsync(in.logits, l, lt.bytes(), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (in.argmax) *in.argmax = h_io_[2];
+  if (in.sampled) *in.sampled = h_io_[3];
 }
 
 double CudaBackend::copy_bandwidth() {

@@ -55,16 +55,33 @@ def main():
     else:
         toks = run("tokenize", "-m", MODEL, "--ids", ref["prompt"]).stdout.strip()
         check("tokenizer ids equal transformers'", toks == ",".join(map(str, ref["tokens"])), toks)
-        out_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"lmfuse_real_{os.getpid()}.bin")
-        run("logits", "-m", MODEL, "--tokens", ",".join(map(str, ref["tokens"])), "--all", "-o", out_path)
-        got = np.fromfile(out_path, dtype="<f4").reshape(len(ref["tokens"]), -1)
-        os.unlink(out_path)
         want = np.frombuffer(base64.b64decode(ref["last_logits_f16_b64"]), dtype="<f2").astype(np.float64)
-        rel = float(np.linalg.norm(got[-1] - want) / np.linalg.norm(want))
-        agree = float(np.mean(got.argmax(1) == np.array(ref["argmax"])))
-        # 8-bit activations on a 135M model: measured, reported, not yet within the 3e-2 of the
-        # tiny golden models (see docs/PERF.md); the argmax at every position must agree.
-        print(f"INFO last-position rel-L2 vs transformers: {rel:.3e}; argmax agreement {agree:.2f}")
+
+        def logits(*knob):
+            """All-position logits on the CPU backend; knob: () for the default, or ("--knob", "k=v")."""
+            out_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"lmfuse_real_{os.getpid()}.bin")
+            run("logits", "-m", MODEL, "--device", "cpu", *knob, "--tokens", ",".join(map(str, ref["tokens"])),
+                "--all", "-o", out_path)
+            got = np.fromfile(out_path, dtype="<f4").reshape(len(ref["tokens"]), -1)
+            os.unlink(out_path)
+            rel = float(np.linalg.norm(got[-1] - want) / np.linalg.norm(want))
+            agree = float(np.mean(got.argmax(1) == np.array(ref["argmax"])))
+            return rel, agree
+
+        # The CPU's quantized matmuls take 8-bit or 16-bit activation blocks (knob cpu_act16).
+        # 8-bit rounding on this 135M model (activation outliers) measured rel-L2 5.4e-2; the
+        # default must meet the 3e-2 of the tiny golden models (see docs/PERF.md).
+        for v in ("0", "1"):
+            rel, agree = logits("--knob", f"cpu_act16={v}")
+            print(f"INFO cpu_act16={v}: last-position rel-L2 vs transformers {rel:.3e}; argmax agreement {agree:.2f}")
+        saved = os.environ.pop("LMFUSE_CPU_ACT16", None)  # the default, whatever the caller's shell says
+        try:
+            rel, agree = logits()
+        finally:
+            if saved is not None:
+                os.environ["LMFUSE_CPU_ACT16"] = saved
+        print(f"INFO default: last-position rel-L2 vs transformers {rel:.3e}; argmax agreement {agree:.2f}")
+        check("default last-position rel-L2 vs transformers <= 3e-2", rel <= 3e-2, f"{rel:.3e}")
         check("argmax agrees with transformers at every position", agree == 1.0, f"{agree}")
 
     # Errors: clear message, non-zero exit.

@@ -15,13 +15,21 @@
 namespace lmf {
 namespace {
 
+// cpu_act16 unset: 16-bit activation blocks, the exact reference (real-model rel-L2 1.3e-3 vs
+// 9e-2 with 8 bits) at ~0.69x the 8-bit prefill speed, still >= 1.3x llama.cpp on the 2-core
+// box (docs/PERF.md, "CPU 16-bit activations").
+constexpr bool kAct16Auto = true;
+
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const BackendOptions& o) : opts_(o), pool_(o.n_threads) {}
+  explicit CpuBackend(const BackendOptions& o)
+      : opts_(o),
+        pool_(o.n_threads),
+        act_(tri_resolve(o.knobs.cpu_act16, kAct16Auto) ? cpu::ActBits::Int16 : cpu::ActBits::Int8) {}
 
   std::string name() const override { return "cpu"; }
   std::string description() const override {
-    return cat("CPU ", cpu::isa_name(cpu::active_isa()), ", ", pool_.size(), " threads");
+    return cat("CPU ", cpu::isa_name(cpu::active_isa()), ", ", pool_.size(), " threads, ", int(act_), "-bit activations");
   }
   const BackendOptions& options() const override { return opts_; }
   std::vector<ProfileEntry> profile() const override { return profile_; }
@@ -108,7 +116,7 @@ class CpuBackend final : public Backend {
       tasks.push_back({m.w, ptr(g, m.out[0]), m.w->rows, m.b ? cpu::as_f32(*m.b) : nullptr});
     }
     const GTensor& x = g.t(lead.in[0]);
-    cpu::matmul(tasks, ptr(g, lead.in[0]), x.rows, x.cols, pool_, scratch_);
+    cpu::matmul(tasks, ptr(g, lead.in[0]), x.rows, x.cols, pool_, scratch_, cpu::active_isa(), act_);
     if (grp.fold_epilogue)
       for (int e : grp.epilogue) run_op(g, g.ops[size_t(e)], in);
   }
@@ -142,7 +150,7 @@ class CpuBackend final : public Backend {
       case OpKind::MatMul: {
         const GTensor& x = g.t(op.in[0]);
         cpu::MatmulTask task{op.w, OUT(0), op.w->rows, op.b ? cpu::as_f32(*op.b) : nullptr};
-        cpu::matmul({&task, 1}, IN(0), x.rows, x.cols, pool_, scratch_);
+        cpu::matmul({&task, 1}, IN(0), x.rows, x.cols, pool_, scratch_, cpu::active_isa(), act_);
         break;
       }
       case OpKind::HeadNorm: {
@@ -187,6 +195,7 @@ class CpuBackend final : public Backend {
 
   BackendOptions opts_;
   ThreadPool pool_;
+  cpu::ActBits act_;  // activation blocks of the quantized matmuls (knob cpu_act16)
   const Model* m_ = nullptr;
   std::vector<float> arena_;
   std::vector<std::vector<uint16_t>> kc_, vc_;

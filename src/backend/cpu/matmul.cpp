@@ -61,13 +61,19 @@ void quantize_act_row(const float* x, int64_t n, ActBlock* out, Isa isa) {
   kernels_for(isa).quant_act(x, n, out);
 }
 
+void quantize_act16_row(const float* x, int64_t n, ActBlock16* out, Isa isa) {
+  if (!isa_supported(isa)) LMF_FAIL("quantize_act16_row: ISA ", isa_name(isa), " is not supported by this CPU");
+  if (n % QK != 0) LMF_FAIL("quantize_act16_row: n must be a multiple of 32, got ", n);
+  kernels_for(isa).quant_act16(x, n, out);
+}
+
 void matmul(std::span<const MatmulTask> tasks, const float* x, int64_t T, int64_t ldx,
             ThreadPool& pool, MatmulScratch& scratch) {
   matmul(tasks, x, T, ldx, pool, scratch, active_isa());
 }
 
 void matmul(std::span<const MatmulTask> tasks, const float* x, int64_t T, int64_t ldx,
-            ThreadPool& pool, MatmulScratch& scratch, Isa isa) {
+            ThreadPool& pool, MatmulScratch& scratch, Isa isa, ActBits act) {
   validate(tasks, x, T, ldx);
   if (!isa_supported(isa)) LMF_FAIL("matmul: ISA ", isa_name(isa), " is not supported by this CPU");
   if (T == 0) return;
@@ -78,11 +84,15 @@ void matmul(std::span<const MatmulTask> tasks, const float* x, int64_t T, int64_
   const bool any_quant = std::any_of(tasks.begin(), tasks.end(),
                                      [](const MatmulTask& t) { return is_quantized(t.w->type); });
   const int64_t nb = cols / QK;
+  const bool a16 = act == ActBits::Int16;
   if (any_quant) {
-    if (scratch.xq.size() < size_t(T * nb)) scratch.xq.resize(size_t(T * nb));
-    ActBlock* xq = scratch.xq.data();
+    if (a16 && scratch.xq16.size() < size_t(T * nb)) scratch.xq16.resize(size_t(T * nb));
+    if (!a16 && scratch.xq.size() < size_t(T * nb)) scratch.xq.resize(size_t(T * nb));
     auto quant_rows = [&](int, int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) k.quant_act(x + t * ldx, cols, xq + t * nb);
+      for (int64_t t = t0; t < t1; ++t) {
+        if (a16) k.quant_act16(x + t * ldx, cols, scratch.xq16.data() + t * nb);
+        else k.quant_act(x + t * ldx, cols, scratch.xq.data() + t * nb);
+      }
     };
     if (T >= 4 && pool.size() > 1)
       pool.parallel_for(T, quant_rows);
@@ -111,7 +121,9 @@ void matmul(std::span<const MatmulTask> tasks, const float* x, int64_t T, int64_
       const size_t stride = w.row_stride();
       const uint8_t* wr = w.data + size_t(r0) * stride;
       float* y = task.y + r0;
-      if (is_quantized(w.type))
+      if (is_quantized(w.type) && a16)
+        k.quant16(w.type, wr, stride, r1 - r0, nb, scratch.xq16.data(), T, y, task.ldy);
+      else if (is_quantized(w.type))
         k.quant(w.type, wr, stride, r1 - r0, nb, scratch.xq.data(), T, y, task.ldy);
       else
         k.flt(w.type, wr, stride, r1 - r0, cols, x, ldx, T, y, task.ldy);

@@ -20,6 +20,10 @@ struct MatmulKernels {
               const float* x, int64_t ldx, int64_t T, float* y, int64_t ldy);
   // quantize_act_row, bit-identical, vectorized.
   void (*quant_act)(const float* x, int64_t n, ActBlock* out);
+  // The same two for 16-bit activation blocks (ActBits::Int16).
+  void (*quant16)(DType type, const uint8_t* w, size_t stride, int64_t nrows, int64_t nb,
+                  const ActBlock16* xq, int64_t T, float* y, int64_t ldy);
+  void (*quant_act16)(const float* x, int64_t n, ActBlock16* out);
 };
 
 const MatmulKernels& matmul_kernels_scalar();

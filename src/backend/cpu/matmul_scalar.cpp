@@ -1,6 +1,8 @@
 // Portable matmul kernels (no vector intrinsics): the fallback when the CPU lacks AVX2, and the
 // simplest statement of what the vector kernels compute. Each weight row is unpacked once into a
 // small buffer and then dotted with every token.
+#include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/matmul_kernels.h"
@@ -41,8 +43,15 @@ void unpack_row(DType type, const uint8_t* w, int64_t nb, int8_t* wq, float* dw,
   }
 }
 
+// AB: ActBlock (8-bit) or ActBlock16. The 16-bit kernel is the exact definition every vector
+// path reproduces bit for bit (matmul_x86.inc): per block in order,
+//   acc = fma(d_w * d_a, float(isum), acc);  Q4_1: acc = fma(m_w, s_a, acc)
+// with isum the exact int32 dot (no overflow: |q_w| <= 128, |q_a| <= 32767, so
+// |isum| <= 32 * 128 * 32767 < 2^27). The 8-bit kernel keeps its historical unfused form.
+template <class AB>
 void quant_scalar(DType type, const uint8_t* w, size_t stride, int64_t nrows, int64_t nb,
-                  const ActBlock* xq, int64_t T, float* y, int64_t ldy) {
+                  const AB* xq, int64_t T, float* y, int64_t ldy) {
+  constexpr bool k16 = std::is_same_v<AB, ActBlock16>;
   thread_local std::vector<int8_t> wq;
   thread_local std::vector<float> dw, mw;
   wq.resize(size_t(nb * QK));
@@ -51,14 +60,19 @@ void quant_scalar(DType type, const uint8_t* w, size_t stride, int64_t nrows, in
   for (int64_t r = 0; r < nrows; ++r) {
     unpack_row(type, w + size_t(r) * stride, nb, wq.data(), dw.data(), mw.data());
     for (int64_t t = 0; t < T; ++t) {
-      const ActBlock* a = xq + t * nb;
+      const AB* a = xq + t * nb;
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
         const int8_t* q = wq.data() + b * QK;
         int dot = 0;
         for (int j = 0; j < QK; ++j) dot += int(q[j]) * int(a[b].qs[j]);
         // Q4_1: sum((d*q + m) * da*qa) = d*da*dot + m*s.
-        acc += dw[size_t(b)] * a[b].d * float(dot) + mw[size_t(b)] * a[b].s;
+        if constexpr (k16) {
+          acc = std::fma(dw[size_t(b)] * a[b].d, float(dot), acc);
+          if (type == DType::Q4_1) acc = std::fma(mw[size_t(b)], a[b].s, acc);
+        } else {
+          acc += dw[size_t(b)] * a[b].d * float(dot) + mw[size_t(b)] * a[b].s;
+        }
       }
       y[t * ldy + r] = acc;
     }
@@ -86,7 +100,8 @@ void flt_scalar(DType type, const uint8_t* w, size_t stride, int64_t nrows, int6
 }  // namespace
 
 const MatmulKernels& matmul_kernels_scalar() {
-  static const MatmulKernels k{quant_scalar, flt_scalar, quantize_act_row};
+  static const MatmulKernels k{quant_scalar<ActBlock>, flt_scalar, quantize_act_row,
+                               quant_scalar<ActBlock16>, quantize_act16_row};
   return k;
 }
 

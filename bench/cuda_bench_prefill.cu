@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
   GemmHandle* gh = gemm_create(s);
   const double peak = gemm_bf16_peak_flops(gh, s) / 1e12;
   std::printf("# device %s, cuBLAS bf16 GEMM 8192^3: %.1f TFLOP/s\n", prop.name, peak);
-  std::printf("# type %s; times in us (median of %d); rule = prefill_route_auto; loss = rule / best - 1\n",
+  std::printf("# type %s; times in us (median of %d); rule = prefill_route_auto; loss = rule / min(outer, in-kernel) - 1\n",
               dtype_name(type), reps);
   std::printf("%-11s %-5s %6s %6s %6s %10s %10s %10s %-9s %-9s %6s %8s\n", "model", "shape", "N", "K", "M", "outer",
               "in-kernel", "gemv", "best", "rule", "loss%", "TFLOP/s");
@@ -216,7 +216,8 @@ int main(int argc, char** argv) {
           bname = "gemv";
         }
         const double tr = rule == PrefillRoute::InKernel ? ti : rule == PrefillRoute::Gemv && tg > 0 ? tg : to;
-        const double loss = (tr / best - 1) * 100;
+        // The issue's measure: against the better of the two forced routes (knob 1 / knob 0).
+        const double loss = (tr / std::min(to, ti) - 1) * 100;
         worst_loss = std::max(worst_loss, loss);
         worse += loss > 3.0;
         ++rows;
@@ -231,7 +232,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::printf("# %d of %d rows: the rule loses > 3%% against the better of outer/in-kernel/gemv; worst %.1f%%\n",
+  std::printf("# %d of %d rows: the rule loses > 3%% against the better forced route (outer, in-kernel); worst %.1f%%\n",
               worse, rows, worst_loss);
   gemm_destroy(gh);
   return 0;

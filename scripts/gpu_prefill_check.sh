@@ -43,10 +43,11 @@ if has tg; then  # decode unchanged by prefill work?
   done
 fi
 if has sample; then  # GPU sampling end to end: same seed, same text; CPU (8-bit activations) for reference
-  [ -s $M/sample.gguf ] || $L random-model --preset qwen3-0.6b --type q4_0 -o $M/sample.gguf 2>>"$OUT/build.log"
+  [ -s $M/sample.gguf ] || $L random-model --preset qwen3-0.6b --type q4_0 --tokenizer .deps/qwen3-tokenizer \
+    -o $M/sample.gguf 2>>"$OUT/build.log"
   for dev in cuda cuda cpu; do
     LMFUSE_CPU_ACT16=0 $L run -m $M/sample.gguf -p "Hello there" -n 24 --seed 3 --temp 0.8 --top-k 40 --top-p 0.9 \
-      --repeat-penalty 1.1 --device $dev 2>/dev/null | od -An -tx1 | md5sum | sed "s/^/$dev sampled text md5 /" | tee -a "$OUT/golden.md"
+      --repeat-penalty 1.1 --device $dev 2>>"$OUT/build.log" | od -An -tx1 | md5sum | sed "s/^/$dev sampled text md5 /" | tee -a "$OUT/golden.md"
   done
 fi
 if has golden; then

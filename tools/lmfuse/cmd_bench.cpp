@@ -19,7 +19,8 @@ struct Row {
   std::string test, knob_label;
   double mean = 0, sd = 0;
   std::vector<double> samples;
-  std::string extra;  // backend-specific (bandwidth)
+  std::string extra;    // backend-specific (bandwidth)
+  std::string backend;  // the backend's description for this row (a knob may change it)
 };
 
 double now_s() {
@@ -142,6 +143,7 @@ int cmd_bench(int argc, char** argv) {
       if (p > 0) {
         rows.push_back(bench_one(s, "pp", p, depth, reps, hp.n_vocab));
         rows.back().knob_label = v;
+        rows.back().backend = backend_desc;
         if (gemm_peak > 0) {
           // Model FLOPs of the run: 2 x (layer matrices) per token, the output head once (last
           // token), causal attention QK^T and PV (4 x heads x head_dim per visible key).
@@ -162,6 +164,7 @@ int cmd_bench(int argc, char** argv) {
       if (n > 0) {
         rows.push_back(bench_one(s, "tg", n, depth, reps, hp.n_vocab));
         rows.back().knob_label = v;
+        rows.back().backend = backend_desc;
         const uint64_t wb = e.backend->decode_weight_bytes();
         if (wb > 0 && copy_bw > 0) {
           // bytes per token: weights + the KV cache read at the mean context of the run
@@ -194,7 +197,7 @@ int cmd_bench(int argc, char** argv) {
     for (const auto& r : rows)
       std::printf("{\"model\":\"%s\",\"size\":\"%s\",\"backend\":\"%s\",\"threads\":%d,\"test\":\"%s\",\"knob\":\"%s\","
                   "\"ts_mean\":%.3f,\"ts_sd\":%.3f,\"bandwidth\":\"%s\"}\n",
-                  model_desc.c_str(), size_desc.c_str(), backend_desc.c_str(), threads, r.test.c_str(),
+                  model_desc.c_str(), size_desc.c_str(), r.backend.c_str(), threads, r.test.c_str(),
                   r.knob_label.c_str(), r.mean, r.sd, r.extra.c_str());
     return 0;
   }
@@ -208,7 +211,7 @@ int cmd_bench(int argc, char** argv) {
     std::string knob = r.knob_label;
     for (const auto& k : ef.knobs) knob += (knob.empty() ? "" : " ") + k;
     std::printf("| %s | %s | %s | %s | %d |%s %s | %.2f ± %.2f |%s\n", model_desc.c_str(), size_desc.c_str(),
-                params_desc.c_str(), backend_desc.c_str(), threads, show_knob ? (" " + knob + " |").c_str() : "",
+                params_desc.c_str(), r.backend.c_str(), threads, show_knob ? (" " + knob + " |").c_str() : "",
                 r.test.c_str(), r.mean, r.sd, any_extra ? (" " + r.extra + " |").c_str() : "");
   }
   if (!ab.empty()) {

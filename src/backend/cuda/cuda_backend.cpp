@@ -5,11 +5,13 @@
 // the whole step is captured once as a CUDA graph and replayed per token (token id and position
 // are read from device memory).
 //
-// Prefill (T > 1, v1 of issue 6): graphs of up to kPrefillChunk tokens (the Session splits longer
-// prompts into chunks, so activation memory stays bounded) run unfused, op by op, without a CUDA
-// graph: batched kernels of prefill.h, and every matrix product through the outer-dequant path
-// (weight rows -> fp16 scratch shared by all projections, cuBLAS GEMM). A product over a single
-// row (the last-token logits) keeps the decode GEMV.
+// Prefill (T > 1, issue 6): graphs of up to kPrefillChunk tokens (the Session splits longer
+// prompts into chunks, so activation memory stays bounded) run op by op, without a CUDA graph,
+// through the batched kernels of prepare_prefill / prefill.h: Q|K|V, gate|up and the residual
+// epilogues as fusion groups (knobs as for decode), each matrix product through the route the
+// measured rule picks (in-kernel int8 tensor-core GEMM, dequant-once + cuBLAS, or the GEMV per
+// token), attention on tensor cores. A product over a single row (the last-token logits) keeps
+// the decode GEMV.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

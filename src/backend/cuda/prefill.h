@@ -1,23 +1,25 @@
-// Host API of the batched prefill kernels (T tokens per run, issue 6 first slice). Plain C++
-// like kernels.h; same conventions: launchers only launch (no allocation or sync inside, except
+// Host API of the batched prefill kernels (T tokens per run, issue 6). Plain C++ like
+// kernels.h; same conventions: launchers only launch (no allocation or sync inside, except
 // gemm_create), positions are read from DEVICE memory, activations are fp32 row-major [T, n],
 // the KV cache is fp16 head-major [n_kv][n_ctx][head_dim] per layer (kernels.h).
 //
-// Matrix products take the "outer dequant" path: the repacked weight (or a row range of it) is
-// unpacked to fp16 into one scratch buffer reused by every projection, the activations are
-// converted to fp16, and cuBLAS multiplies them (fp16 inputs, fp32 accumulate and output).
-// For the 8-bit/4-bit types the activations are first quantized to int8 per block of 32 exactly
-// as the decode GEMV and the CPU backend do (amax/127 scale, round to nearest even).
+// Matrix products (matmul_prefill) take one of three routes, picked per product by the measured
+// rule prefill_route_auto (prefill_route.cpp) or forced by LMFUSE_PREFILL_INKERNEL_DEQUANT:
+//  - in-kernel (prefill_mmq.cu): int8 x int8 tensor-core GEMM on the packed 4/8-bit weight, the
+//    activations quantized per block of 32 exactly as the decode GEMV and the CPU backend do
+//    (amax/127, round to nearest even): the decode's block arithmetic, no fp16 copy of the weight;
+//  - outer: the weight (or a row range of it) unpacked to fp16 into one scratch buffer reused by
+//    every projection, then cuBLAS (fp16 in, fp32 accumulate and out);
+//  - gemv: the decode GEMV once per token (a few tokens).
 //
-// Split fp16 ("parts"). One fp16 rounding of each factor (2^-12) was measured not to be enough
-// (docs/PERF.md, prefill): the next layer's int8 quantization turns 2e-4 relative differences
-// into flipped codes, and prefill drifted 6e-3 (rel-L2) from decode and the CPU on the tiny
-// quantized golden models, with greedy outputs diverging. So each factor is split into an fp16
-// hi part and an fp16 lo part (a - hi), and the GEMM runs over K' = parts*K with the operands
-// laid side by side: quantized weights (not exact in fp16) [Xhi|Xhi|Xlo] . [Whi|Wlo|Whi]
-// (parts 3), float weights (exact in fp16) [Xhi|Xlo] . [W|W] (parts 2). fp16 x fp16 products
-// are exact in the fp32 accumulator, so the result is fp32-accurate (~1e-6; lo parts below
-// 6e-5 lose bits as fp16 subnormals), at 2-3x the GEMM work.
+// Outer route precision ("parts"). Quantized weights: one fp16 rounding of each factor (the int8
+// block-quantized activations and d*(q-8)), ~2^-12 relative; on the small golden models that
+// moves int8 activation codes of the next layer and the route ends ~1e-2 (rel-L2) from the
+// in-kernel/decode arithmetic, within the quantized-weight tolerance (docs/PERF.md). Float
+// weights: the activations are split into an fp16 hi part and an fp16 lo part (x - hi) and the
+// GEMM runs over K' = 2K on [Xhi|Xlo] . [W|W] (W is exact in fp16), so the products are exact in
+// the fp32 accumulator, as the decode GEMV's fp32 activations are (lo parts below 6e-5 lose bits
+// as fp16 subnormals).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -59,7 +61,8 @@ void attention_prefill_tc(const PrefillAttnArgs& a, cudaStream_t s = nullptr);
 
 // fp32 [rows][cols] -> fp16 [rows][cols]; int8_blocks: quantize each block of 32 to int8 first
 // (see the header comment). cols % 32 == 0.
-// parts 1: y [rows][cols] = fp16(x); 2: y [rows][2 cols] = hi | lo; 3: hi | hi | lo.
+// parts 1: y [rows][cols] = fp16(x); 2: y [rows][2 cols] = hi | lo; 3: hi | hi | lo (kept for
+// experiments: quantized weights split hi|lo too, fp32-exact at 3x the GEMM work).
 void act_to_f16(const float* x, uint16_t* y, int64_t rows, int cols, bool int8_blocks, int parts = 1,
                 cudaStream_t s = nullptr);
 // Rows r0, r0 + step, ..., r0 + (n-1)*step of a repacked weight (kernels.h layout) -> fp16

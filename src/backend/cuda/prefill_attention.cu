@@ -1,4 +1,5 @@
-// Causal prefill attention over the fp16 head-major KV cache, tensor-core free (v1).
+// Causal prefill attention over the fp16 head-major KV cache on CUDA cores (the fp32 reference
+// of the tensor-core kernel in prefill_attention_tc.cu; LMFUSE_PREFILL_TC_ATTENTION=0 uses it).
 //
 // Block = (tile of kQTile queries, one query head), 4 warps; warp w owns queries 4w..4w+3 of the
 // tile. Keys are walked in tiles of 32 up to the last query's position: the block stages K and

@@ -206,6 +206,7 @@ class CudaBackend final : public Backend {
   void finish_run(Graph& g, GraphState& st, const StepInput& in);
   void launch_group(Graph& g, GraphState& st, const FusionGroup& grp);
   void launch_prefill_group(Graph& g, GraphState& st, const FusionGroup& grp);
+  cuda::QkvPostArgs qkv_epilogue_args(Graph& g, GraphState& st, const FusionGroup& grp);
   void matmul(const Weight* w, const float* x, float* y, const float* bias);
 
   BackendOptions opts_;
@@ -636,9 +637,37 @@ void CudaBackend::launch_prefill_op(Graph& g, GraphState& st, const Op& op) {
   }
 }
 
+// What the Q/K/V epilogue of a group needs (everything but raw and T): the layer's head norms,
+// RoPE, the position in device memory, the q tensor the attention reads (the q rope's output)
+// and the layer's caches. Shared by decode (the GEMV epilogue or qkv_post) and prefill.
+cuda::QkvPostArgs CudaBackend::qkv_epilogue_args(Graph& g, GraphState& st, const FusionGroup& grp) {
+  const auto& hp = m_->hp;
+  const auto& W = m_->layers[size_t(grp.layer)];
+  const LayerDev& L = layers_[size_t(grp.layer)];
+  cuda::QkvPostArgs pa;
+  pa.n_head = int(hp.n_head);
+  pa.n_kv_head = int(hp.n_head_kv);
+  pa.head_dim = int(hp.head_dim);
+  pa.q_norm = W.q_norm.data ? dev_vec(W.q_norm) : nullptr;
+  pa.k_norm = W.k_norm.data ? dev_vec(W.k_norm) : nullptr;
+  pa.eps = hp.rms_eps;
+  pa.rope = hp.rope_neox ? cuda::RopeStyle::NeoX : cuda::RopeStyle::Adjacent;
+  pa.theta = hp.rope_theta;
+  pa.pos = d_io_ + 1;
+  int q_rope = -1;
+  for (int e : grp.epilogue)
+    if (g.ops[size_t(e)].kind == OpKind::Rope && g.ops[size_t(e)].name.find("q_rope") != std::string::npos)
+      q_rope = g.ops[size_t(e)].out[0];
+  LMF_CHECK(q_rope >= 0, "QKV group of layer ", grp.layer, " has no q rope in its epilogue");
+  pa.q_out = ptr(st, g, q_rope);
+  pa.k_cache = L.kc;
+  pa.v_cache = L.vc;
+  pa.n_ctx = opts_.n_ctx;
+  return pa;
+}
+
 // An accepted group of a T-row graph (prepare_prefill): one matrix product + its epilogue.
 void CudaBackend::launch_prefill_group(Graph& g, GraphState& st, const FusionGroup& grp) {
-  const auto& hp = m_->hp;
   const Op& lead = g.ops[size_t(grp.leader())];
   const LayerDev& L = layers_[size_t(grp.layer)];
   cuda::PrefillMatmul mm;
@@ -650,28 +679,9 @@ void CudaBackend::launch_prefill_group(Graph& g, GraphState& st, const FusionGro
       mm.bias = L.qkv_bias;
       mm.y = pf_qkv_raw_;
       cuda::matmul_prefill(gemm_, mm, pf_, prefill_route(*mm.w, mm.w->rows, mm.T), stream_);
-      const auto& W = m_->layers[size_t(grp.layer)];
-      cuda::QkvPostArgs pa;
+      cuda::QkvPostArgs pa = qkv_epilogue_args(g, st, grp);
       pa.raw = pf_qkv_raw_;
       pa.T = int(mm.T);
-      pa.n_head = int(hp.n_head);
-      pa.n_kv_head = int(hp.n_head_kv);
-      pa.head_dim = int(hp.head_dim);
-      pa.q_norm = W.q_norm.data ? dev_vec(W.q_norm) : nullptr;
-      pa.k_norm = W.k_norm.data ? dev_vec(W.k_norm) : nullptr;
-      pa.eps = hp.rms_eps;
-      pa.rope = hp.rope_neox ? cuda::RopeStyle::NeoX : cuda::RopeStyle::Adjacent;
-      pa.theta = hp.rope_theta;
-      pa.pos = d_io_ + 1;
-      int q_rope = -1;
-      for (int e : grp.epilogue)
-        if (g.ops[size_t(e)].kind == OpKind::Rope && g.ops[size_t(e)].name.find("q_rope") != std::string::npos)
-          q_rope = g.ops[size_t(e)].out[0];
-      LMF_CHECK(q_rope >= 0);
-      pa.q_out = ptr(st, g, q_rope);
-      pa.k_cache = L.kc;
-      pa.v_cache = L.vc;
-      pa.n_ctx = opts_.n_ctx;
       cuda::qkv_post(pa, stream_);
       break;
     }
@@ -699,7 +709,6 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
     launch_prefill_group(g, st, grp);
     return;
   }
-  const auto& hp = m_->hp;
   const Op& lead = g.ops[size_t(grp.leader())];
   cuda::GemvArgs a;
   Prologue pro = Prologue::None;
@@ -723,27 +732,21 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
     case GroupKind::QKV: {
       a.w = &L.qkv;
       a.bias = L.qkv_bias;
+      const cuda::QkvPostArgs e = qkv_epilogue_args(g, st, grp);
       auto& q = a.qkv;
-      q.n_head = int(hp.n_head);
-      q.n_kv_head = int(hp.n_head_kv);
-      q.head_dim = int(hp.head_dim);
-      const auto& W = m_->layers[size_t(grp.layer)];
-      q.q_norm = W.q_norm.data ? dev_vec(W.q_norm) : nullptr;
-      q.k_norm = W.k_norm.data ? dev_vec(W.k_norm) : nullptr;
-      q.norm_eps = hp.rms_eps;
-      q.rope = hp.rope_neox ? cuda::RopeStyle::NeoX : cuda::RopeStyle::Adjacent;
-      q.theta = hp.rope_theta;
-      q.pos = d_io_ + 1;
-      // q_out is the tensor the attention op reads (output of the q rope).
-      int q_rope = -1;
-      for (int e : grp.epilogue)
-        if (g.ops[size_t(e)].kind == OpKind::Rope && g.ops[size_t(e)].name.find("q_rope") != std::string::npos)
-          q_rope = g.ops[size_t(e)].out[0];
-      LMF_CHECK(q_rope >= 0);
-      q.q_out = ptr(st, g, q_rope);
-      q.k_cache = L.kc;
-      q.v_cache = L.vc;
-      q.n_ctx = opts_.n_ctx;
+      q.n_head = e.n_head;
+      q.n_kv_head = e.n_kv_head;
+      q.head_dim = e.head_dim;
+      q.q_norm = e.q_norm;
+      q.k_norm = e.k_norm;
+      q.norm_eps = e.eps;
+      q.rope = e.rope;
+      q.theta = e.theta;
+      q.pos = e.pos;
+      q.q_out = e.q_out;
+      q.k_cache = e.k_cache;
+      q.v_cache = e.v_cache;
+      q.n_ctx = e.n_ctx;
       q.raw = st.qkv_raw;
       q.counters = L.counters;
       if (qkv_epilogue_in_gemv_) {

@@ -55,6 +55,8 @@ struct PrefillAttnArgs {
   float* out = nullptr;       // [T][n_head*head_dim]
 };
 void attention_prefill(const PrefillAttnArgs& a, cudaStream_t s = nullptr);
+// Throws lmf::Error naming `who` and what is wrong with a (shared by both attention kernels).
+void check_prefill_attn_args(const PrefillAttnArgs& a, const char* who);
 // The same on tensor cores (prefill_attention_tc.cu): flash attention with mma.sync, fp16 K/V
 // from the cache and Q/P split into hi+lo fp16 parts for fp32-level accuracy. head_dim 32/64/128.
 void attention_prefill_tc(const PrefillAttnArgs& a, cudaStream_t s = nullptr);

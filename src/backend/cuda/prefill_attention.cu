@@ -100,11 +100,17 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 
 }  // namespace pdev
 
-void attention_prefill(const PrefillAttnArgs& a, cudaStream_t s) {
+void check_prefill_attn_args(const PrefillAttnArgs& a, const char* who) {
   if (a.T <= 0 || a.n_head <= 0 || a.n_kv_head <= 0 || a.n_head % a.n_kv_head != 0 || !a.q || !a.out ||
       !a.k_cache || !a.v_cache || !a.pos0 || a.n_ctx < a.T)
-    LMF_FAIL("cuda attention_prefill: bad arguments (T ", a.T, ", heads ", a.n_head, "/", a.n_kv_head, ", n_ctx ",
-             a.n_ctx, ")");
+    LMF_FAIL("cuda ", who, ": bad arguments (T ", a.T, ", heads ", a.n_head, "/", a.n_kv_head, ", n_ctx ", a.n_ctx,
+             ")");
+  if (a.head_dim != 32 && a.head_dim != 64 && a.head_dim != 128)
+    LMF_FAIL("cuda ", who, ": head_dim must be 32, 64 or 128, got ", a.head_dim);
+}
+
+void attention_prefill(const PrefillAttnArgs& a, cudaStream_t s) {
+  check_prefill_attn_args(a, "attention_prefill");
   const dim3 grid(unsigned((a.T + pdev::kQTile - 1) / pdev::kQTile), unsigned(a.n_head));
   const int group = a.n_head / a.n_kv_head;
   const float scale = 1.f / std::sqrt(float(a.head_dim));

@@ -248,10 +248,7 @@ void launch(const PrefillAttnArgs& a, cudaStream_t s) {
 }  // namespace fa
 
 void attention_prefill_tc(const PrefillAttnArgs& a, cudaStream_t s) {
-  if (a.T <= 0 || a.n_head <= 0 || a.n_kv_head <= 0 || a.n_head % a.n_kv_head != 0 || !a.q || !a.out ||
-      !a.k_cache || !a.v_cache || !a.pos0 || a.n_ctx < a.T)
-    LMF_FAIL("cuda attention_prefill_tc: bad arguments (T ", a.T, ", heads ", a.n_head, "/", a.n_kv_head, ", n_ctx ",
-             a.n_ctx, ")");
+  check_prefill_attn_args(a, "attention_prefill_tc");
   switch (a.head_dim) {
     case 32: fa::launch<32>(a, s); break;
     case 64: fa::launch<64>(a, s); break;

@@ -1,6 +1,7 @@
 // Golden tests: lmfuse's logits against Hugging Face transformers (float64) on tiny random
 // qwen3 / qwen2 / llama models in every weight type (tests/data/golden, made by
 // scripts/make_golden.py). Each case: a 16-token prefill then 8 single-token decode steps.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -113,11 +114,34 @@ TEST_P(Golden, MatchesTransformers) {
   ASSERT_EQ(got.size(), want.size());
   for (float x : got) ASSERT_TRUE(std::isfinite(x));
   const double e = rel_l2(got, want);
-  EXPECT_LE(e, c.rel_l2) << c.name;
+  // Default CPU path: 16-bit activation blocks. The reference runs the same dequantized weights
+  // in float, so what is left is activation rounding (~1.5e-5 relative) and the fp16 KV cache, as
+  // for the float types: the quantized cases must meet the float tolerance too (1e-3), not only
+  // the manifest's 3e-2 written for 8-bit activations (EightBitActivationsMatchTransformers).
+  const double tol = std::min(c.rel_l2, 1e-3);
+  EXPECT_LE(e, tol) << c.name;
   if (c.argmax > 0) EXPECT_GE(argmax_agreement(got, want, c.n_vocab), c.argmax) << c.name;
   RecordProperty("rel_l2", std::to_string(e));
-  std::printf("[golden] %-18s rel_l2 %.3e (tolerance %.0e) argmax %.3f\n", c.name.c_str(), e, c.rel_l2,
+  std::printf("[golden] %-18s rel_l2 %.3e (tolerance %.0e) argmax %.3f\n", c.name.c_str(), e, tol,
               argmax_agreement(got, want, c.n_vocab));
+}
+
+// The 8-bit activation path (LMFUSE_CPU_ACT16=0: llama.cpp-style, the arithmetic the CUDA
+// kernels share) against the same references and tolerance, and its prefill/decode consistency.
+TEST_P(Golden, EightBitActivationsMatchTransformers) {
+  const Case& c = GetParam();
+  auto want = read_floats(kDir + c.logits);
+  Knobs k8;
+  k8.cpu_act16 = Tri::Off;
+  auto got = prefill_then_decode(c, k8);
+  ASSERT_EQ(got.size(), want.size());
+  const double e = rel_l2(got, want);
+  EXPECT_LE(e, c.rel_l2) << c.name;
+  if (c.argmax > 0) EXPECT_GE(argmax_agreement(got, want, c.n_vocab), c.argmax) << c.name;
+  Engine r = open(c, k8);
+  Session s(*r.model, *r.backend);
+  EXPECT_LE(rel_l2(got, s.eval(c.tokens, true)), 1e-4) << c.name;
+  std::printf("[golden 8-bit] %-18s rel_l2 %.3e (tolerance %.0e)\n", c.name.c_str(), e, c.rel_l2);
 }
 
 TEST_P(Golden, PrefillThenDecodeEqualsOneLongPrefill) {

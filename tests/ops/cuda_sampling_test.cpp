@@ -1,7 +1,10 @@
 // Device sampling (backend/cuda/sampling.h) vs the CPU sampler (sampling/sampler.h): the same
 // logits, penalty ids and uniform number must give the same token id, across temperatures,
-// top-k (1, small, 1024, all), top-p (off, typical, tiny), min-p, repetition penalty, ties,
-// signed zeros, -inf, and vocabularies from 1 to 151936.
+// top-k (1, small, 1024, 1025..n, all), top-p (off, typical, tiny), min-p, repetition penalty,
+// ties, signed zeros, -inf, wide logits, and vocabularies from 1 to 151936; plus uniforms, top-p
+// and min-p placed on the CPU's own running sums (where a differently ordered sum would flip the
+// token), and a CUDA-graph capture of the many-candidate path.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -17,7 +20,7 @@ using namespace lmf::cuda;
 
 namespace {
 
-enum class Kind { Normal, Ties, Peaked, Zeros, NegInf };
+enum class Kind { Normal, Ties, Peaked, Zeros, NegInf, Wide, ZeroInf };
 
 std::vector<float> make_logits(int64_t n, Kind kind, std::mt19937& rng) {
   auto x = randn(size_t(n), rng, 3.f);
@@ -27,8 +30,11 @@ std::vector<float> make_logits(int64_t n, Kind kind, std::mt19937& rng) {
       case Kind::Peaked: v *= 4.f; break;                     // a few tokens carry the mass
       case Kind::Zeros: v = (rng() & 1) ? 0.f : -0.f; break;  // all equal, signed zeros
       case Kind::NegInf: if (rng() % 3 == 0) v = -std::numeric_limits<float>::infinity(); break;
+      case Kind::Wide: v *= 8.f; break;  // most exp() terms fall below an ulp of the sum
+      case Kind::ZeroInf: v = (rng() & 1) ? 0.f : -std::numeric_limits<float>::infinity(); break;
     }
   if (kind == Kind::NegInf) x[0] = 1.f;  // at least one finite logit
+  if (kind == Kind::ZeroInf) x[0] = 0.f;
   return x;
 }
 
@@ -40,9 +46,10 @@ SamplingParams random_params(int64_t n, std::mt19937& rng) {
   p.temperature = temps[rng() % 5];
   p.top_p = tps[rng() % 4];
   p.min_p = mps[rng() % 3];
-  const int64_t ks[] = {1, 2, 40, 1000, kSampleMaxK, 0, n};
-  do p.top_k = int(ks[rng() % 7]);
-  while (!sample_supported(p, n));
+  // k = 0, k = n and k in (kSampleMaxK, n] take the device's full-sort path when n > kSampleMaxK.
+  const int64_t big = kSampleMaxK + 1 + int64_t(rng() % uint32_t(std::max<int64_t>(n - kSampleMaxK, 1)));
+  const int64_t ks[] = {1, 2, 40, 1000, kSampleMaxK, 0, n, 0, kSampleMaxK + 1, big, n - 1, n / 2 + 1};
+  p.top_k = int(std::max<int64_t>(ks[rng() % 12], 0));
   p.repeat_penalty = rng() % 3 == 0 ? 1.3f : 1.f;
   p.repeat_last_n = 64;
   return p;
@@ -58,8 +65,9 @@ TEST(CudaSampling, MatchesCpuSampler) {
   SampleScratch sc = sample_scratch_alloc(151936);
   DevBuf<int> out(1);
   int checked = 0, mismatches = 0;
-  for (int64_t n : {int64_t(1), int64_t(7), int64_t(1000), int64_t(1024), int64_t(4097), int64_t(151936)}) {
-    for (Kind kind : {Kind::Normal, Kind::Ties, Kind::Peaked, Kind::Zeros, Kind::NegInf}) {
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(1000), int64_t(1024), int64_t(1025), int64_t(4097), int64_t(50001),
+                    int64_t(151936)}) {
+    for (Kind kind : {Kind::Normal, Kind::Ties, Kind::Peaked, Kind::Zeros, Kind::NegInf, Kind::Wide}) {
       const auto x = make_logits(n, kind, rng);
       DevBuf<float> dx(x);
       const int configs = n > 10000 ? 40 : 120;
@@ -99,31 +107,190 @@ TEST(CudaSampling, ManyDrawsOneVocabulary) {
   SamplingParams p;  // defaults: T 0.8, top-k 40, top-p 0.95, min-p 0.05
   p.min_p = 0;       // keep a long tail so many distinct ids come out
   p.temperature = 1.5f;
-  bool all = true;
-  for (int r = 0; r < 500; ++r) {
-    const double u = uniform53(ug);
-    sample(dx.p(), n, p, nullptr, 0, u, out.p(), sc);
-    all &= out.get()[0] == lmf::sample_with_uniform(p, x, {}, u);
+  SamplingParams all_tokens = p;  // k = 0, no top-p: every one of the n tokens can come out
+  all_tokens.top_k = 0;
+  all_tokens.top_p = 1.f;
+  SamplingParams nucleus = all_tokens;  // k = 0 with top-p: the kept prefix is long
+  nucleus.top_p = 0.95f;
+  for (const SamplingParams& q : {p, all_tokens, nucleus}) {
+    bool all = true;
+    for (int r = 0; r < 300; ++r) {
+      const double u = uniform53(ug);
+      sample(dx.p(), n, q, nullptr, 0, u, out.p(), sc);
+      all &= out.get()[0] == lmf::sample_with_uniform(q, x, {}, u);
+    }
+    EXPECT_TRUE(all) << "k " << q.top_k << " p " << q.top_p;
+    // Device time of one sampled step (no host sync between launches).
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaEventRecord(e0));
+    for (int r = 0; r < 50; ++r) sample(dx.p(), n, q, nullptr, 0, 0.5, out.p(), sc);
+    CUDA_CHECK(cudaEventRecord(e1));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    std::printf("[sampling] n %lld T %.2f k %d p %.2f min_p %.2f: %.1f us per step\n", (long long)n, q.temperature,
+                q.top_k, q.top_p, q.min_p, 1000.0 * ms / 50);
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
   }
-  EXPECT_TRUE(all);
   sample_scratch_free(sc);
 }
 
-TEST(CudaSampling, UnsupportedConfigurationIsAnError) {
-  SampleScratch sc = sample_scratch_alloc(4096);
-  DevBuf<float> dx(std::vector<float>(4096, 0.f));
+// The CPU sampler's intermediate values (the same loops as sampling/sampler.cpp), only to place
+// uniforms, top-p and min-p right on its boundaries; the tests compare against
+// sample_with_uniform itself.
+struct CpuTrace {
+  std::vector<double> prob;  // normalized, in sorted order (top-k applied)
+  std::vector<double> cum;   // running sums of prob over the kept prefix
+  double total = 0;
+};
+CpuTrace cpu_trace(const SamplingParams& p, const std::vector<float>& x) {
+  std::vector<std::pair<float, int32_t>> c(x.size());
+  for (size_t i = 0; i < x.size(); ++i) c[i] = {x[i], int32_t(i)};
+  std::sort(c.begin(), c.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  if (p.top_k > 0 && size_t(p.top_k) < c.size()) c.resize(size_t(p.top_k));
+  CpuTrace t;
+  t.prob.resize(c.size());
+  double sum = 0;
+  for (size_t i = 0; i < c.size(); ++i) sum += t.prob[i] = std::exp(double(c[i].first - c[0].first) / p.temperature);
+  for (auto& v : t.prob) v /= sum;
+  size_t keep = c.size();
+  if (p.min_p > 0)
+    for (size_t i = 1; i < c.size(); ++i)
+      if (t.prob[i] < p.min_p * t.prob[0]) {
+        keep = i;
+        break;
+      }
+  double run = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    t.cum.push_back(run += t.prob[i]);
+    if (p.top_p < 1 && run >= p.top_p) break;
+  }
+  t.total = run;
+  return t;
+}
+
+// Uniforms u with u * total within a few ulps of a running sum, top-p on a running sum, min-p
+// on a probability ratio: a device sum in any other order than the CPU's would flip some of these.
+// The logits take a handful of distinct values (ties, signed zeros, 0 / -inf), so the exp()
+// values are a few numbers on which CUDA's exp and the C library's agree, and what is tested is
+// the order of the summation. (With ~10^5 distinct exp() arguments, a u placed within a few ulps
+// of a boundary can flip on the last bit of some exp(): the caveat in backend/cuda/sampling.h.)
+TEST(CudaSampling, BoundariesOfTheRunningSums) {
+  std::mt19937 rng(31);
+  SampleScratch sc = sample_scratch_alloc(151936);
   DevBuf<int> out(1);
+  int checked = 0, mismatches = 0;
+  for (int64_t n : {int64_t(3000), int64_t(151936)}) {
+    for (Kind kind : {Kind::Ties, Kind::Zeros, Kind::ZeroInf}) {
+      const auto x = make_logits(n, kind, rng);
+      DevBuf<float> dx(x);
+      for (int variant = 0; variant < 3; ++variant) {
+        SamplingParams p;
+        p.temperature = variant == 1 ? 1.f : 0.7f;
+        p.top_k = variant == 2 ? int(n) - 7 : 0;
+        p.top_p = 1.f;
+        p.min_p = 0.f;
+        const CpuTrace full = cpu_trace(p, x);
+        std::vector<SamplingParams> ps{p};
+        // top-p exactly at (float-rounded) running sums, min-p at probability ratios
+        for (int j = 0; j < 3; ++j) {
+          SamplingParams q = p;
+          const size_t i = full.cum.size() * size_t(j + 1) / 4;
+          q.top_p = float(full.cum[i]);
+          if (q.top_p > 0 && q.top_p < 1) ps.push_back(q);
+          q = p;
+          q.min_p = float(full.prob[std::min(i, full.prob.size() - 1)] / full.prob[0]);
+          if (q.min_p > 0) ps.push_back(q);
+        }
+        for (const SamplingParams& q : ps) {
+          const CpuTrace t = cpu_trace(q, x);
+          std::vector<double> us{0.0, 1.0 - 1.0 / 9007199254740992.0};
+          for (int j = 0; j < 4; ++j) {
+            const size_t i = (t.cum.size() - 1) * size_t(j) / 3;
+            double u = t.cum[i] / t.total;
+            for (int d = 0; d < 2; ++d) u = std::nextafter(u, 0.0);
+            for (int d = 0; d < 4; ++d, u = std::nextafter(u, 1.0))
+              if (u >= 0 && u < 1) us.push_back(u);
+          }
+          for (double u : us) {
+            const int32_t want = lmf::sample_with_uniform(q, x, {}, u);
+            sample(dx.p(), n, q, nullptr, 0, u, out.p(), sc);
+            const int got = out.get()[0];
+            ++checked;
+            if (got != want) ++mismatches;
+            EXPECT_EQ(got, want) << "n " << n << " kind " << int(kind) << " T " << q.temperature << " k " << q.top_k
+                                 << " p " << q.top_p << " min_p " << q.min_p << " u " << u;
+          }
+        }
+      }
+    }
+  }
+  std::printf("[sampling boundaries] %d cases, %d mismatches\n", checked, mismatches);
+  sample_scratch_free(sc);
+}
+
+// The many-candidate path (sort + running sums) captured into a CUDA graph and replayed on new
+// logits: no host sync or allocation inside sample().
+TEST(CudaSampling, GraphCaptureAllTokens) {
+  std::mt19937 rng(41);
+  const int64_t n = 151936;
+  SampleScratch sc = sample_scratch_alloc(n);
+  DevBuf<float> dx{size_t(n)};
+  DevBuf<int> out(1);
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   SamplingParams p;
-  p.top_k = 0;  // all 4096 candidates > kSampleMaxK
-  EXPECT_TRUE(!sample_supported(p, 4096));
+  p.top_k = 0;
+  p.top_p = 0.9f;
+  p.min_p = 0.f;
+  p.temperature = 1.2f;
+  const double u = 0.61803398874989484;
+  cudaGraph_t g;
+  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  sample(dx.p(), n, p, nullptr, 0, u, out.p(), sc, st);
+  CUDA_CHECK(cudaStreamEndCapture(st, &g));
+  cudaGraphExec_t ge;
+  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  bool all = true;
+  for (int r = 0; r < 5; ++r) {
+    const auto x = make_logits(n, r % 2 ? Kind::Normal : Kind::Ties, rng);
+    dx.upload(x);
+    // A pageable cudaMemcpy may return before its DMA lands, and st does not wait for the
+    // legacy stream: wait here, or the graph may read the previous replay's logits.
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaGraphLaunch(ge, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    const int got = out.get()[0], want = lmf::sample_with_uniform(p, x, {}, u);
+    all &= got == want;
+    EXPECT_EQ(got, want) << "replay " << r;
+  }
+  EXPECT_TRUE(all);
+  CUDA_CHECK(cudaGraphExecDestroy(ge));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  CUDA_CHECK(cudaStreamDestroy(st));
+  sample_scratch_free(sc);
+}
+
+TEST(CudaSampling, EveryConfigurationIsSupported) {
+  SamplingParams p;
+  p.top_k = 0;
+  EXPECT_TRUE(sample_supported(p, 4096));
+  EXPECT_TRUE(sample_supported(p, 151936));
+  p.top_k = 5000;
+  EXPECT_TRUE(sample_supported(p, 151936));
+  EXPECT_TRUE(!sample_supported(p, 0));
+  SampleScratch sc = sample_scratch_alloc(4096);
+  DevBuf<int> out(1);
+  DevBuf<float> dx(std::vector<float>(8192, 0.f));
   bool threw = false;
-  try {
-    sample(dx.p(), 4096, p, nullptr, 0, 0.5, out.p(), sc);
+  try {  // more logits than the scratch was sized for
+    sample(dx.p(), 8192, p, nullptr, 0, 0.5, out.p(), sc);
   } catch (const lmf::Error&) {
     threw = true;
   }
   EXPECT_TRUE(threw);
-  p.temperature = 0;  // greedy is always supported
-  EXPECT_TRUE(sample_supported(p, 4096));
   sample_scratch_free(sc);
 }

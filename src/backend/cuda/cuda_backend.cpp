@@ -755,21 +755,8 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       }
       a.y = st.qkv_raw;  // plain GEMV into [q|k|v], then the epilogue kernel
       cuda::gemv(pro, Epilogue::Store, a, stream_);
-      cuda::QkvPostArgs pa;
+      cuda::QkvPostArgs pa = e;
       pa.raw = st.qkv_raw;
-      pa.n_head = q.n_head;
-      pa.n_kv_head = q.n_kv_head;
-      pa.head_dim = q.head_dim;
-      pa.q_norm = q.q_norm;
-      pa.k_norm = q.k_norm;
-      pa.eps = q.norm_eps;
-      pa.rope = q.rope;
-      pa.theta = q.theta;
-      pa.pos = q.pos;
-      pa.q_out = q.q_out;
-      pa.k_cache = q.k_cache;
-      pa.v_cache = q.v_cache;
-      pa.n_ctx = q.n_ctx;
       cuda::qkv_post(pa, stream_);
       break;
     }

@@ -116,12 +116,23 @@ int main(int argc, char** argv) {
   int reps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--type") type = v == "q4_1" ? DType::Q4_1 : v == "q8_0" ? DType::Q8_0 : DType::Q4_0;
-    else if (a == "--models") models = split(v);
-    else if (a == "--m") {
+    if (a == "--type") {
+      if (v != "q4_0" && v != "q4_1" && v != "q8_0") {
+        std::fprintf(stderr, "--type: expected q4_0, q4_1 or q8_0, got '%s'\n", v.c_str());
+        return 2;
+      }
+      type = v == "q4_1" ? DType::Q4_1 : v == "q8_0" ? DType::Q8_0 : DType::Q4_0;
+    } else if (a == "--models") {
+      models = split(v);
+    } else if (a == "--m") {
       Ms.clear();
       for (auto& x : split(v)) Ms.push_back(std::stoll(x));
-    } else if (a == "--reps") reps = std::stoi(v);
+    } else if (a == "--reps") {
+      reps = std::stoi(v);
+    } else {
+      std::fprintf(stderr, "unknown option %s (--type, --models, --m, --reps)\n", a.c_str());
+      return 2;
+    }
   }
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreate(&s));

@@ -3,7 +3,7 @@
 # with CUDA; runs the prefill op tests, the sweep (bench/cuda_bench_prefill.cu), `lmfuse bench`
 # prefill figures with the in-kernel/outer A/B, and the golden whole-model checks. Logs under
 # $OUT. Carry .deps (scripts/carry_deps.sh) for the CLI's headers.
-#   STAGES="tests sweep bench tg golden" (default: tests sweep bench golden); SWEEP_ARGS passes options to the sweep;
+#   STAGES="tests sweep bench tg sanitize golden" (default: tests sweep bench golden); SWEEP_ARGS passes options to the sweep;
 #   PRESETS, PP (default "512 2048 8192") for bench.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
@@ -40,6 +40,17 @@ fi
 if has tg; then  # decode unchanged by prefill work?
   for p in ${PRESETS:-qwen3-0.6b qwen3-8b}; do
     $L bench -m $M/$p.gguf -p 0 -n 128 -r 3 2>&1 | tee -a "$OUT/bench.md"
+  done
+fi
+if has sanitize; then  # prefill kernels under compute-sanitizer: 70 tokens (several tiles), each route
+  toks=$(python3 -c "print(','.join(str((i*37+11)%250) for i in range(70)))")
+  for route in 1 0; do
+    for tool in memcheck racecheck; do
+      LMFUSE_PREFILL_INKERNEL_DEQUANT=$route compute-sanitizer --tool $tool --error-exitcode 9 "$L" logits \
+        -m tests/data/golden/qwen3-tiny-q4_1.gguf --device cuda --tokens "$toks" --all -o /tmp/san.bin \
+        >"$OUT/sanitize.log" 2>&1
+      echo "compute-sanitizer $tool, in-kernel=$route: exit $?" | tee -a "$OUT/golden.md"
+    done
   done
 fi
 if has golden; then

@@ -5,8 +5,9 @@
 //   in-kernel : activations -> int8 blocks, int8 tensor-core GEMM on the packed weight (InKernel)
 //   gemv      : (M <= 16 only) the decode GEMV once per token, for the small-M question
 // Shapes: qkv (Q|K|V), o, gate (one of gate/up, unfused), gu (gate|up fused), down.
-// and prints one row per (shape, M) with the times, the winner, the auto rule's choice and what
-// the rule loses against the winner. Weights rotate through enough copies to exceed the 50 MB L2
+// and prints one row per (shape, M) with the times, the winner, the fitted rule's choice and the
+// tuner's choice (PrefillTuner, prefill_tune.h: the backend's default, timed per shape before the
+// row's own timing) and what each loses against the better forced route. Weights rotate through enough copies to exceed the 50 MB L2
 // (in a model each weight is read once per prefill run, cold). Also measures the cuBLAS bf16
 // GEMM peak (8192^3) that prefill figures are reported against.
 //
@@ -22,6 +23,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/prefill.h"
+#include "backend/cuda/prefill_tune.h"
 
 using namespace lmf;
 using namespace lmf::cuda;
@@ -143,8 +145,8 @@ int main(int argc, char** argv) {
   std::printf("# device %s, cuBLAS bf16 GEMM 8192^3: %.1f TFLOP/s\n", prop.name, peak);
   std::printf("# type %s; times in us (median of %d); rule = prefill_route_auto; loss = rule / min(outer, in-kernel) - 1\n",
               dtype_name(type), reps);
-  std::printf("%-11s %-5s %6s %6s %6s %10s %10s %10s %-9s %-9s %6s %8s\n", "model", "shape", "N", "K", "M", "outer",
-              "in-kernel", "gemv", "best", "rule", "loss%", "TFLOP/s");
+  std::printf("%-11s %-5s %6s %6s %6s %10s %10s %10s %-9s %-9s %6s %-9s %6s %8s\n", "model", "shape", "N", "K", "M",
+              "outer", "in-kernel", "gemv", "best", "rule", "loss%", "tuned", "loss%", "TFLOP/s");
 
   const int64_t maxM = *std::max_element(Ms.begin(), Ms.end());
   int64_t maxK = 0;
@@ -173,8 +175,8 @@ int main(int argc, char** argv) {
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
 
-  int worse = 0, rows = 0;
-  double worst_loss = 0;
+  int worse = 0, rows = 0, worse_tuned = 0;
+  double worst_loss = 0, worst_tuned = 0;
   for (auto& model : models) {
     for (auto& sh : shapes_for(model)) {
       const size_t wbytes = size_t(sh.n) * (sh.k / 32) * (pieces(type) * 16 + scale_b(type));
@@ -182,7 +184,16 @@ int main(int argc, char** argv) {
       std::vector<DeviceWeight> ws;
       for (int c = 0; c < std::min(copies, 8); ++c) ws.push_back(random_weight(type, sh.n, sh.k, 11 + c));
       int rot = 0;
+      PrefillTuner tuner;  // fresh per shape, as a backend meets the shape
+      std::vector<const DeviceWeight*> wcopies;
+      for (auto& w : ws) wcopies.push_back(&w);
       for (int64_t M : Ms) {
+        PrefillMatmul tm;
+        tm.w = &ws[0];
+        tm.x = x;
+        tm.T = M;
+        tm.y = y;
+        const PrefillRoute tuned = tuner.route(gh, tm, wcopies, sc, s);
         auto time_route = [&](int route) {  // 0 outer, 1 in-kernel, 2 gemv per token
           auto once = [&] {
             const DeviceWeight& w = ws[size_t(rot++ % int(ws.size()))];
@@ -231,10 +242,14 @@ int main(int argc, char** argv) {
         const double loss = (tr / std::min(to, ti) - 1) * 100;
         worst_loss = std::max(worst_loss, loss);
         worse += loss > 3.0;
+        const double tt = tuned == PrefillRoute::InKernel ? ti : tuned == PrefillRoute::Gemv && tg > 0 ? tg : to;
+        const double tloss = (tt / std::min(to, ti) - 1) * 100;
+        worst_tuned = std::max(worst_tuned, tloss);
+        worse_tuned += tloss > 3.0;
         ++rows;
-        std::printf("%-11s %-5s %6lld %6lld %6lld %10.1f %10.1f %10.1f %-9s %-9s %6.1f %8.1f\n", sh.model, sh.name,
-                    (long long)sh.n, (long long)sh.k, (long long)M, to, ti, tg, bname, route_name(rule), loss,
-                    2.0 * sh.n * sh.k * M / (std::min(to, ti) * 1e-6) / 1e12);
+        std::printf("%-11s %-5s %6lld %6lld %6lld %10.1f %10.1f %10.1f %-9s %-9s %6.1f %-9s %6.1f %8.1f\n", sh.model,
+                    sh.name, (long long)sh.n, (long long)sh.k, (long long)M, to, ti, tg, bname, route_name(rule), loss,
+                    route_name(tuned), tloss, 2.0 * sh.n * sh.k * M / (std::min(to, ti) * 1e-6) / 1e12);
         std::fflush(stdout);
       }
       for (auto& w : ws) {
@@ -245,6 +260,8 @@ int main(int argc, char** argv) {
   }
   std::printf("# %d of %d rows: the rule loses > 3%% against the better forced route (outer, in-kernel); worst %.1f%%\n",
               worse, rows, worst_loss);
+  std::printf("# %d of %d rows: the tuner loses > 3%% against the better forced route; worst %.1f%%\n", worse_tuned,
+              rows, worst_tuned);
   gemm_destroy(gh);
   return 0;
 }

@@ -19,6 +19,8 @@ const std::vector<KnobInfo>& knob_table() {
       {"cuda_graph", "LMFUSE_CUDA_GRAPH", &Knobs::cuda_graph, "decode step as one replayed CUDA graph"},
       {"prefill_inkernel_dequant", "LMFUSE_PREFILL_INKERNEL_DEQUANT", &Knobs::prefill_inkernel_dequant,
        "prefill: in-kernel dequant GEMM (1) vs dequant-once + vendor GEMM (0)"},
+      {"prefill_route_tune", "LMFUSE_PREFILL_ROUTE_TUNE", &Knobs::prefill_route_tune,
+       "CUDA prefill: pick each product's route by timing it on this GPU (0 = the fitted rule)"},
       {"prefill_tc_attention", "LMFUSE_PREFILL_TC_ATTENTION", &Knobs::prefill_tc_attention,
        "CUDA prefill: flash attention on tensor cores (0 = the fp32 CUDA-core kernel)"},
       {"cuda_prefill", "LMFUSE_CUDA_PREFILL", &Knobs::cuda_prefill,

@@ -23,6 +23,7 @@ struct Knobs {
   Tri rope_fusion = Tri::Auto;      // LMFUSE_ROPE_FUSION: q/k norm + RoPE + KV append in the QKV epilogue
   Tri cuda_graph = Tri::Auto;       // LMFUSE_CUDA_GRAPH: decode step captured once and replayed
   Tri prefill_inkernel_dequant = Tri::Auto;  // LMFUSE_PREFILL_INKERNEL_DEQUANT
+  Tri prefill_route_tune = Tri::Auto;  // LMFUSE_PREFILL_ROUTE_TUNE: time the routes per shape (0 = fitted rule)
   Tri prefill_tc_attention = Tri::Auto;  // LMFUSE_PREFILL_TC_ATTENTION: tensor-core flash attention at prefill
   Tri cuda_prefill = Tri::Auto;     // LMFUSE_CUDA_PREFILL: batched prefill (0 = token by token)
   Tri cpu_act16 = Tri::Auto;        // LMFUSE_CPU_ACT16: CPU quantized matmuls take 16-bit activations (0 = 8-bit)

@@ -6,6 +6,7 @@
 #include "cuda_test_util.h"
 
 #include "backend/cuda/prefill.h"
+#include "backend/cuda/prefill_tune.h"
 
 using namespace lmfct_cuda;
 using namespace lmf::cuda;
@@ -194,6 +195,79 @@ TEST(CudaPrefill, DequantRowsAllTypes) {
     check_dequant(t, 64, 2048 + 96, 1, 2, seed++);  // odd rows of an interleaved pair
     check_dequant(t, 9, 32, 3, 3, seed++);
   }
+  check_dequant(DType::Q4_0, 70001, 64, 0, 1, seed++);  // more rows than one grid dimension holds (65535)
+}
+
+// The route tuner (prefill_tune.h): every answer is a route the product can take; each T is
+// answered from the grid points bracketing it, measured once and kept; a product that cannot take
+// the GEMV route (bias + residual) never gets it; float weights take the outer route unmeasured.
+TEST(CudaPrefill, RouteTunerMeasuresBracketsOnce) {
+  std::mt19937 rng(900);
+  const int64_t rows = 512, cols = 1024, maxT = 700;
+  std::vector<DeviceWeight> ws;
+  for (int c = 0; c < 3; ++c) ws.push_back(upload(DType::Q4_0, random_rows(DType::Q4_0, rows, cols, rng), rows, cols));
+  std::vector<const DeviceWeight*> copies;
+  for (auto& w : ws) copies.push_back(&w);
+  auto b = randn(size_t(rows), rng, 0.1f);
+  DevBuf<float> d_b(b), dummy(16);
+  DevBuf<uint16_t> sw(size_t(rows * cols)), sx(size_t(maxT * cols));
+  const int64_t nblk4 = mmq_nblk4(cols);
+  DevBuf<int8_t> xq(size_t(maxT * nblk4 * 32));
+  DevBuf<float> xd(size_t(maxT * nblk4)), xs(size_t(maxT * nblk4)), pairs(size_t(maxT * rows));
+  PrefillScratch sc{sw.p(), sw.n, sx.p(), sx.n};
+  sc.xq = xq.p();
+  sc.xq_bytes = xq.n;
+  sc.xd = xd.p();
+  sc.xs = xs.p();
+  sc.xd_elems = xd.n;
+  sc.pairs = pairs.p();
+  sc.pairs_elems = pairs.n;
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreate(&s));
+  GemmHandle* h = gemm_create(s);
+  PrefillTuner tuner;
+  auto lines = [&] {
+    const std::string r = tuner.report();
+    return std::count(r.begin(), r.end(), '\n');
+  };
+  PrefillMatmul m;
+  m.w = &ws[1];
+  m.x = dummy.p();  // never read: the tuner times on its own buffers
+  m.y = dummy.p();
+  std::vector<PrefillRoute> first;
+  for (int64_t T : {2, 5, 40, 700}) {
+    m.T = T;
+    const PrefillRoute r = tuner.route(h, m, copies, sc, s);
+    EXPECT_TRUE(prefill_usable_route(m, r) == r) << "T " << T << " " << route_name(r);
+    if (T > 8) {
+      EXPECT_TRUE(r != PrefillRoute::Gemv) << "T " << T;
+    }
+    first.push_back(r);
+  }
+  EXPECT_EQ(lines(), 6) << tuner.report();  // {2}, {4, 6}, {32, 48}, {512}
+  int i = 0;
+  for (int64_t T : {2, 5, 40, 700}) {  // answered from the table: same routes, nothing measured
+    m.T = T;
+    EXPECT_TRUE(tuner.route(h, m, copies, sc, s) == first[size_t(i++)]) << "T " << T;
+  }
+  EXPECT_EQ(lines(), 6);
+  m.T = 3;
+  m.bias = d_b.p();
+  m.residual = dummy.p();
+  EXPECT_TRUE(tuner.route(h, m, copies, sc, s) != PrefillRoute::Gemv);
+  EXPECT_EQ(lines(), 7) << tuner.report();  // a new key (bias, residual) at T = 3
+  DeviceWeight f = upload(DType::F16, random_rows(DType::F16, 64, 256, rng), 64, 256);
+  PrefillMatmul mf;
+  mf.w = &f;
+  mf.T = 16;
+  EXPECT_TRUE(tuner.route(h, mf, {&f}, sc, s) == PrefillRoute::Outer);
+  EXPECT_EQ(lines(), 7);
+  EXPECT_TRUE(sw.guards_intact() && sx.guards_intact() && xq.guards_intact() && xd.guards_intact() &&
+              pairs.guards_intact());
+  free_weight(f);
+  for (auto& w : ws) free_weight(w);
+  gemm_destroy(h);
+  cudaStreamDestroy(s);
 }
 
 TEST(CudaPrefill, MatmulOuterDequant) {

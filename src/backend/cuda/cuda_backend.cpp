@@ -17,12 +17,14 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/prefill.h"
+#include "backend/cuda/prefill_tune.h"
 #include "backend/cuda/qkv_post.h"
 #include "backend/cuda/sampling.h"
 #include "format/quant/half.h"
@@ -192,15 +194,38 @@ class CudaBackend final : public Backend {
   void launch_op(Graph& g, GraphState& st, const Op& op);
   void launch_prefill_op(Graph& g, GraphState& st, const Op& op);
   void prepare_prefill(Graph& g);
-  // Knob LMFUSE_PREFILL_INKERNEL_DEQUANT over the measured rule; float weights have no in-kernel
-  // kernel and always take the outer route.
-  cuda::PrefillRoute prefill_route(const DeviceWeight& w, int64_t n, int64_t T) const {
+  // Knob LMFUSE_PREFILL_INKERNEL_DEQUANT forces a route; unset, the routes are timed per shape
+  // on this GPU (PrefillTuner) or, with LMFUSE_PREFILL_ROUTE_TUNE=0, taken from the fitted rule.
+  // Float weights have no in-kernel kernel and always take the outer route.
+  cuda::PrefillRoute prefill_route(const cuda::PrefillMatmul& mm) {
+    const DeviceWeight& w = *mm.w;
     if (!cuda::mmq_supported(w.type)) return cuda::PrefillRoute::Outer;
     switch (opts_.knobs.prefill_inkernel_dequant) {
       case Tri::On: return cuda::PrefillRoute::InKernel;
       case Tri::Off: return cuda::PrefillRoute::Outer;
-      default: return cuda::prefill_route_auto(w.type, n, w.cols, T);
+      default: break;
     }
+    if (tri_resolve(opts_.knobs.prefill_route_tune, true))
+      return tuner_.route(gemm_, mm, same_shape(w), pf_, stream_);
+    return cuda::prefill_route_auto(w.type, mm.n > 0 ? mm.n : w.rows, w.cols, mm.T);
+  }
+  // Every uploaded weight of w's type and shape (one per layer): the tuner rotates through them.
+  const std::vector<const DeviceWeight*>& same_shape(const DeviceWeight& w) {
+    const auto key = std::make_tuple(int(w.type), w.rows, w.cols);
+    auto it = same_shape_.find(key);
+    if (it != same_shape_.end()) return it->second;
+    std::vector<const DeviceWeight*> v;
+    auto take = [&](const DeviceWeight& d) {
+      if (d.q && d.type == w.type && d.rows == w.rows && d.cols == w.cols &&
+          std::find_if(v.begin(), v.end(), [&](const DeviceWeight* e) { return e->q == d.q; }) == v.end())
+        v.push_back(&d);
+    };
+    for (const auto& L : layers_) {
+      take(L.qkv);
+      take(L.gate_up);
+    }
+    for (const auto& [hw, d] : mats_) take(d);
+    return same_shape_.emplace(key, std::move(v)).first->second;
   }
   void ensure_prefill_scratch();
   void finish_run(Graph& g, GraphState& st, const StepInput& in);
@@ -231,6 +256,8 @@ class CudaBackend final : public Backend {
   bool qkv_epilogue_in_gemv_ = true;
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
+  cuda::PrefillTuner tuner_;     // measured routes (prefill_tune.h)
+  std::map<std::tuple<int, int64_t, int64_t>, std::vector<const DeviceWeight*>> same_shape_;
   cuda::PrefillScratch pf_;      // fp16 weight rows + fp16 activations, shared by every graph
   size_t pf_w_elems_ = 0;        // largest layer weight (rows x cols), set at load
   float* pf_qkv_raw_ = nullptr;  // [kPrefillChunk][q + 2 kv] fused QKV product before its epilogue
@@ -587,7 +614,7 @@ void CudaBackend::launch_prefill_op(Graph& g, GraphState& st, const Op& op) {
         LMF_CHECK(it != mats_.end(), "matrix not uploaded: ", op.w->name);
         mm.w = &it->second;
       }
-      cuda::matmul_prefill(gemm_, mm, pf_, prefill_route(*mm.w, mm.n > 0 ? mm.n : mm.w->rows, mm.T), stream_);
+      cuda::matmul_prefill(gemm_, mm, pf_, prefill_route(mm), stream_);
       break;
     }
     case OpKind::HeadNorm: {
@@ -678,7 +705,7 @@ void CudaBackend::launch_prefill_group(Graph& g, GraphState& st, const FusionGro
       mm.w = &L.qkv;
       mm.bias = L.qkv_bias;
       mm.y = pf_qkv_raw_;
-      cuda::matmul_prefill(gemm_, mm, pf_, prefill_route(*mm.w, mm.w->rows, mm.T), stream_);
+      cuda::matmul_prefill(gemm_, mm, pf_, prefill_route(mm), stream_);
       cuda::QkvPostArgs pa = qkv_epilogue_args(g, st, grp);
       pa.raw = pf_qkv_raw_;
       pa.T = int(mm.T);
@@ -689,7 +716,7 @@ void CudaBackend::launch_prefill_group(Graph& g, GraphState& st, const FusionGro
       mm.w = &L.gate_up;
       mm.silu_pairs = true;
       mm.y = ptr(st, g, g.ops[size_t(grp.epilogue[0])].out[0]);
-      cuda::matmul_prefill(gemm_, mm, pf_, prefill_route(*mm.w, mm.w->rows, mm.T), stream_);
+      cuda::matmul_prefill(gemm_, mm, pf_, prefill_route(mm), stream_);
       break;
     case GroupKind::OResid:
     case GroupKind::DownResid: {
@@ -698,7 +725,7 @@ void CudaBackend::launch_prefill_group(Graph& g, GraphState& st, const FusionGro
       mm.bias = lead.b ? dev_vec(*lead.b) : nullptr;
       mm.residual = ptr(st, g, add.in[0] == lead.out[0] ? add.in[1] : add.in[0]);
       mm.y = ptr(st, g, add.out[0]);
-      cuda::matmul_prefill(gemm_, mm, pf_, prefill_route(*mm.w, mm.w->rows, mm.T), stream_);
+      cuda::matmul_prefill(gemm_, mm, pf_, prefill_route(mm), stream_);
       break;
     }
   }

@@ -3,8 +3,9 @@
 // gemm_create), positions are read from DEVICE memory, activations are fp32 row-major [T, n],
 // the KV cache is fp16 head-major [n_kv][n_ctx][head_dim] per layer (kernels.h).
 //
-// Matrix products (matmul_prefill) take one of three routes, picked per product by the measured
-// rule prefill_route_auto (prefill_route.cpp) or forced by LMFUSE_PREFILL_INKERNEL_DEQUANT:
+// Matrix products (matmul_prefill) take one of three routes, picked per product by timing them on
+// this GPU (PrefillTuner, prefill_tune.h), by the fitted rule prefill_route_auto
+// (prefill_route.cpp, LMFUSE_PREFILL_ROUTE_TUNE=0), or forced by LMFUSE_PREFILL_INKERNEL_DEQUANT:
 //  - in-kernel (prefill_mmq.cu): int8 x int8 tensor-core GEMM on the packed 4/8-bit weight, the
 //    activations quantized per block of 32 exactly as the decode GEMV and the CPU backend do
 //    (amax/127, round to nearest even): the decode's block arithmetic, no fp16 copy of the weight;
@@ -166,5 +167,9 @@ struct PrefillMatmul {
 // the split-fp16 form (parts 2, exact activations) for float weights.
 void matmul_prefill(GemmHandle* h, const PrefillMatmul& m, const PrefillScratch& sc, PrefillRoute route,
                     cudaStream_t s);
+// The route matmul_prefill takes for m when `want` is asked for (the fallbacks above).
+PrefillRoute prefill_usable_route(const PrefillMatmul& m, PrefillRoute want);
+// x[i] = a pseudo-random value in [-1, 1) from (seed, i): inputs of timing runs.
+void fill_random_f32(float* x, size_t n, uint32_t seed, cudaStream_t s = nullptr);
 
 }  // namespace lmf::cuda

@@ -110,6 +110,10 @@ PrefillRoute usable_route(const PrefillMatmul& m, int64_t n, PrefillRoute want) 
 
 }  // namespace
 
+PrefillRoute prefill_usable_route(const PrefillMatmul& m, PrefillRoute want) {
+  return usable_route(m, m.n > 0 ? m.n : m.w->rows, want);
+}
+
 void matmul_prefill(GemmHandle* g, const PrefillMatmul& m, const PrefillScratch& sc, PrefillRoute route,
                     cudaStream_t s) {
   const DeviceWeight& w = *m.w;

@@ -164,40 +164,44 @@ __global__ void dequant_kernel(const uint8_t* q, const uint8_t* scales, int nblk
 // 512 contiguous bytes and loads 8 bytes per lane; same values as dequant_kernel (d*(q-8),
 // fmaf(d, q, m), d*q computed in fp32, rounded once to fp16). The one-thread-per-block kernel
 // above ran at ~1/6 of the copy bandwidth (sweep, docs/PERF.md): strided 64-byte stores per lane.
+// Grid (ceil(4 nblk / 256), min(n, 65535)): blockIdx.y walks the rows, so a thread's row and
+// block come from 32-bit shifts, not a 64-bit division per thread (the first version of this
+// kernel divided a 64-bit index by nblk and ran at ~half the copy bandwidth).
 template <DType T>
 __global__ void dequant_q_fast_kernel(const uint8_t* q, const uint8_t* scales, int nblk, size_t row_stride,
                                       int64_t r0, int64_t step, int64_t n, __half* out) {
   constexpr int P = T == DType::Q8_0 ? 2 : 1;
-  const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (gid >= n * nblk * 4) return;
-  const int qt = int(gid & 3);
-  const int64_t bi = gid >> 2, i = bi / nblk;
-  const int c = int(bi % nblk);
-  const int64_t r = r0 + i * step;
+  constexpr size_t sb = T == DType::Q4_1 ? 4 : 2;
+  const int j4 = int(blockIdx.x) * blockDim.x + threadIdx.x;  // quarter-block index in the row
+  if (j4 >= nblk * 4) return;
+  const int qt = j4 & 3, c = j4 >> 2;
   const int g = c >> 5, l = c & 31, gb = min(32, nblk - 32 * g);
-  const uint8_t* base = q + size_t(r) * row_stride + size_t(g) * 32 * P * 16;
-  float v[8];
-  if constexpr (T == DType::Q8_0) {
-    const uint2 w = *reinterpret_cast<const uint2*>(base + ((qt >> 1) * gb + l) * 16 + (qt & 1) * 8);
-    const float d = h2f(scales + (size_t(r) * nblk + c) * 2);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = d * float(int8_t(((j < 4 ? w.x : w.y) >> (8 * (j & 3))) & 0xff));
-  } else {
-    const uint2 w = *reinterpret_cast<const uint2*>(base + l * 16 + (qt & 1) * 8);
-    const int sh = qt < 2 ? 0 : 4;  // elements 0-15: low nibbles; 16-31: high nibbles
-    const size_t sb = T == DType::Q4_0 ? 2 : 4;
+  const size_t piece = T == DType::Q8_0 ? size_t(g) * 32 * P * 16 + ((qt >> 1) * gb + l) * 16 + (qt & 1) * 8
+                                        : size_t(g) * 32 * P * 16 + l * 16 + (qt & 1) * 8;
+  for (int64_t i = blockIdx.y; i < n; i += gridDim.y) {
+    const int64_t r = r0 + i * step;
+    const uint2 w = __ldcs(reinterpret_cast<const uint2*>(q + size_t(r) * row_stride + piece));
     const uint8_t* sp = scales + (size_t(r) * nblk + c) * sb;
-    const float d = h2f(sp), m = T == DType::Q4_1 ? h2f(sp + 2) : 0.f;
+    const float d = h2f(sp);
+    float v[8];
+    if constexpr (T == DType::Q8_0) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int nib = int(((j < 4 ? w.x : w.y) >> (8 * (j & 3) + sh)) & 15);
-      v[j] = T == DType::Q4_0 ? d * float(nib - 8) : fmaf(d, float(nib), m);
+      for (int e = 0; e < 8; ++e) v[e] = d * float(int8_t(((e < 4 ? w.x : w.y) >> (8 * (e & 3))) & 0xff));
+    } else {
+      const int sh = qt < 2 ? 0 : 4;  // elements 0-15: low nibbles; 16-31: high nibbles
+      const float m = T == DType::Q4_1 ? h2f(sp + 2) : 0.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int nib = int(((e < 4 ? w.x : w.y) >> (8 * (e & 3) + sh)) & 15);
+        v[e] = T == DType::Q4_0 ? d * float(nib - 8) : fmaf(d, float(nib), m);
+      }
     }
-  }
-  __align__(16) __half h[8];
+    __align__(16) __half h[8];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) h[j] = __float2half_rn(v[j]);
-  *reinterpret_cast<uint4*>(out + size_t(i) * nblk * 32 + size_t(c) * 32 + qt * 8) = *reinterpret_cast<const uint4*>(h);
+    for (int e = 0; e < 8; ++e) h[e] = __float2half_rn(v[e]);
+    *reinterpret_cast<uint4*>(out + size_t(i) * nblk * 32 + size_t(c) * 32 + qt * 8) =
+        *reinterpret_cast<const uint4*>(h);
+  }
 }
 
 __global__ void add_bias_rows_kernel(float* y, const float* bias, int64_t rows, int n, int64_t ldy) {
@@ -220,6 +224,16 @@ __global__ void silu_pairs_kernel(const float* x, float* y, int64_t total, int64
 __global__ void add_rows_kernel(const float* x, float* y, int64_t total) {
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x)
     y[k] += x[k];
+}
+
+__global__ void fill_random_kernel(float* x, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = float(h >> 8) * (2.f / 16777216.f) - 1.f;
+  }
 }
 
 }  // namespace pdev
@@ -265,6 +279,12 @@ void kv_store_rows(const float* k, const float* v, uint16_t* k_cache, uint16_t* 
   CUDA_CHECK_LAUNCH();
 }
 
+void fill_random_f32(float* x, size_t n, uint32_t seed, cudaStream_t s) {
+  if (n == 0) return;
+  pdev::fill_random_kernel<<<unsigned(std::min<size_t>(1024, (n + 255) / 256)), 256, 0, s>>>(x, n, seed);
+  CUDA_CHECK_LAUNCH();
+}
+
 void act_to_f16(const float* x, uint16_t* y, int64_t rows, int cols, bool int8_blocks, int parts, cudaStream_t s) {
   if (rows <= 0 || cols <= 0 || cols % 32 != 0 || parts < 1 || parts > 3)
     LMF_FAIL("cuda act_to_f16: bad shape ", rows, "x", cols, " parts ", parts);
@@ -285,7 +305,7 @@ void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n
   const unsigned grid = blocks_for(n * nblk, 128);
   auto* o = reinterpret_cast<__half*>(out);
   if (parts == 1 && (w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0)) {
-    const unsigned g4 = blocks_for(n * nblk * 4, 256);
+    const dim3 g4(blocks_for(int64_t(nblk) * 4, 256), unsigned(std::min<int64_t>(n, 65535)));
     switch (w.type) {
       case DType::Q4_0: pdev::dequant_q_fast_kernel<DType::Q4_0><<<g4, 256, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
       case DType::Q4_1: pdev::dequant_q_fast_kernel<DType::Q4_1><<<g4, 256, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;

@@ -4,7 +4,7 @@
 # prefill figures with the in-kernel/outer A/B, and the golden whole-model checks. Logs under
 # $OUT. Carry .deps (scripts/carry_deps.sh) for the CLI's headers.
 #   STAGES="tests sweep bench tg sanitize golden" (default: tests sweep bench golden); SWEEP_ARGS passes options to the sweep;
-#   PRESETS, PP (default "512 2048 8192") for bench.
+#   PRESETS, PP (default "512,2048,8192"), AB_KNOBS, PROFILE_PP, REPS for bench.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -27,9 +27,13 @@ fi
 if has sweep; then
   "$BUILD/cuda_bench_prefill" ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep.txt" | tail -5 || rc=1
 fi
-if has bench; then
+if has bench || has tg; then
   for p in ${PRESETS:-qwen3-0.6b qwen3-8b}; do
     [ -s $M/$p.gguf ] || $L random-model --preset $p --type q4_0 --no-tokenizer -o $M/$p.gguf 2>>"$OUT/build.log"
+  done
+fi
+if has bench; then
+  for p in ${PRESETS:-qwen3-0.6b qwen3-8b}; do
     $L bench -m $M/$p.gguf -p ${PP:-512,2048,8192} -n 0 -r ${REPS:-3} 2>&1 | tee -a "$OUT/bench.md"
     for k in ${AB_KNOBS:-prefill_inkernel_dequant prefill_tc_attention qkv_fusion gateup_fusion resid_fusion}; do
       $L bench -m $M/$p.gguf -p 512 -n 0 -r ${REPS:-3} --ab $k 2>&1 | grep -E "pp512|=" | tee -a "$OUT/bench.md"
@@ -49,7 +53,7 @@ if has sanitize; then  # prefill kernels under compute-sanitizer: 70 tokens (sev
       LMFUSE_PREFILL_INKERNEL_DEQUANT=$route compute-sanitizer --tool $tool --error-exitcode 9 "$L" logits \
         -m tests/data/golden/qwen3-tiny-q4_1.gguf --device cuda --tokens "$toks" --all -o /tmp/san.bin \
         >"$OUT/sanitize.log" 2>&1
-      echo "compute-sanitizer $tool, in-kernel=$route: exit $?" | tee -a "$OUT/golden.md"
+      echo "compute-sanitizer $tool, in-kernel=$route: exit $?" | tee -a "$OUT/sanitize.md"
     done
   done
 fi

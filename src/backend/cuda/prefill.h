@@ -77,6 +77,10 @@ void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n
 void add_bias_rows(float* y, const float* bias, int64_t rows, int n, int64_t ldy, cudaStream_t s = nullptr);
 // y[t][j] (+)= silu(x[t][2j]) * x[t][2j+1], j < n; x row stride 2n, y row stride n.
 void silu_pairs_rows(const float* x, float* y, int64_t rows, int64_t n, bool accumulate, cudaStream_t s = nullptr);
+// The same with row strides: x [rows][ldx] (pairs in columns 0 .. 2n), y [rows][ldy]; ldx even
+// (float2 loads).
+void silu_pairs_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n, bool accumulate,
+                     cudaStream_t s = nullptr);
 // y[t][i] += x[t][i] (rows x n, contiguous)
 void add_rows(const float* x, float* y, int64_t elems, cudaStream_t s = nullptr);
 
@@ -169,6 +173,10 @@ void matmul_prefill(GemmHandle* h, const PrefillMatmul& m, const PrefillScratch&
                     cudaStream_t s);
 // The route matmul_prefill takes for m when `want` is asked for (the fallbacks above).
 PrefillRoute prefill_usable_route(const PrefillMatmul& m, PrefillRoute want);
+// One thread busy-waits us microseconds on the GPU (%globaltimer). Timing runs enqueue it before
+// their start event so the host has queued the whole run before the GPU reaches it: the events
+// then time the GPU's work, not the host's launch overheads and their jitter.
+void gpu_spin(int us, cudaStream_t s = nullptr);
 // x[i] = a pseudo-random value in [-1, 1) from (seed, i): inputs of timing runs.
 void fill_random_f32(float* x, size_t n, uint32_t seed, cudaStream_t s = nullptr);
 

@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -110,6 +111,17 @@ PrefillRoute usable_route(const PrefillMatmul& m, int64_t n, PrefillRoute want) 
 
 }  // namespace
 
+// Experiment (docs/PERF.md, session 4): LMFUSE_PREFILL_NCHUNK=N caps the output columns of one
+// outer-route GEMM at N, so a chunk's fp16 weight and fp32 product can stay in the 50 MB L2 for
+// the GEMM and the SiLU pass that follow. 0 / unset: chunks only as the scratch requires.
+int64_t outer_nchunk() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("LMFUSE_PREFILL_NCHUNK");
+    return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t(0);
+  }();
+  return v;
+}
+
 PrefillRoute prefill_usable_route(const PrefillMatmul& m, PrefillRoute want) {
   return usable_route(m, m.n > 0 ? m.n : m.w->rows, want);
 }
@@ -180,15 +192,18 @@ void matmul_prefill(GemmHandle* g, const PrefillMatmul& m, const PrefillScratch&
     beta = 1.f;
   }
   act_to_f16(m.x, sc.x, m.T, int(K), q8, parts, s);
-  const int64_t chunk = std::min<int64_t>(n, int64_t(sc.w_elems / size_t(Kp)));
+  int64_t chunk = std::min<int64_t>(n, int64_t(sc.w_elems / size_t(Kp)));
+  if (outer_nchunk() > 0) chunk = std::min(chunk, outer_nchunk());
+  if (m.silu_pairs) chunk &= ~int64_t(1);  // whole gate/up pairs per chunk
   if (chunk <= 0) LMF_FAIL("cuda matmul_prefill: weight scratch holds no row of ", Kp);
   for (int64_t i0 = 0; i0 < n; i0 += chunk) {
     const int64_t c = std::min(chunk, n - i0);
     dequant_rows_f16(w, m.r0 + i0 * m.step, m.step, c, sc.w, parts, s);
     gemm_f16(g, sc.x, sc.w, y + i0, m.T, c, Kp, n, beta);
+    // Per chunk, while the chunk's product may still be in L2.
+    if (m.silu_pairs) silu_pairs_rows(y + i0, n, m.y + i0 / 2, n_out, m.T, c / 2, false, s);
   }
   if (m.bias) add_bias_rows(y, m.bias, m.T, int(n), n, s);
-  if (m.silu_pairs) silu_pairs_rows(y, m.y, m.T, n_out, false, s);
 }
 
 }  // namespace lmf::cuda

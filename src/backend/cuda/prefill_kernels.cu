@@ -213,17 +213,27 @@ __global__ void add_bias_rows_kernel(float* y, const float* bias, int64_t rows, 
   }
 }
 
-__global__ void silu_pairs_kernel(const float* x, float* y, int64_t total, int64_t n, bool acc) {
+__global__ void silu_pairs_kernel(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t total, int64_t n,
+                                  bool acc) {
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = k / n, j = k % n;
-    const float2 gu = reinterpret_cast<const float2*>(x + t * 2 * n)[j];
+    const float2 gu = reinterpret_cast<const float2*>(x + t * ldx)[j];
     const float v = dev::silu(gu.x) * gu.y;
-    y[k] = acc ? y[k] + v : v;
+    float& o = y[t * ldy + j];
+    o = acc ? o + v : v;
   }
 }
 __global__ void add_rows_kernel(const float* x, float* y, int64_t total) {
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x)
     y[k] += x[k];
+}
+
+__global__ void spin_kernel(uint64_t ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
 }
 
 __global__ void fill_random_kernel(float* x, size_t n, uint32_t seed) {
@@ -276,6 +286,11 @@ void kv_store_rows(const float* k, const float* v, uint16_t* k_cache, uint16_t* 
   pdev::kv_store_rows_kernel<<<dim3(unsigned(n_kv), unsigned(T)), head_dim, 0, s>>>(
       k, v, reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache), n_kv, head_dim, int(n_ctx),
       pos0);
+  CUDA_CHECK_LAUNCH();
+}
+
+void gpu_spin(int us, cudaStream_t s) {
+  pdev::spin_kernel<<<1, 1, 0, s>>>(uint64_t(std::max(us, 0)) * 1000u);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -335,8 +350,15 @@ void add_bias_rows(float* y, const float* bias, int64_t rows, int n, int64_t ldy
 
 namespace lmf::cuda {
 void silu_pairs_rows(const float* x, float* y, int64_t rows, int64_t n, bool accumulate, cudaStream_t s) {
+  silu_pairs_rows(x, 2 * n, y, n, rows, n, accumulate, s);
+}
+
+void silu_pairs_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n, bool accumulate,
+                     cudaStream_t s) {
+  if (rows <= 0 || n <= 0 || ldx < 2 * n || ldx % 2 != 0 || ldy < n)
+    LMF_FAIL("cuda silu_pairs_rows: bad shape ", rows, "x", n, " ldx ", ldx, " ldy ", ldy);
   const unsigned grid = unsigned(std::min<int64_t>((rows * n + 255) / 256, 8 * int64_t(device_sm_count())));
-  pdev::silu_pairs_kernel<<<grid, 256, 0, s>>>(x, y, rows * n, n, accumulate);
+  pdev::silu_pairs_kernel<<<grid, 256, 0, s>>>(x, ldx, y, ldy, rows * n, n, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 void add_rows(const float* x, float* y, int64_t elems, cudaStream_t s) {

@@ -11,6 +11,8 @@ namespace lmf::cuda {
 
 namespace {
 constexpr int kReps = 5;  // timed runs per route and point (median)
+// Covers the host's enqueueing of one run (up to 8 GEMV launches, or cuBLAS' host path).
+constexpr int kSpinUs = 150;
 // GEMV once per token grows linearly in T: past this it never wins on the sweep (docs/PERF.md:
 // at T = 8 it is already 1.5-2x the other routes on every shape), so it is not timed.
 constexpr int64_t kGemvMaxT = 8;
@@ -78,6 +80,7 @@ const PrefillTuner::Point& PrefillTuner::measure(GemmHandle* g, const PrefillMat
     once();
     std::vector<float> ts;
     for (int i = 0; i < kReps; ++i) {
+      gpu_spin(kSpinUs, s);  // the run is queued behind it: the events time the GPU alone
       CUDA_CHECK(cudaEventRecord(e0_, s));
       once();
       CUDA_CHECK(cudaEventRecord(e1_, s));

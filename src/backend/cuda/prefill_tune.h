@@ -13,7 +13,10 @@
 // Measurement: the product exactly as it will run (weight type and shape, row range, bias,
 // residual and SiLU-pairs epilogues), on scratch inputs of random values, rotating through every
 // layer's copy of the weight so that each timed run reads its weight from DRAM as a forward pass
-// does; one warm-up, then the median of 5 runs timed with CUDA events, per route. Between grid
+// does; one warm-up, then the median of 5 runs timed with CUDA events, per route. Each timed run
+// is queued behind a 150 µs spin kernel (gpu_spin), so the events see the GPU's time only: in a
+// forward pass the host runs ahead of the GPU, and host launch jitter (~5-20 µs at the small
+// shapes, first measured as route "noise") must not decide the route. Between grid
 // points each route's time is interpolated linearly in T and the faster is taken; above the last
 // grid point the winner at the last point is kept (from there the dequantization pass is
 // amortized and the vendor GEMM's rate decides).

@@ -45,7 +45,7 @@ void check_dequant(DType t, int64_t rows, int64_t cols, int64_t r0, int64_t step
 // with the activations int8-quantized per block exactly as the kernel does for 8/4-bit weights.
 void check_matmul(DType t, int64_t T, int64_t rows, int64_t cols, int64_t r0, int64_t step, size_t w_scratch,
                   bool bias, uint32_t seed, PrefillRoute route = PrefillRoute::Outer, bool accumulate = false,
-                  bool silu = false) {
+                  bool silu = false, bool separate_residual = false) {
   std::mt19937 rng(seed);
   auto raw = random_rows(t, rows, cols, rng);
   auto W = dequant(t, raw, rows, cols);
@@ -77,8 +77,8 @@ void check_matmul(DType t, int64_t T, int64_t rows, int64_t cols, int64_t r0, in
   auto y0 = randn(size_t(T * n_out), rng);  // accumulate: y starts here
   if (accumulate)
     for (size_t i = 0; i < ref.size(); ++i) ref[i] += y0[i];
-  DevBuf<float> d_x(x), d_b(b), d_y(size_t(T * n_out)), pairs(size_t(T * n));
-  if (accumulate) d_y.upload(y0);
+  DevBuf<float> d_x(x), d_b(b), d_y(size_t(T * n_out)), pairs(size_t(T * n)), d_r(size_t(T * n_out));
+  if (accumulate) (separate_residual ? d_r : d_y).upload(y0);
   DevBuf<uint16_t> sw(3 * w_scratch), sx(size_t(3 * T * cols));
   const int64_t nblk4 = mmq_nblk4(cols);
   DevBuf<int8_t> xq(size_t(T * nblk4 * 32));
@@ -95,7 +95,8 @@ void check_matmul(DType t, int64_t T, int64_t rows, int64_t cols, int64_t r0, in
   m.T = T;
   m.y = d_y.p();
   m.bias = bias ? d_b.p() : nullptr;
-  m.residual = accumulate ? d_y.p() : nullptr;  // in place: y = y + X W^T
+  // in place: y = y + X W^T; separate: y = r + X W^T (y starts poisoned)
+  m.residual = accumulate ? (separate_residual ? d_r.p() : d_y.p()) : nullptr;
   m.silu_pairs = silu;
   PrefillScratch sc{sw.p(), 3 * w_scratch, sx.p(), size_t(3 * T * cols)};
   sc.xq = xq.p();
@@ -120,7 +121,7 @@ void check_matmul(DType t, int64_t T, int64_t rows, int64_t cols, int64_t r0, in
   const double err = rel_l2(y, ref);
   EXPECT_LE(err, tol) << dtype_name(t) << " " << route_name(route) << " T " << T << " rows " << rows << " cols "
                       << cols << " step " << step << (silu ? " silu" : "") << (accumulate ? " acc" : "");
-  EXPECT_TRUE(all_finite(y) && d_y.guards_intact() && sw.guards_intact() && sx.guards_intact() &&
+  EXPECT_TRUE(all_finite(y) && d_y.guards_intact() && d_r.guards_intact() && sw.guards_intact() && sx.guards_intact() &&
               xq.guards_intact() && xd.guards_intact() && xs.guards_intact() && pairs.guards_intact())
       << dtype_name(t) << " T " << T;
   gemm_destroy(h);
@@ -308,6 +309,7 @@ TEST(CudaPrefill, MatmulRoutesEpilogues) {
       check_matmul(t, 3, 256, 1024, 0, 1, size_t(256) * 1024, false, seed++, r, false, true);    // silu pairs
       check_matmul(t, 37, 200, 1056, 0, 1, size_t(200) * 1056, false, seed++, r, false, true);
       check_matmul(t, 4, 300, 512, 0, 1, size_t(300) * 512, false, seed++, r, true);             // residual
+      check_matmul(t, 37, 300, 512, 0, 1, size_t(70) * 512, false, seed++, r, true, false, true);  // other buffer
       check_matmul(t, 2, 96, 2048, 0, 1, size_t(96) * 2048, true, seed++, r);                    // bias
       check_matmul(t, 3, 150, 96, 1, 2, size_t(150) * 96, false, seed++, r);                     // gemv -> fallback
     }

@@ -95,6 +95,10 @@ double gemm_bf16_peak_flops(GemmHandle* h, cudaStream_t s);
 // beta 1: y += the product.
 void gemm_f16(GemmHandle* h, const uint16_t* x, const uint16_t* w, float* y, int64_t T, int64_t N, int64_t K,
               int64_t ldy, float beta = 0.f);
+// y = c + x w^T (cuBLASLt; c [T][ldy] may be y itself or another buffer: the residual epilogue
+// without a copy of the residual into y first). Same layouts as gemm_f16; the GEMM's stream.
+void gemm_f16_c(GemmHandle* h, const uint16_t* x, const uint16_t* w, const float* c, float* y, int64_t T, int64_t N,
+                int64_t K, int64_t ldy);
 
 // ---------------------------------------------------------------------------------------------
 // In-kernel route (prefill_mmq.cu): int8 x int8 tensor-core GEMM over the repacked Q4_0/Q4_1/

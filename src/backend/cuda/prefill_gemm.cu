@@ -1,9 +1,11 @@
 // The outer-dequant matrix product of prefill: weight rows unpacked to fp16 into the scratch,
 // activations converted to fp16, cuBLAS GEMM (fp16 inputs, fp32 accumulate, fp32 output).
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -11,8 +13,21 @@
 
 namespace lmf::cuda {
 
+// cuBLAS for the plain products; cuBLASLt for the residual ones (D = X W^T + C with C != D, which
+// cublasGemmEx cannot express: it needed a copy of the residual into y first, a full extra pass
+// over T x n floats per o_proj / down at prefill).
+struct LtPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
 struct GemmHandle {
   cublasHandle_t h = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  cudaStream_t s = nullptr;
+  void* ws = nullptr;  // cuBLASLt workspace
+  size_t ws_bytes = size_t(32) << 20;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, LtPlan> plans;  // (T, N, K, ldy)
 };
 
 namespace {
@@ -32,12 +47,26 @@ GemmHandle* gemm_create(cudaStream_t s) {
     LMF_FAIL("cuBLAS: cublasCreate failed (out of GPU memory or no device)");
   }
   CUBLAS_CHECK(cublasSetStream(g->h, s));
+  g->s = s;
+  if (cublasLtCreate(&g->lt) != CUBLAS_STATUS_SUCCESS || cudaMalloc(&g->ws, g->ws_bytes) != cudaSuccess) {
+    const size_t mib = g->ws_bytes >> 20;
+    gemm_destroy(g);
+    LMF_FAIL("cuBLASLt: handle or ", mib, " MiB workspace could not be created (out of GPU memory?)");
+  }
   return g;
 }
 
 void gemm_destroy(GemmHandle* g) {
   if (!g) return;
-  cublasDestroy(g->h);
+  for (auto& [k, p] : g->plans) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.op);
+  }
+  if (g->ws) cudaFree(g->ws);
+  if (g->lt) cublasLtDestroy(g->lt);
+  if (g->h) cublasDestroy(g->h);
   delete g;
 }
 
@@ -90,6 +119,47 @@ void gemm_f16(GemmHandle* g, const uint16_t* x, const uint16_t* w, float* y, int
                             CUBLAS_GEMM_DEFAULT));
 }
 
+void gemm_f16_c(GemmHandle* g, const uint16_t* x, const uint16_t* w, const float* c, float* y, int64_t T, int64_t N,
+                int64_t K, int64_t ldy) {
+  if (T <= 0 || N <= 0 || K <= 0 || ldy < N || T > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+    LMF_FAIL("cuda gemm_f16_c: bad shape T ", T, " N ", N, " K ", K, " ldy ", ldy);
+  // Column-major view as in gemm_f16: D (N x T, ld ldy) = W^T (W stored K x N, ld K) * X (K x T,
+  // ld K) + C (N x T, ld ldy).
+  const auto key = std::make_tuple(T, N, K, ldy);
+  auto it = g->plans.find(key);
+  if (it == g->plans.end()) {
+    LtPlan p;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16F, uint64_t(K), uint64_t(N), K));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16F, uint64_t(K), uint64_t(T), K));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, uint64_t(N), uint64_t(T), ldy));
+    cublasLtMatmulPreference_t pref = nullptr;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->ws_bytes,
+                                                      sizeof g->ws_bytes));
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g->lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found < 1) {
+      cublasLtMatrixLayoutDestroy(p.a);
+      cublasLtMatrixLayoutDestroy(p.b);
+      cublasLtMatrixLayoutDestroy(p.c);
+      cublasLtMatmulDescDestroy(p.op);
+      LMF_FAIL("cuBLASLt: no algorithm for the fp16 GEMM T ", T, " N ", N, " K ", K, " (status ", int(st), ")");
+    }
+    p.algo = res.algo;
+    it = g->plans.emplace(key, p).first;
+  }
+  const LtPlan& p = it->second;
+  const float one = 1.f;
+  CUBLAS_CHECK(cublasLtMatmul(g->lt, p.op, &one, w, p.a, x, p.b, &one, c, p.c, y, p.c, &p.algo, g->ws, g->ws_bytes,
+                              g->s));
+}
+
 const char* route_name(PrefillRoute r) {
   return r == PrefillRoute::InKernel ? "in-kernel" : r == PrefillRoute::Gemv ? "gemv" : "outer";
 }
@@ -110,17 +180,6 @@ PrefillRoute usable_route(const PrefillMatmul& m, int64_t n, PrefillRoute want) 
 }
 
 }  // namespace
-
-// Experiment (docs/PERF.md, session 4): LMFUSE_PREFILL_NCHUNK=N caps the output columns of one
-// outer-route GEMM at N, so a chunk's fp16 weight and fp32 product can stay in the 50 MB L2 for
-// the GEMM and the SiLU pass that follow. 0 / unset: chunks only as the scratch requires.
-int64_t outer_nchunk() {
-  static const int64_t v = [] {
-    const char* e = std::getenv("LMFUSE_PREFILL_NCHUNK");
-    return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t(0);
-  }();
-  return v;
-}
 
 PrefillRoute prefill_usable_route(const PrefillMatmul& m, PrefillRoute want) {
   return usable_route(m, m.n > 0 ? m.n : m.w->rows, want);
@@ -185,21 +244,18 @@ void matmul_prefill(GemmHandle* g, const PrefillMatmul& m, const PrefillScratch&
     if (size_t(m.T * n) > sc.pairs_elems) LMF_FAIL("cuda matmul_prefill: gate/up scratch too small for ", m.T, "x", n);
     y = sc.pairs;
   }
-  float beta = 0.f;
-  if (m.residual) {  // y starts as the residual, the GEMM adds to it
-    if (m.residual != m.y)
-      CUDA_CHECK(cudaMemcpyAsync(m.y, m.residual, size_t(m.T * n) * sizeof(float), cudaMemcpyDeviceToDevice, s));
-    beta = 1.f;
-  }
+  // Residual: y = residual + product, the residual read as the GEMM's C (cuBLASLt, C may be y).
   act_to_f16(m.x, sc.x, m.T, int(K), q8, parts, s);
   int64_t chunk = std::min<int64_t>(n, int64_t(sc.w_elems / size_t(Kp)));
-  if (outer_nchunk() > 0) chunk = std::min(chunk, outer_nchunk());
   if (m.silu_pairs) chunk &= ~int64_t(1);  // whole gate/up pairs per chunk
   if (chunk <= 0) LMF_FAIL("cuda matmul_prefill: weight scratch holds no row of ", Kp);
   for (int64_t i0 = 0; i0 < n; i0 += chunk) {
     const int64_t c = std::min(chunk, n - i0);
     dequant_rows_f16(w, m.r0 + i0 * m.step, m.step, c, sc.w, parts, s);
-    gemm_f16(g, sc.x, sc.w, y + i0, m.T, c, Kp, n, beta);
+    if (m.residual)
+      gemm_f16_c(g, sc.x, sc.w, m.residual + i0, y + i0, m.T, c, Kp, n);
+    else
+      gemm_f16(g, sc.x, sc.w, y + i0, m.T, c, Kp, n);
     // Per chunk, while the chunk's product may still be in L2.
     if (m.silu_pairs) silu_pairs_rows(y + i0, n, m.y + i0 / 2, n_out, m.T, c / 2, false, s);
   }

@@ -199,6 +199,66 @@ TEST(CudaPrefill, DequantRowsAllTypes) {
   check_dequant(DType::Q4_0, 70001, 64, 0, 1, seed++);  // more rows than one grid dimension holds (65535)
 }
 
+// The SiLU -> down handoff (prefill.h X16Tag): the gate/up product's SiLU pass leaves the down
+// projection's fp16 input in the scratch; down then skips its conversion. Both products must be
+// bit-identical to running without the handoff, and the tag must live for exactly one product.
+TEST(CudaPrefill, SiluHandoffToDownIsExact) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    std::mt19937 rng(950 + int(t));
+    const int64_t T = 37, E = 256, F = 96, E2 = 160;
+    DeviceWeight w1 = upload(t, random_rows(t, 2 * F, E, rng), 2 * F, E);  // interleaved gate/up
+    DeviceWeight w2 = upload(t, random_rows(t, E2, F, rng), E2, F);
+    DevBuf<float> x(randn(size_t(T * E), rng)), y1(size_t(T * F)), y2(size_t(T * E2)), pairs(size_t(T * 2 * F));
+    DevBuf<uint16_t> sw(size_t(2 * F * E)), sx(size_t(3 * T * E));
+    const int64_t nblk4 = mmq_nblk4(E);
+    DevBuf<int8_t> xq(size_t(T * nblk4 * 32));
+    DevBuf<float> xd(size_t(T * nblk4)), xs(size_t(T * nblk4));
+    PrefillScratch sc{sw.p(), sw.n, sx.p(), sx.n};
+    sc.xq = xq.p();
+    sc.xq_bytes = xq.n;
+    sc.xd = xd.p();
+    sc.xs = xs.p();
+    sc.xd_elems = xd.n;
+    sc.pairs = pairs.p();
+    sc.pairs_elems = pairs.n;
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreate(&s));
+    GemmHandle* h = gemm_create(s);
+    PrefillMatmul gu, down;
+    gu.w = &w1;
+    gu.x = x.p();
+    gu.T = T;
+    gu.y = y1.p();
+    gu.silu_pairs = true;
+    down.w = &w2;
+    down.x = y1.p();
+    down.T = T;
+    down.y = y2.p();
+    std::vector<float> r1[2], r2[2];
+    for (int with : {0, 1}) {
+      X16Tag tag;
+      sc.x16 = with ? &tag : nullptr;
+      matmul_prefill(h, gu, sc, PrefillRoute::Outer, s);
+      if (with) {
+        EXPECT_TRUE(tag.src == y1.p() && tag.T == T && tag.cols == F) << dtype_name(t) << ": tag not set";
+      }
+      matmul_prefill(h, down, sc, PrefillRoute::Outer, s);
+      if (with) {
+        EXPECT_TRUE(tag.src == nullptr) << dtype_name(t) << ": tag outlived its product";
+      }
+      CUDA_CHECK(cudaStreamSynchronize(s));
+      r1[with] = y1.get();
+      r2[with] = y2.get();
+    }
+    EXPECT_TRUE(r1[0] == r1[1] && r2[0] == r2[1] && all_finite(r2[1])) << dtype_name(t) << ": handoff changed bits";
+    EXPECT_TRUE(sx.guards_intact() && y1.guards_intact() && y2.guards_intact()) << dtype_name(t);
+    gemm_destroy(h);
+    cudaStreamDestroy(s);
+    free_weight(w1);
+    free_weight(w2);
+  }
+}
+
 // The route tuner (prefill_tune.h): every answer is a route the product can take; each T is
 // answered from the grid points bracketing it, measured once and kept; a product that cannot take
 // the GEMV route (bias + residual) never gets it; float weights take the outer route unmeasured.

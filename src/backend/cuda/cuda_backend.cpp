@@ -258,6 +258,7 @@ class CudaBackend final : public Backend {
   cuda::GemmHandle* gemm_ = nullptr;
   cuda::PrefillTuner tuner_;     // measured routes (prefill_tune.h)
   std::map<std::tuple<int, int64_t, int64_t>, std::vector<const DeviceWeight*>> same_shape_;
+  cuda::X16Tag pf_x16_;          // SiLU -> down activation handoff (prefill.h X16Tag)
   cuda::PrefillScratch pf_;      // fp16 weight rows + fp16 activations, shared by every graph
   size_t pf_w_elems_ = 0;        // largest layer weight (rows x cols), set at load
   float* pf_qkv_raw_ = nullptr;  // [kPrefillChunk][q + 2 kv] fused QKV product before its epilogue
@@ -466,6 +467,7 @@ void CudaBackend::ensure_prefill_scratch() {
                         size_t(kPrefillChunk * (hp.q_dim() + 2 * hp.kv_dim())) * sizeof(float)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_tokens_), kPrefillChunk * sizeof(int)));
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_tokens_), kPrefillChunk * sizeof(int)));
+  pf_.x16 = &pf_x16_;
   gemm_ = cuda::gemm_create(stream_);
 }
 
@@ -857,6 +859,7 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
     CUDA_CHECK(cudaMemcpyAsync(d_tokens_, h_tokens_, size_t(in.n_tokens) * sizeof(int), cudaMemcpyHostToDevice,
                                stream_));
     CUDA_CHECK(cudaMemcpyAsync(d_io_ + 1, h_io_ + 1, sizeof(int), cudaMemcpyHostToDevice, stream_));
+    pf_x16_ = cuda::X16Tag{};  // nothing in the activation scratch belongs to this run yet
     launch_all(g, st, in.profile);  // op by op: no CUDA graph for prefill (v1)
     ++st.runs;
     finish_run(g, st, in);

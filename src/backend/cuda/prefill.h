@@ -81,6 +81,10 @@ void silu_pairs_rows(const float* x, float* y, int64_t rows, int64_t n, bool acc
 // (float2 loads).
 void silu_pairs_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n, bool accumulate,
                      cudaStream_t s = nullptr);
+// y [rows][n] = silu(x[t][2j]) * x[t][2j+1] (x row stride 2n) and, in the same pass, x16
+// [rows][n] = fp16 of y quantized per block of 32 to int8 (act_to_f16 with int8_blocks, value for
+// value). n % 32 == 0.
+void silu_pairs_rows_q8f16(const float* x, float* y, uint16_t* x16, int64_t rows, int64_t n, cudaStream_t s = nullptr);
 // y[t][i] += x[t][i] (rows x n, contiguous)
 void add_rows(const float* x, float* y, int64_t elems, cudaStream_t s = nullptr);
 
@@ -139,6 +143,17 @@ const char* route_name(PrefillRoute r);  // "outer", "in-kernel", "gemv"
 // routing sweep"): in-kernel or outer for a weight of n x k of type t at T tokens.
 PrefillRoute prefill_route_auto(DType t, int64_t n, int64_t k, int64_t T);
 
+// What the outer route's activation scratch (PrefillScratch::x) holds, when it holds the converted
+// input of the NEXT product: fp16(int8-blocks(src)) for src [T][cols], written by the gate/up
+// product's SiLU pass (one kernel writes y and its conversion) so that the down projection that
+// reads y skips its own conversion pass (~100 MB of traffic per 8B layer at T = 2048). Every
+// matmul_prefill call clears it on entry (it may overwrite x), so only the very next product can
+// use it; the caller clears it at the start of each prefill run.
+struct X16Tag {
+  const float* src = nullptr;
+  int64_t T = 0, cols = 0;
+};
+
 // Scratch of the outer-dequant path, owned by the caller: w holds w_elems fp16 (3 x the largest
 // weight, or a chunk of rows of a larger one), x holds x_elems fp16 (3 x T x the widest input).
 // The in-kernel route's activation buffers (xq/xd/xs above) sized for T x the widest input.
@@ -154,6 +169,7 @@ struct PrefillScratch {
   size_t xd_elems = 0;
   float* pairs = nullptr;  // outer route's gate/up product before the SiLU pairs: pairs_elems floats
   size_t pairs_elems = 0;
+  X16Tag* x16 = nullptr;   // optional (caller-owned): enables the SiLU -> down handoff above
 };
 // Y [T][n] (+ bias) = X [T][w.cols] * (rows r0 + i*step of w)^T: converts X, then dequantizes and
 // multiplies in chunks of rows that fit the scratch.

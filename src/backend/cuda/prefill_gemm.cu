@@ -196,6 +196,9 @@ void matmul_prefill(GemmHandle* g, const PrefillMatmul& m, const PrefillScratch&
     LMF_FAIL("cuda matmul_prefill: silu_pairs needs an even row count, no bias and no residual");
   const bool q8 = w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0;
   route = usable_route(m, n, route);
+  // The SiLU -> down handoff (X16Tag): valid for this call only if the previous call left it.
+  const X16Tag have = sc.x16 ? *sc.x16 : X16Tag{};
+  if (sc.x16) *sc.x16 = X16Tag{};
   if (route == PrefillRoute::Gemv) {
     for (int64_t t = 0; t < m.T; ++t) {
       GemvArgs a;
@@ -245,7 +248,8 @@ void matmul_prefill(GemmHandle* g, const PrefillMatmul& m, const PrefillScratch&
     y = sc.pairs;
   }
   // Residual: y = residual + product, the residual read as the GEMM's C (cuBLASLt, C may be y).
-  act_to_f16(m.x, sc.x, m.T, int(K), q8, parts, s);
+  if (!(q8 && parts == 1 && have.src == m.x && have.T == m.T && have.cols == K))
+    act_to_f16(m.x, sc.x, m.T, int(K), q8, parts, s);
   int64_t chunk = std::min<int64_t>(n, int64_t(sc.w_elems / size_t(Kp)));
   if (m.silu_pairs) chunk &= ~int64_t(1);  // whole gate/up pairs per chunk
   if (chunk <= 0) LMF_FAIL("cuda matmul_prefill: weight scratch holds no row of ", Kp);
@@ -256,10 +260,19 @@ void matmul_prefill(GemmHandle* g, const PrefillMatmul& m, const PrefillScratch&
       gemm_f16_c(g, sc.x, sc.w, m.residual + i0, y + i0, m.T, c, Kp, n);
     else
       gemm_f16(g, sc.x, sc.w, y + i0, m.T, c, Kp, n);
-    // Per chunk, while the chunk's product may still be in L2.
-    if (m.silu_pairs) silu_pairs_rows(y + i0, n, m.y + i0 / 2, n_out, m.T, c / 2, false, s);
   }
   if (m.bias) add_bias_rows(y, m.bias, m.T, int(n), n, s);
+  if (m.silu_pairs) {
+    // After every chunk's GEMM (they read sc.x): the SiLU pass also leaves the down projection's
+    // converted input in sc.x when the next product can use it (quantized weights: the int8-block
+    // conversion act_to_f16 would do; n_out a whole number of blocks).
+    if (q8 && sc.x16 && n_out % 32 == 0 && size_t(m.T * n_out) <= sc.x_elems) {
+      silu_pairs_rows_q8f16(y, m.y, sc.x, m.T, n_out, s);
+      *sc.x16 = X16Tag{m.y, m.T, n_out};
+    } else {
+      silu_pairs_rows(y, m.y, m.T, n_out, false, s);
+    }
+  }
 }
 
 }  // namespace lmf::cuda

@@ -223,6 +223,22 @@ __global__ void silu_pairs_kernel(const float* x, int64_t ldx, float* y, int64_t
     o = acc ? o + v : v;
   }
 }
+// One warp per block of 32 outputs: the block's amax by shuffles, then the int8 code and its fp16
+// value exactly as act_to_f16_kernel computes them from the stored y.
+__global__ void silu_pairs_q8f16_kernel(const float* x, float* y, __half* x16, int64_t nblocks, int64_t n) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; b < nblocks;
+       b += (int64_t(gridDim.x) * blockDim.x) >> 5) {
+    const int64_t e = b * 32 + lane, t = e / n, j = e % n;
+    const float2 gu = reinterpret_cast<const float2*>(x + t * 2 * n)[j];
+    const float v = dev::silu(gu.x) * gu.y;
+    y[e] = v;
+    const float am = dev::warp_max(fabsf(v));
+    const float id = am > 0.f ? 127.f / am : 0.f;
+    x16[e] = __float2half_rn((am / 127.f) * float(__float2int_rn(v * id)));
+  }
+}
+
 __global__ void add_rows_kernel(const float* x, float* y, int64_t total) {
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x)
     y[k] += x[k];
@@ -361,6 +377,14 @@ void silu_pairs_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t
   pdev::silu_pairs_kernel<<<grid, 256, 0, s>>>(x, ldx, y, ldy, rows * n, n, accumulate);
   CUDA_CHECK_LAUNCH();
 }
+void silu_pairs_rows_q8f16(const float* x, float* y, uint16_t* x16, int64_t rows, int64_t n, cudaStream_t s) {
+  if (rows <= 0 || n <= 0 || n % 32 != 0) LMF_FAIL("cuda silu_pairs_rows_q8f16: bad shape ", rows, "x", n);
+  const int64_t nb = rows * (n / 32);
+  const unsigned grid = unsigned(std::min<int64_t>((nb * 32 + 255) / 256, 16 * int64_t(device_sm_count())));
+  pdev::silu_pairs_q8f16_kernel<<<grid, 256, 0, s>>>(x, y, reinterpret_cast<__half*>(x16), nb, n);
+  CUDA_CHECK_LAUNCH();
+}
+
 void add_rows(const float* x, float* y, int64_t elems, cudaStream_t s) {
   const unsigned grid = unsigned(std::min<int64_t>((elems + 255) / 256, 8 * int64_t(device_sm_count())));
   pdev::add_rows_kernel<<<grid, 256, 0, s>>>(x, y, elems);

@@ -1,5 +1,9 @@
-// The adaptive prefill dequantization rule: which route (prefill.h) a projection takes, from its
-// weight's shape and the number of tokens T. Fitted to the sweep `cuda_bench_prefill` ran on the
+// The fitted prefill dequantization rule: which route (prefill.h) a projection takes, from its
+// weight's shape and the number of tokens T. Since session 4 the backend's default is to time the
+// routes per shape on the GPU (PrefillTuner, prefill_tune.h), which the re-measured sweep puts
+// within 3 % of the better forced route at all 420 points where this rule misses at 18 (worst
+// 30.5 %, docs/PERF.md); this rule is the reproducible alternative (LMFUSE_PREFILL_ROUTE_TUNE=0)
+// and the tuner-free fallback. Fitted to the sweep `cuda_bench_prefill` ran on the
 // H200 (qwen3-0.6b .. 32b projection shapes x T = 2 .. 16384, Q4_0; docs/PERF.md, "prefill
 // routing sweep", run P3), where the winner was:
 //   - T <= 2 (and T <= 4 on narrow weights, n < 1.2 k: o_proj, down): the decode GEMV once per

@@ -196,7 +196,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   CUDA_CHECK(cudaMemcpy(d_pos, &pos, sizeof(int), cudaMemcpyHostToDevice));
   const int splits = attn_plan_splits(m.n_kv, n_ctx);
   float* part = dev_floats(attn_scratch_floats(m.n_head, m.hd, splits));
-  unsigned* attn_tickets = attn_counters_alloc(m.n_kv);
   auto body = [&] {
     for (int l = 0; l < m.n_layer; ++l) {
       GemvArgs a;
@@ -228,7 +227,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       at.out = att;
       at.n_splits = splits;
       at.partial = part;
-      at.counters = attn_tickets;
       attention_decode(at, s);
       GemvArgs o;
       o.w = &L[l].o;
@@ -266,7 +264,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   }
   for (float* p : {hidden, gamma, hn, q, att, act, raw, part}) CUDA_CHECK(cudaFree(p));
   CUDA_CHECK(cudaFree(counters));
-  CUDA_CHECK(cudaFree(attn_tickets));
   CUDA_CHECK(cudaFree(d_pos));
 }
 

@@ -96,7 +96,6 @@ struct GraphState {
   float* qkv_raw = nullptr;     // QKV epilogue scratch [q_dim + 2 kv_dim]
   float* gateup_tmp = nullptr;  // unfused fallback over an interleaved weight [2 n_ff]
   float* attn_partial = nullptr;
-  unsigned* attn_counters = nullptr;  // decode attention's merge tickets [n_kv_head]
   int attn_splits = 1;
   cudaGraphExec_t exec = nullptr;
   int runs = 0;
@@ -186,7 +185,6 @@ class CudaBackend final : public Backend {
     cudaFree(st.qkv_raw);
     cudaFree(st.gateup_tmp);
     cudaFree(st.attn_partial);
-    cudaFree(st.attn_counters);
     st = GraphState{};
   }
   float* ptr(const GraphState& st, const Graph& g, int t) const {
@@ -490,7 +488,6 @@ void CudaBackend::finalize(Graph& g) {
   st.attn_splits = cuda::attn_plan_splits(int(hp.n_head_kv), opts_.n_ctx);
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.attn_partial),
                         cuda::attn_scratch_floats(int(hp.n_head), int(hp.head_dim), st.attn_splits) * sizeof(float)));
-  st.attn_counters = cuda::attn_counters_alloc(int(hp.n_head_kv));
 }
 
 void CudaBackend::matmul(const Weight* w, const float* x, float* y, const float* bias) {
@@ -574,7 +571,6 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       a.out = OUT(0);
       a.n_splits = st.attn_splits;
       a.partial = st.attn_partial;
-      a.counters = st.attn_counters;
       cuda::attention_decode(a, stream_);
       break;
     }

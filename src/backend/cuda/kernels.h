@@ -123,9 +123,8 @@ bool gemv_supported(DType t, Prologue pro, Epilogue epi);  // the allow-list
 unsigned* qkv_counters_alloc(int n_head, int n_kv_head);   // zeroed device counters
 
 // ---------------------------------------------------------------------------------------------
-// Decode attention over the fp16 KV cache (flash-decoding: n_splits blocks per KV head, the last
-// of them to finish merges by log-sum-exp; one launch). Length = *pos + 1, read on the device; any
-// length up to n_ctx.
+// Decode attention over the fp16 KV cache (flash-decoding: n_splits blocks per KV head, then a
+// log-sum-exp merge). Length = *pos + 1, read on the device; any length up to n_ctx.
 struct AttnArgs {
   const float* q = nullptr;  // [n_head][head_dim]
   const uint16_t* k_cache = nullptr;
@@ -136,9 +135,7 @@ struct AttnArgs {
   float* out = nullptr;      // [n_head][head_dim]
   int n_splits = 1;          // from attn_plan
   float* partial = nullptr;  // scratch, attn_scratch_floats(...) floats
-  unsigned* counters = nullptr;  // [n_kv_head] from attn_counters_alloc: zero, left zero
 };
-unsigned* attn_counters_alloc(int n_kv_head);  // zeroed device counters (cudaFree them)
 int attn_plan_splits(int n_kv_head, int64_t n_ctx);  // plan-time split count for this device
 size_t attn_scratch_floats(int n_head, int head_dim, int n_splits);
 void attention_decode(const AttnArgs& a, cudaStream_t s = nullptr);

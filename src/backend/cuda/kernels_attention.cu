@@ -1,6 +1,5 @@
 // Decode attention launchers (kernels/attention.cuh); instances: head_dim {32, 64, 128} x
 // query heads per KV head {1, 2, 4, 8} (G is rounded up to the next instance).
-#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
@@ -13,15 +12,7 @@ int attn_plan_splits(int n_kv_head, int64_t n_ctx) {
   // About two blocks per SM at full length; never slices shorter than 16 positions.
   const int want = (2 * device_sm_count() + n_kv_head - 1) / n_kv_head;
   const int64_t cap = std::max<int64_t>(1, n_ctx / 16);
-  // <= 1024: the merge keeps one weight per split and query head in shared memory (attention.cuh)
-  return int(std::max<int64_t>(1, std::min<int64_t>({want, cap, 1024})));
-}
-
-unsigned* attn_counters_alloc(int n_kv_head) {
-  unsigned* c = nullptr;
-  CUDA_CHECK(cudaMalloc(&c, size_t(std::max(n_kv_head, 1)) * sizeof(unsigned)));
-  CUDA_CHECK(cudaMemset(c, 0, size_t(std::max(n_kv_head, 1)) * sizeof(unsigned)));
-  return c;
+  return int(std::max<int64_t>(1, std::min<int64_t>(want, cap)));
 }
 
 size_t attn_scratch_floats(int n_head, int head_dim, int n_splits) {
@@ -33,6 +24,7 @@ template <int HD, int GMAX>
 void launch(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
   dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32), 0,
                   s, p);
+  dev::launch_pdl(&dev::attn_merge_kernel<HD>, dim3(p.n_head), dim3(HD), 0, s, p);
 }
 template <int HD>
 void launch_g(const dev::AttnParams& p, int G, int n_kv, cudaStream_t s) {
@@ -49,8 +41,8 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   if (a.n_kv_head <= 0 || a.n_head % a.n_kv_head != 0 || a.n_head / a.n_kv_head > 8)
     LMF_FAIL("cuda attention: n_head ", a.n_head, " must be a multiple (<= 8x) of n_kv_head ",
              a.n_kv_head);
-  if (!a.q || !a.k_cache || !a.v_cache || !a.pos || !a.out || !a.partial || !a.counters || a.n_splits < 1 ||
-      a.n_splits > 1024 || a.n_ctx <= 0 || a.n_ctx > (int64_t(1) << 30))
+  if (!a.q || !a.k_cache || !a.v_cache || !a.pos || !a.out || !a.partial || a.n_splits < 1 ||
+      a.n_ctx <= 0 || a.n_ctx > (int64_t(1) << 30))
     LMF_FAIL("cuda attention: missing pointer or bad n_ctx/n_splits");
   dev::AttnParams p{};
   p.q = a.q;
@@ -64,7 +56,6 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.out = a.out;
   p.part_o = a.partial;
   p.part_ml = a.partial + size_t(a.n_head) * a.n_splits * a.head_dim;
-  p.counters = a.counters;
   p.scale = 1.0f / std::sqrt(float(a.head_dim));
   const int G = a.n_head / a.n_kv_head;
   if (a.head_dim == 32) launch_g<32>(p, G, a.n_kv_head, s);

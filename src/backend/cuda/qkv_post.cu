@@ -2,7 +2,6 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/common.cuh"
-#include "backend/cuda/kernels/pdl_launch.cuh"
 #include "backend/cuda/qkv_post.h"
 
 namespace lmf::cuda {
@@ -14,9 +13,6 @@ __global__ void qkv_post_kernel(QkvPostArgs a) {
   __shared__ float vals[128];
   const int b = blockIdx.x, d = threadIdx.x, hd = a.head_dim;
   const int nq = a.n_head, nk = a.n_kv_head;
-  // Launched with PDL (decode chain): resident while the QKV GEMV drains, then waits for it.
-  dev::pdl_wait();
-  dev::pdl_launch_dependents();
   const int t = blockIdx.y, pos = *a.pos + t;
   const float* raw = a.raw + size_t(t) * (nq + 2 * nk) * hd;
   float* q_out = a.q_out + size_t(t) * nq * hd;
@@ -65,8 +61,8 @@ void qkv_post(const QkvPostArgs& a, cudaStream_t s) {
   if (!a.raw || !a.pos || !a.q_out || !a.k_cache || !a.v_cache || a.n_ctx <= 0)
     LMF_FAIL("cuda qkv_post: missing pointer");
   if (a.T < 1) LMF_FAIL("cuda qkv_post: T must be >= 1, got ", a.T);
-  dev::launch_pdl(&qkv_post_kernel, dim3(unsigned(a.n_head + 2 * a.n_kv_head), unsigned(a.T)), dim3(a.head_dim), 0,
-                  s, a);
+  qkv_post_kernel<<<dim3(unsigned(a.n_head + 2 * a.n_kv_head), unsigned(a.T)), a.head_dim, 0, s>>>(a);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace lmf::cuda

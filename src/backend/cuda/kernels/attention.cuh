@@ -7,11 +7,7 @@
 // and of V); a warp covers 32/LPT timesteps per step. Each lane group keeps an online softmax
 // (m, l, acc); the block merges its groups in shared memory and writes, per query head and
 // split, the normalized partial output o_s [HD] and (m_s, l_s).
-// Merge (no second kernel): o = sum_s o_s l_s e^(m_s - M) / sum_s l_s e^(m_s - M), M = max m_s,
-// done by the last block of the KV head to finish (a ticket from a per-KV-head counter, which that
-// block resets to 0 for the next launch), for the G query heads of that KV head. With one used
-// split (short contexts) the block writes the output directly. A separate merge kernel cost one
-// more dependent launch per layer (~2 µs of a ~60 µs 8B layer; docs/PERF.md).
+// Pass 2, grid n_head: o = sum_s o_s l_s e^(m_s - M) / sum_s l_s e^(m_s - M), M = max m_s.
 // Short contexts. n_splits is planned for n_ctx, but the slice length is chosen on the device from
 // L: at least kMinSliceSteps warp steps' worth of positions (attn_slice), so at L = 20 one or two
 // splits per KV head do the work; the other blocks exit at once and the merge reads only the
@@ -43,7 +39,6 @@ struct AttnParams {
   float* out;
   float* part_o;   // [n_head][n_splits][HD]
   float* part_ml;  // [n_head][n_splits][2]
-  unsigned* counters;  // [n_kv], zero between launches
   float scale;
 };
 
@@ -53,7 +48,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
   constexpr int TPW = 32 / LPT;   // timesteps per warp step
   constexpr int SLOTS = kAttnWarps * TPW;
   static_assert(HD % 32 == 0 && LPT <= 32, "head_dim 32, 64 or 128");
-  static_assert(SLOTS * HD >= 1024, "the merge keeps up to 1024 split weights per head in sm_acc");
   __shared__ float sm_m[SLOTS][GMAX], sm_l[SLOTS][GMAX];
   __shared__ float sm_acc[SLOTS][GMAX][HD];
 
@@ -136,7 +130,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
     for (int i = 0; i < 8; ++i) sm_acc[slot][g][sub * 8 + i] = acc[g][i];
   }
   __syncthreads();
-  const int used = min(p.n_splits, (L + chunk - 1) / chunk);
   for (int idx = threadIdx.x; idx < G * HD; idx += blockDim.x) {
     const int g = idx / HD, d = idx % HD;
     float M = -INFINITY;
@@ -150,58 +143,41 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
         num = fmaf(sm_acc[s][g][d], w, num);
       }
     const int h = kvh * G + g;
-    const float o = den > 0.f ? num / den : 0.f;
-    if (used == 1) {  // the only split: this is the output
-      p.out[size_t(h) * HD + d] = o;
-      continue;
-    }
     const size_t ps = size_t(h) * p.n_splits + split;
-    p.part_o[ps * HD + d] = o;
+    p.part_o[ps * HD + d] = den > 0.f ? num / den : 0.f;
     if (d == 0) {
       p.part_ml[ps * 2] = M;
       p.part_ml[ps * 2 + 1] = den;
     }
   }
-  if (used == 1) return;
-  // Last arriver of this KV head merges the splits (release: partials visible before the ticket).
-  __shared__ unsigned ticket;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) ticket = atomicAdd(&p.counters[kvh], 1u);
-  __syncthreads();
-  if (ticket != unsigned(used - 1)) return;
-  __threadfence();  // acquire: the other splits' partials (read through L2 below)
-  // Split weights w[g][s] = l_s e^(m_s - M) and their sum, one warp per query head, in the shared
-  // memory the accumulators no longer need (SLOTS * HD = 1024 floats per head >= n_splits); then
-  // every thread weighs its outputs' partials: independent loads, coalesced along d.
-  float* wsm = &sm_acc[0][0][0];
-  __shared__ float wden[GMAX];
-  const int lane32 = threadIdx.x & 31, warp_id = threadIdx.x >> 5;
-  for (int g = warp_id; g < G; g += kAttnWarps) {
-    const float* ml = p.part_ml + size_t(kvh * G + g) * p.n_splits * 2;
-    float M = -INFINITY;
-    for (int s = lane32; s < used; s += 32)
-      if (__ldcg(ml + 2 * s + 1) > 0.f) M = fmaxf(M, __ldcg(ml + 2 * s));
-    M = warp_max(M);
-    float den = 0.f;
-    for (int s = lane32; s < used; s += 32) {
-      const float ls = __ldcg(ml + 2 * s + 1);
-      const float w = ls > 0.f ? ls * __expf(__ldcg(ml + 2 * s) - M) : 0.f;
-      wsm[g * used + s] = w;
+}
+
+template <int HD>
+__global__ void attn_merge_kernel(const __grid_constant__ AttnParams p) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int h = blockIdx.x, d = threadIdx.x;
+  const float* ml = p.part_ml + size_t(h) * p.n_splits * 2;
+  const int L = *p.pos + 1;
+  const int chunk = attn_slice<HD>(L, p.n_splits);
+  const int used = min(p.n_splits, (L + chunk - 1) / chunk);
+  if (used == 1) {  // one split holds the whole (normalized) result
+    p.out[size_t(h) * HD + d] = p.part_o[size_t(h) * p.n_splits * HD + d];
+    return;
+  }
+  float M = -INFINITY;
+  for (int s = 0; s < used; ++s)
+    if (ml[2 * s + 1] > 0.f) M = fmaxf(M, ml[2 * s]);
+  float den = 0.f, num = 0.f;
+  for (int s = 0; s < used; ++s) {
+    const float ls = ml[2 * s + 1];
+    if (ls > 0.f) {
+      const float w = ls * __expf(ml[2 * s] - M);
       den += w;
+      num = fmaf(p.part_o[(size_t(h) * p.n_splits + s) * HD + d], w, num);
     }
-    den = warp_sum(den);
-    if (lane32 == 0) wden[g] = den;
   }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < G * HD; idx += blockDim.x) {
-    const int g = idx / HD, d = idx % HD, h = kvh * G + g;
-    const float* po = p.part_o + size_t(h) * p.n_splits * HD + d;
-    float num = 0.f;
-    for (int s = 0; s < used; ++s) num = fmaf(__ldcg(po + size_t(s) * HD), wsm[g * used + s], num);
-    p.out[size_t(h) * HD + d] = num / wden[g];
-  }
-  if (threadIdx.x == 0) p.counters[kvh] = 0;  // every split has taken its ticket
+  p.out[size_t(h) * HD + d] = num / den;
 }
 
 }  // namespace lmf::cuda::dev

@@ -171,9 +171,6 @@ int main(int argc, char** argv) {
   for (auto& m : models)
     for (auto& sh : shapes_for(m)) maxN = std::max(maxN, size_t(sh.n));
   CUDA_CHECK(cudaMalloc(&y, maxN * size_t(maxM) * 4));
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
 
   int worse = 0, rows = 0, worse_tuned = 0;
   double worst_loss = 0, worst_tuned = 0;
@@ -215,20 +212,8 @@ int main(int argc, char** argv) {
             matmul_prefill(gh, mm, sc, route == 1 ? PrefillRoute::InKernel : PrefillRoute::Outer, s);
           };
           once();
-          once();
-          std::vector<float> ts;
-          for (int r = 0; r < reps; ++r) {
-            gpu_spin(150, s);  // GPU time only, as the tuner measures (prefill.h gpu_spin)
-            cudaEventRecord(e0, s);
-            once();
-            cudaEventRecord(e1, s);
-            CUDA_CHECK(cudaEventSynchronize(e1));
-            float ms;
-            cudaEventElapsedTime(&ms, e0, e1);
-            ts.push_back(ms * 1000.f);
-          }
-          std::sort(ts.begin(), ts.end());
-          return double(ts[ts.size() / 2]);
+          // GPU time only (queued behind a spin), as the tuner measures (prefill.h gpu_spin).
+          return gpu_median_ms(s, reps, once, 150) * 1000.0;
         };
         const double to = time_route(0), ti = time_route(1), tg = M <= 16 ? time_route(2) : 0.0;
         const PrefillRoute rule = prefill_route_auto(type, sh.n, sh.k, M);

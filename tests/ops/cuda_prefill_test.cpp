@@ -19,6 +19,35 @@ DeviceWeight upload(DType t, const std::vector<uint8_t>& rows, int64_t n, int64_
   return upload_weight(repack_rows(t, rows.data(), n, cols));
 }
 
+// The caller-owned scratch of the prefill products (prefill.h PrefillScratch), each buffer with
+// guard zones: w_elems fp16 weight rows, x_elems fp16 activations, the in-kernel route's int8
+// blocks for T rows of up to `cols` inputs, pair_elems floats of gate/up products.
+struct Scratch {
+  DevBuf<uint16_t> w, x;
+  DevBuf<int8_t> xq;
+  DevBuf<float> xd, xs, pairs;
+  PrefillScratch sc;
+  Scratch(int64_t T, int64_t cols, size_t w_elems, size_t x_elems, size_t pair_elems)
+      : w(w_elems), x(x_elems), xq(size_t(T * mmq_nblk4(cols) * 32)), xd(size_t(T * mmq_nblk4(cols))),
+        xs(size_t(T * mmq_nblk4(cols))), pairs(pair_elems) {
+    sc.w = w.p();
+    sc.w_elems = w.n;
+    sc.x = x.p();
+    sc.x_elems = x.n;
+    sc.xq = xq.p();
+    sc.xq_bytes = xq.n;
+    sc.xd = xd.p();
+    sc.xs = xs.p();
+    sc.xd_elems = xd.n;
+    sc.pairs = pairs.p();
+    sc.pairs_elems = pairs.n;
+  }
+  bool intact() const {
+    return w.guards_intact() && x.guards_intact() && xq.guards_intact() && xd.guards_intact() &&
+           xs.guards_intact() && pairs.guards_intact();
+  }
+};
+
 void check_dequant(DType t, int64_t rows, int64_t cols, int64_t r0, int64_t step, uint32_t seed) {
   std::mt19937 rng(seed);
   auto raw = random_rows(t, rows, cols, rng);
@@ -77,12 +106,9 @@ void check_matmul(DType t, int64_t T, int64_t rows, int64_t cols, int64_t r0, in
   auto y0 = randn(size_t(T * n_out), rng);  // accumulate: y starts here
   if (accumulate)
     for (size_t i = 0; i < ref.size(); ++i) ref[i] += y0[i];
-  DevBuf<float> d_x(x), d_b(b), d_y(size_t(T * n_out)), pairs(size_t(T * n)), d_r(size_t(T * n_out));
+  DevBuf<float> d_x(x), d_b(b), d_y(size_t(T * n_out)), d_r(size_t(T * n_out));
   if (accumulate) (separate_residual ? d_r : d_y).upload(y0);
-  DevBuf<uint16_t> sw(3 * w_scratch), sx(size_t(3 * T * cols));
-  const int64_t nblk4 = mmq_nblk4(cols);
-  DevBuf<int8_t> xq(size_t(T * nblk4 * 32));
-  DevBuf<float> xd(size_t(T * nblk4)), xs(size_t(T * nblk4));
+  Scratch scr(T, cols, 3 * w_scratch, size_t(3 * T * cols), size_t(T * n));
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreate(&s));
   GemmHandle* h = gemm_create(s);
@@ -98,15 +124,7 @@ void check_matmul(DType t, int64_t T, int64_t rows, int64_t cols, int64_t r0, in
   // in place: y = y + X W^T; separate: y = r + X W^T (y starts poisoned)
   m.residual = accumulate ? (separate_residual ? d_r.p() : d_y.p()) : nullptr;
   m.silu_pairs = silu;
-  PrefillScratch sc{sw.p(), 3 * w_scratch, sx.p(), size_t(3 * T * cols)};
-  sc.xq = xq.p();
-  sc.xq_bytes = xq.n;
-  sc.xd = xd.p();
-  sc.xs = xs.p();
-  sc.xd_elems = xd.n;
-  sc.pairs = pairs.p();
-  sc.pairs_elems = pairs.n;
-  matmul_prefill(h, m, sc, route, s);
+  matmul_prefill(h, m, scr.sc, route, s);
   CUDA_CHECK(cudaStreamSynchronize(s));
   auto y = d_y.get();
   // The route matmul_prefill falls back to (prefill.h): gemv needs the whole weight.
@@ -121,8 +139,7 @@ void check_matmul(DType t, int64_t T, int64_t rows, int64_t cols, int64_t r0, in
   const double err = rel_l2(y, ref);
   EXPECT_LE(err, tol) << dtype_name(t) << " " << route_name(route) << " T " << T << " rows " << rows << " cols "
                       << cols << " step " << step << (silu ? " silu" : "") << (accumulate ? " acc" : "");
-  EXPECT_TRUE(all_finite(y) && d_y.guards_intact() && d_r.guards_intact() && sw.guards_intact() && sx.guards_intact() &&
-              xq.guards_intact() && xd.guards_intact() && xs.guards_intact() && pairs.guards_intact())
+  EXPECT_TRUE(all_finite(y) && d_y.guards_intact() && d_r.guards_intact() && scr.intact())
       << dtype_name(t) << " T " << T;
   gemm_destroy(h);
   cudaStreamDestroy(s);
@@ -208,19 +225,9 @@ TEST(CudaPrefill, SiluHandoffToDownIsExact) {
     const int64_t T = 37, E = 256, F = 96, E2 = 160;
     DeviceWeight w1 = upload(t, random_rows(t, 2 * F, E, rng), 2 * F, E);  // interleaved gate/up
     DeviceWeight w2 = upload(t, random_rows(t, E2, F, rng), E2, F);
-    DevBuf<float> x(randn(size_t(T * E), rng)), y1(size_t(T * F)), y2(size_t(T * E2)), pairs(size_t(T * 2 * F));
-    DevBuf<uint16_t> sw(size_t(2 * F * E)), sx(size_t(3 * T * E));
-    const int64_t nblk4 = mmq_nblk4(E);
-    DevBuf<int8_t> xq(size_t(T * nblk4 * 32));
-    DevBuf<float> xd(size_t(T * nblk4)), xs(size_t(T * nblk4));
-    PrefillScratch sc{sw.p(), sw.n, sx.p(), sx.n};
-    sc.xq = xq.p();
-    sc.xq_bytes = xq.n;
-    sc.xd = xd.p();
-    sc.xs = xs.p();
-    sc.xd_elems = xd.n;
-    sc.pairs = pairs.p();
-    sc.pairs_elems = pairs.n;
+    DevBuf<float> x(randn(size_t(T * E), rng)), y1(size_t(T * F)), y2(size_t(T * E2));
+    Scratch scr(T, E, size_t(2 * F * E), size_t(3 * T * E), size_t(T * 2 * F));
+    PrefillScratch& sc = scr.sc;
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreate(&s));
     GemmHandle* h = gemm_create(s);
@@ -251,7 +258,7 @@ TEST(CudaPrefill, SiluHandoffToDownIsExact) {
       r2[with] = y2.get();
     }
     EXPECT_TRUE(r1[0] == r1[1] && r2[0] == r2[1] && all_finite(r2[1])) << dtype_name(t) << ": handoff changed bits";
-    EXPECT_TRUE(sx.guards_intact() && y1.guards_intact() && y2.guards_intact()) << dtype_name(t);
+    EXPECT_TRUE(scr.intact() && y1.guards_intact() && y2.guards_intact()) << dtype_name(t);
     gemm_destroy(h);
     cudaStreamDestroy(s);
     free_weight(w1);
@@ -271,18 +278,8 @@ TEST(CudaPrefill, RouteTunerMeasuresBracketsOnce) {
   for (auto& w : ws) copies.push_back(&w);
   auto b = randn(size_t(rows), rng, 0.1f);
   DevBuf<float> d_b(b), dummy(16);
-  DevBuf<uint16_t> sw(size_t(rows * cols)), sx(size_t(maxT * cols));
-  const int64_t nblk4 = mmq_nblk4(cols);
-  DevBuf<int8_t> xq(size_t(maxT * nblk4 * 32));
-  DevBuf<float> xd(size_t(maxT * nblk4)), xs(size_t(maxT * nblk4)), pairs(size_t(maxT * rows));
-  PrefillScratch sc{sw.p(), sw.n, sx.p(), sx.n};
-  sc.xq = xq.p();
-  sc.xq_bytes = xq.n;
-  sc.xd = xd.p();
-  sc.xs = xs.p();
-  sc.xd_elems = xd.n;
-  sc.pairs = pairs.p();
-  sc.pairs_elems = pairs.n;
+  Scratch scr(maxT, cols, size_t(rows * cols), size_t(maxT * cols), size_t(maxT * rows));
+  const PrefillScratch& sc = scr.sc;
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreate(&s));
   GemmHandle* h = gemm_create(s);
@@ -323,8 +320,7 @@ TEST(CudaPrefill, RouteTunerMeasuresBracketsOnce) {
   mf.T = 16;
   EXPECT_TRUE(tuner.route(h, mf, {&f}, sc, s) == PrefillRoute::Outer);
   EXPECT_EQ(lines(), 7);
-  EXPECT_TRUE(sw.guards_intact() && sx.guards_intact() && xq.guards_intact() && xd.guards_intact() &&
-              pairs.guards_intact());
+  EXPECT_TRUE(scr.intact());
   free_weight(f);
   for (auto& w : ws) free_weight(w);
   gemm_destroy(h);

@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "backend/cuda/kernels.h"
 
@@ -197,6 +198,9 @@ PrefillRoute prefill_usable_route(const PrefillMatmul& m, PrefillRoute want);
 // their start event so the host has queued the whole run before the GPU reaches it: the events
 // then time the GPU's work, not the host's launch overheads and their jitter.
 void gpu_spin(int us, cudaStream_t s = nullptr);
+// Median GPU time in ms of `reps` runs of run() on s, each between two events (after one untimed
+// warm-up run); spin_us > 0 queues each timed run behind gpu_spin(spin_us). Synchronizes s.
+double gpu_median_ms(cudaStream_t s, int reps, const std::function<void()>& run, int spin_us = 0);
 // x[i] = a pseudo-random value in [-1, 1) from (seed, i): inputs of timing runs.
 void fill_random_f32(float* x, size_t n, uint32_t seed, cudaStream_t s = nullptr);
 

@@ -84,27 +84,12 @@ double gemm_bf16_peak_flops(GemmHandle* g, cudaStream_t s) {
     CUBLAS_CHECK(cublasGemmEx(g->h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n,
                               &zero, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   };
-  for (int i = 0; i < 3; ++i) run();
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<float> ts;
-  for (int r = 0; r < 10; ++r) {
-    CUDA_CHECK(cudaEventRecord(e0, s));
-    run();
-    CUDA_CHECK(cudaEventRecord(e1, s));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    ts.push_back(ms);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  for (int i = 0; i < 2; ++i) run();
+  const double ms = gpu_median_ms(s, 10, run);
   cudaFree(a);
   cudaFree(b);
   cudaFree(c);
-  std::sort(ts.begin(), ts.end());
-  return 2.0 * n * double(n) * n / (double(ts[ts.size() / 2]) * 1e-3);
+  return 2.0 * n * double(n) * n / (ms * 1e-3);
 }
 
 void gemm_f16(GemmHandle* g, const uint16_t* x, const uint16_t* w, float* y, int64_t T, int64_t N, int64_t K,

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/common.cuh"
@@ -325,6 +326,29 @@ void kv_store_rows(const float* k, const float* v, uint16_t* k_cache, uint16_t* 
 void gpu_spin(int us, cudaStream_t s) {
   pdev::spin_kernel<<<1, 1, 0, s>>>(uint64_t(std::max(us, 0)) * 1000u);
   CUDA_CHECK_LAUNCH();
+}
+
+double gpu_median_ms(cudaStream_t s, int reps, const std::function<void()>& run, int spin_us) {
+  if (reps < 1) LMF_FAIL("gpu_median_ms: reps must be >= 1, got ", reps);
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  run();
+  std::vector<float> ts;
+  for (int i = 0; i < reps; ++i) {
+    if (spin_us > 0) gpu_spin(spin_us, s);
+    CUDA_CHECK(cudaEventRecord(e0, s));
+    run();
+    CUDA_CHECK(cudaEventRecord(e1, s));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0.f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    ts.push_back(ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ts.begin(), ts.end());
+  return double(ts[ts.size() / 2]);
 }
 
 void fill_random_f32(float* x, size_t n, uint32_t seed, cudaStream_t s) {

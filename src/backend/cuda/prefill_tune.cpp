@@ -27,15 +27,9 @@ PrefillTuner::~PrefillTuner() {
   cudaFree(x_);
   cudaFree(y_);
   cudaFree(r_);
-  if (e0_) cudaEventDestroy(e0_);
-  if (e1_) cudaEventDestroy(e1_);
 }
 
 void PrefillTuner::ensure_buffers(size_t x_elems, size_t y_elems, cudaStream_t s) {
-  if (!e0_) {
-    CUDA_CHECK(cudaEventCreate(&e0_));
-    CUDA_CHECK(cudaEventCreate(&e1_));
-  }
   if (x_elems > x_elems_) {
     CUDA_CHECK(cudaStreamSynchronize(s));
     cudaFree(x_);
@@ -77,20 +71,8 @@ const PrefillTuner::Point& PrefillTuner::measure(GemmHandle* g, const PrefillMat
       t.w = copies.empty() ? m.w : copies[size_t(rot_++) % copies.size()];
       matmul_prefill(g, t, sc, r, s);
     };
-    once();
-    std::vector<float> ts;
-    for (int i = 0; i < kReps; ++i) {
-      gpu_spin(kSpinUs, s);  // the run is queued behind it: the events time the GPU alone
-      CUDA_CHECK(cudaEventRecord(e0_, s));
-      once();
-      CUDA_CHECK(cudaEventRecord(e1_, s));
-      CUDA_CHECK(cudaEventSynchronize(e1_));
-      float ms = 0.f;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, e0_, e1_));
-      ts.push_back(ms);
-    }
-    std::sort(ts.begin(), ts.end());
-    p.us[int(r)] = double(ts[ts.size() / 2]) * 1e3;
+    // Queued behind a spin: the events time the GPU alone (prefill_tune.h).
+    p.us[int(r)] = gpu_median_ms(s, kReps, once, kSpinUs) * 1e3;
   }
   return pts.emplace(T, p).first->second;
 }

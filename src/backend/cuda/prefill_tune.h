@@ -65,7 +65,6 @@ class PrefillTuner {
   float* y_ = nullptr;  // [T][n] output
   float* r_ = nullptr;  // [T][n] residual input
   size_t x_elems_ = 0, y_elems_ = 0;
-  cudaEvent_t e0_ = nullptr, e1_ = nullptr;
   int rot_ = 0;
 };
 

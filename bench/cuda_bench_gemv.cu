@@ -16,50 +16,19 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "cuda_bench_util.cuh"
 
 using namespace lmf;
 using namespace lmf::cuda;
 
 namespace {
 
-__global__ void fill_kernel(uint32_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    // Keep fp16/bf16 words finite and small: clear the top exponent bits of each half.
-    p[i] = h & 0x3BFF3BFFu;
-  }
-}
 __global__ void fill_f32(float* p, size_t n, float v) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
 }
 __global__ void empty_kernel() {}
 
-int pieces(DType t) { return t == DType::Q8_0 ? 2 : (t == DType::F16 || t == DType::BF16) ? 4 : 1; }
-int scale_b(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 ? 2 : t == DType::Q4_1 ? 4 : 0; }
-
-// A device weight with random contents in the tiled layout (bandwidth only, values irrelevant).
-DeviceWeight random_weight(DType t, int64_t rows, int64_t cols, uint32_t seed) {
-  DeviceWeight w;
-  w.type = t;
-  w.rows = rows;
-  w.cols = cols;
-  w.q_bytes = size_t(rows) * (cols / 32) * pieces(t) * 16;
-  w.scale_bytes = size_t(rows) * (cols / 32) * scale_b(t);
-  void *q = nullptr, *s = nullptr;
-  CUDA_CHECK(cudaMalloc(&q, w.q_bytes));
-  fill_kernel<<<1024, 256>>>(static_cast<uint32_t*>(q), w.q_bytes / 4, seed);
-  if (w.scale_bytes) {
-    CUDA_CHECK(cudaMalloc(&s, w.scale_bytes));
-    fill_kernel<<<1024, 256>>>(static_cast<uint32_t*>(s), w.scale_bytes / 4, seed + 1);
-  }
-  CUDA_CHECK(cudaGetLastError());
-  w.q = static_cast<const uint8_t*>(q);
-  w.scales = static_cast<const uint8_t*>(s);
-  return w;
-}
+using bench::random_weight;
 
 float* dev_floats(size_t n, float v = 0.01f) {
   float* p = nullptr;
@@ -125,7 +94,7 @@ struct Shape {
 
 void bench_gemv(cudaStream_t s, double copy_gbs, DType t, const Shape& sh, Prologue pro, Epilogue epi,
                 const char* label) {
-  const size_t one = size_t(sh.rows) * (sh.cols / 32) * (pieces(t) * 16 + scale_b(t));
+  const size_t one = bench::packed_bytes(t, sh.rows, sh.cols);
   const int copies = int(std::max<size_t>(2, std::min<size_t>(64, (size_t(600) << 20) / one)));
   std::vector<DeviceWeight> ws;
   for (int i = 0; i < copies; ++i) ws.push_back(random_weight(t, sh.rows, sh.cols, 1234 + i));

@@ -24,50 +24,14 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/prefill.h"
 #include "backend/cuda/prefill_tune.h"
+#include "cuda_bench_util.cuh"
 
 using namespace lmf;
 using namespace lmf::cuda;
 
 namespace {
 
-__global__ void fill_q(uint32_t* p, size_t n, uint32_t seed, uint32_t mask, uint32_t orv) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = (h & mask) | orv;
-  }
-}
-__global__ void fill_f(float* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    p[i] = float(int(h % 2001) - 1000) * 1e-3f;
-  }
-}
-
-int pieces(DType t) { return t == DType::Q8_0 ? 2 : 1; }
-int scale_b(DType t) { return t == DType::Q4_1 ? 4 : 2; }
-
-DeviceWeight random_weight(DType t, int64_t rows, int64_t cols, uint32_t seed) {
-  DeviceWeight w;
-  w.type = t;
-  w.rows = rows;
-  w.cols = cols;
-  w.q_bytes = size_t(rows) * (cols / 32) * pieces(t) * 16;
-  w.scale_bytes = size_t(rows) * (cols / 32) * scale_b(t);
-  void *q = nullptr, *s = nullptr;
-  CUDA_CHECK(cudaMalloc(&q, w.q_bytes));
-  CUDA_CHECK(cudaMalloc(&s, w.scale_bytes));
-  fill_q<<<1024, 256>>>(static_cast<uint32_t*>(q), w.q_bytes / 4, seed, 0xFFFFFFFFu, 0);
-  // small positive fp16 scales: 0x2000..0x23FF (~0.008 .. 0.016)
-  fill_q<<<1024, 256>>>(static_cast<uint32_t*>(s), w.scale_bytes / 4, seed + 1, 0x03FF03FFu, 0x20002000u);
-  CUDA_CHECK(cudaGetLastError());
-  w.q = static_cast<const uint8_t*>(q);
-  w.scales = static_cast<const uint8_t*>(s);
-  return w;
-}
+using bench::random_weight;
 
 struct Shape {
   const char* model;
@@ -166,7 +130,7 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sc.xs), sc.xd_elems * 4));
   float *x = nullptr, *y = nullptr;
   CUDA_CHECK(cudaMalloc(&x, size_t(maxM * maxK) * 4));
-  fill_f<<<1024, 256>>>(x, size_t(maxM * maxK), 7);
+  fill_random_f32(x, size_t(maxM * maxK), 7);
   size_t maxN = 0;
   for (auto& m : models)
     for (auto& sh : shapes_for(m)) maxN = std::max(maxN, size_t(sh.n));
@@ -176,7 +140,7 @@ int main(int argc, char** argv) {
   double worst_loss = 0, worst_tuned = 0;
   for (auto& model : models) {
     for (auto& sh : shapes_for(model)) {
-      const size_t wbytes = size_t(sh.n) * (sh.k / 32) * (pieces(type) * 16 + scale_b(type));
+      const size_t wbytes = bench::packed_bytes(type, sh.n, sh.k);
       const int copies = int(std::max<size_t>(1, (size_t(160) << 20) / wbytes + 1));
       std::vector<DeviceWeight> ws;
       for (int c = 0; c < std::min(copies, 8); ++c) ws.push_back(random_weight(type, sh.n, sh.k, 11 + c));
@@ -213,7 +177,7 @@ int main(int argc, char** argv) {
           };
           once();
           // GPU time only (queued behind a spin), as the tuner measures (prefill.h gpu_spin).
-          return gpu_median_ms(s, reps, once, 150) * 1000.0;
+          return gpu_median_ms(s, reps, once, kTimingSpinUs) * 1000.0;
         };
         const double to = time_route(0), ti = time_route(1), tg = M <= 16 ? time_route(2) : 0.0;
         const PrefillRoute rule = prefill_route_auto(type, sh.n, sh.k, M);

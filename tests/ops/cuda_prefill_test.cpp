@@ -333,7 +333,7 @@ TEST(CudaPrefill, MatmulOuterDequant) {
     check_matmul(t, 37, 200, 1056, 0, 1, size_t(200) * 1056, true, seed++);
     check_matmul(t, 5, 150, 96, 1, 2, size_t(7) * 96, false, seed++);  // gate/up rows, 11 chunks
     check_matmul(t, 64, 512, 1024, 0, 1, size_t(100) * 1024, false, seed++);  // chunked (6 chunks)
-    // chunked gate/up pairs: SiLU per chunk (90 rows; 45 -> 44 for float weights' two parts)
+    // gate/up pairs over a chunked weight (90 rows per chunk; 45 for float weights' two parts)
     check_matmul(t, 37, 200, 1056, 0, 1, size_t(30) * 1056, false, seed++, PrefillRoute::Outer, false, true);
   }
 }

@@ -65,23 +65,18 @@ void attention_prefill_tc(const PrefillAttnArgs& a, cudaStream_t s = nullptr);
 
 // fp32 [rows][cols] -> fp16 [rows][cols]; int8_blocks: quantize each block of 32 to int8 first
 // (see the header comment). cols % 32 == 0.
-// parts 1: y [rows][cols] = fp16(x); 2: y [rows][2 cols] = hi | lo; 3: hi | hi | lo (kept for
-// experiments: quantized weights split hi|lo too, fp32-exact at 3x the GEMM work).
+// parts 1: y [rows][cols] = fp16(x); 2: y [rows][2 cols] = hi | lo.
 void act_to_f16(const float* x, uint16_t* y, int64_t rows, int cols, bool int8_blocks, int parts = 1,
                 cudaStream_t s = nullptr);
 // Rows r0, r0 + step, ..., r0 + (n-1)*step of a repacked weight (kernels.h layout) -> fp16
 // out [n][parts * w.cols] (values computed in fp32): parts 1: fp16(w); 2: w | w (float weights,
-// exact in fp16); 3: hi | lo | hi. step 2 picks gate or up rows out of an interleaved gate/up weight.
+// exact in fp16). step 2 picks gate or up rows out of an interleaved gate/up weight.
 void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n, uint16_t* out, int parts = 1,
                       cudaStream_t s = nullptr);
 // y[t][i] += bias[i] for t < rows, i < n; row stride ldy.
 void add_bias_rows(float* y, const float* bias, int64_t rows, int n, int64_t ldy, cudaStream_t s = nullptr);
 // y[t][j] (+)= silu(x[t][2j]) * x[t][2j+1], j < n; x row stride 2n, y row stride n.
 void silu_pairs_rows(const float* x, float* y, int64_t rows, int64_t n, bool accumulate, cudaStream_t s = nullptr);
-// The same with row strides: x [rows][ldx] (pairs in columns 0 .. 2n), y [rows][ldy]; ldx even
-// (float2 loads).
-void silu_pairs_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n, bool accumulate,
-                     cudaStream_t s = nullptr);
 // y [rows][n] = silu(x[t][2j]) * x[t][2j+1] (x row stride 2n) and, in the same pass, x16
 // [rows][n] = fp16 of y quantized per block of 32 to int8 (act_to_f16 with int8_blocks, value for
 // value). n % 32 == 0.
@@ -93,13 +88,12 @@ void add_rows(const float* x, float* y, int64_t elems, cudaStream_t s = nullptr)
 struct GemmHandle;
 GemmHandle* gemm_create(cudaStream_t s);
 void gemm_destroy(GemmHandle* h);
-// y [T][ldy], columns [0, N) = x [T][K] (fp16) * w [N][K]^T (fp16), fp32 accumulate and output.
 // cuBLAS bf16 GEMM 8192^3 (bf16 in/out, fp32 accumulate), median of 10: the FLOP/s that prefill
 // figures are reported against (issue 6). Allocates and frees 384 MiB.
 double gemm_bf16_peak_flops(GemmHandle* h, cudaStream_t s);
-// beta 1: y += the product.
+// y [T][ldy], columns [0, N) = x [T][K] (fp16) * w [N][K]^T (fp16), fp32 accumulate and output.
 void gemm_f16(GemmHandle* h, const uint16_t* x, const uint16_t* w, float* y, int64_t T, int64_t N, int64_t K,
-              int64_t ldy, float beta = 0.f);
+              int64_t ldy);
 // y = c + x w^T (cuBLASLt; c [T][ldy] may be y itself or another buffer: the residual epilogue
 // without a copy of the residual into y first). Same layouts as gemm_f16; the GEMM's stream.
 void gemm_f16_c(GemmHandle* h, const uint16_t* x, const uint16_t* w, const float* c, float* y, int64_t T, int64_t N,
@@ -194,6 +188,9 @@ void matmul_prefill(GemmHandle* h, const PrefillMatmul& m, const PrefillScratch&
                     cudaStream_t s);
 // The route matmul_prefill takes for m when `want` is asked for (the fallbacks above).
 PrefillRoute prefill_usable_route(const PrefillMatmul& m, PrefillRoute want);
+// Spin used by every prefill timing run (PrefillTuner, cuda_bench_prefill): covers the host's
+// enqueueing of one run (up to 8 GEMV launches, or cuBLAS' host path).
+constexpr int kTimingSpinUs = 150;
 // One thread busy-waits us microseconds on the GPU (%globaltimer). Timing runs enqueue it before
 // their start event so the host has queued the whole run before the GPU reaches it: the events
 // then time the GPU's work, not the host's launch overheads and their jitter.

@@ -93,14 +93,14 @@ double gemm_bf16_peak_flops(GemmHandle* g, cudaStream_t s) {
 }
 
 void gemm_f16(GemmHandle* g, const uint16_t* x, const uint16_t* w, float* y, int64_t T, int64_t N, int64_t K,
-              int64_t ldy, float beta) {
+              int64_t ldy) {
   if (T <= 0 || N <= 0 || K <= 0 || ldy < N || T > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
     LMF_FAIL("cuda gemm_f16: bad shape T ", T, " N ", N, " K ", K, " ldy ", ldy);
   // Row-major y[T][ldy] is column-major N x T (ld ldy): y = op(W) * X with W stored column-major
   // K x N (ld K, transposed) and X column-major K x T (ld K).
-  const float one = 1.f;
+  const float one = 1.f, zero = 0.f;
   CUBLAS_CHECK(cublasGemmEx(g->h, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(T), int(K), &one, w, CUDA_R_16F, int(K), x,
-                            CUDA_R_16F, int(K), &beta, y, CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F,
+                            CUDA_R_16F, int(K), &zero, y, CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
 }
 
@@ -233,10 +233,9 @@ void matmul_prefill(GemmHandle* g, const PrefillMatmul& m, const PrefillScratch&
     y = sc.pairs;
   }
   // Residual: y = residual + product, the residual read as the GEMM's C (cuBLASLt, C may be y).
-  if (!(q8 && parts == 1 && have.src == m.x && have.T == m.T && have.cols == K))
+  if (!(q8 && have.src == m.x && have.T == m.T && have.cols == K))
     act_to_f16(m.x, sc.x, m.T, int(K), q8, parts, s);
-  int64_t chunk = std::min<int64_t>(n, int64_t(sc.w_elems / size_t(Kp)));
-  if (m.silu_pairs) chunk &= ~int64_t(1);  // whole gate/up pairs per chunk
+  const int64_t chunk = std::min<int64_t>(n, int64_t(sc.w_elems / size_t(Kp)));
   if (chunk <= 0) LMF_FAIL("cuda matmul_prefill: weight scratch holds no row of ", Kp);
   for (int64_t i0 = 0; i0 < n; i0 += chunk) {
     const int64_t c = std::min(chunk, n - i0);

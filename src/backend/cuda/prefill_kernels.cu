@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/gguf_elem.cuh"
 #include "backend/cuda/prefill.h"
 
 namespace lmf::cuda {
@@ -19,34 +20,12 @@ __device__ __forceinline__ float h2f(const uint8_t* p) {
   return __half2float(__ushort_as_half(uint16_t(p[0] | (p[1] << 8))));
 }
 
-// Element i of a raw GGUF row (format/quant/types.h block layouts).
-template <DType T>
-__device__ __forceinline__ float gguf_value(const uint8_t* row, int i) {
-  const int b = i >> 5, e = i & 31;
-  if constexpr (T == DType::F32) {
-    return reinterpret_cast<const float*>(row)[i];
-  } else if constexpr (T == DType::F16) {
-    return __half2float(reinterpret_cast<const __half*>(row)[i]);
-  } else if constexpr (T == DType::BF16) {
-    return bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
-  } else if constexpr (T == DType::Q4_0) {
-    const uint8_t* blk = row + b * 18;
-    return h2f(blk) * float(((blk[2 + (e & 15)] >> (e < 16 ? 0 : 4)) & 15) - 8);
-  } else if constexpr (T == DType::Q4_1) {
-    const uint8_t* blk = row + b * 20;
-    return fmaf(h2f(blk), float((blk[4 + (e & 15)] >> (e < 16 ? 0 : 4)) & 15), h2f(blk + 2));
-  } else {  // Q8_0
-    const uint8_t* blk = row + b * 34;
-    return h2f(blk) * float(int8_t(blk[2 + e]));
-  }
-}
-
 // grid (ceil(cols/256), T)
 template <DType T>
 __global__ void embed_rows_kernel(const uint8_t* table, size_t rb, int cols, const int* tokens, float* out) {
   const int t = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= cols) return;
-  out[size_t(t) * cols + i] = gguf_value<T>(table + size_t(tokens[t]) * rb, i);
+  out[size_t(t) * cols + i] = dev::gguf_elem<T>(table + size_t(tokens[t]) * rb, i);
 }
 
 // grid (n_heads, T), block hd/2: one pair per thread (same arithmetic as the decode rope).
@@ -101,17 +80,9 @@ __global__ void act_to_f16_kernel(const float* x, __half* y, int64_t nquads, int
   if (parts == 1) return;
   const float2 f01 = __half22float2(h01), f23 = __half22float2(h23);
   const __half2 l01 = __floats2half2_rn(v.x - f01.x, v.y - f01.y), l23 = __floats2half2_rn(v.z - f23.x, v.w - f23.y);
-  __half2* second = reinterpret_cast<__half2*>(yr + cols);
-  if (parts == 2) {
-    second[0] = l01;
-    second[1] = l23;
-  } else {
-    second[0] = h01;
-    second[1] = h23;
-    __half2* third = reinterpret_cast<__half2*>(yr + 2 * cols);
-    third[0] = l01;
-    third[1] = l23;
-  }
+  __half2* lo = reinterpret_cast<__half2*>(yr + cols);
+  lo[0] = l01;
+  lo[1] = l23;
 }
 
 // One thread per (output row i, block c of 32 elements) of a repacked weight.
@@ -159,22 +130,17 @@ __global__ void dequant_kernel(const uint8_t* q, const uint8_t* scales, int nblk
 #pragma unroll
     for (int j = 0; j < 32; ++j) h[j] = __half2float(b16[j]);
   }
-  // parts 1: hi; 2: hi | hi (float weights: hi is exact); 3: hi | lo | hi
+  // parts 1: fp16(w); 2: w | w (float weights: exact in fp16), against the activations' hi | lo
   const int cols = nblk * 32;
   __half* row = out + size_t(i) * parts * cols + size_t(c) * 32;
-  __align__(16) __half hv[32], lv[32];
+  __align__(16) __half hv[32];
 #pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    hv[j] = __float2half_rn(h[j]);
-    lv[j] = __float2half_rn(h[j] - __half2float(hv[j]));
-  }
+  for (int j = 0; j < 32; ++j) hv[j] = __float2half_rn(h[j]);
   const uint4* hs = reinterpret_cast<const uint4*>(hv);
-  const uint4* ls = reinterpret_cast<const uint4*>(lv);
   for (int p = 0; p < parts; ++p) {
     uint4* dst = reinterpret_cast<uint4*>(row + size_t(p) * cols);
-    const uint4* src = p == 1 && parts == 3 ? ls : hs;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) dst[k] = src[k];
+    for (int k = 0; k < 4; ++k) dst[k] = hs[k];
   }
 }
 
@@ -231,14 +197,12 @@ __global__ void add_bias_rows_kernel(float* y, const float* bias, int64_t rows, 
   }
 }
 
-__global__ void silu_pairs_kernel(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t total, int64_t n,
-                                  bool acc) {
+__global__ void silu_pairs_kernel(const float* x, float* y, int64_t total, int64_t n, bool acc) {
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = k / n, j = k % n;
-    const float2 gu = reinterpret_cast<const float2*>(x + t * ldx)[j];
+    const float2 gu = reinterpret_cast<const float2*>(x + t * 2 * n)[j];
     const float v = dev::silu(gu.x) * gu.y;
-    float& o = y[t * ldy + j];
-    o = acc ? o + v : v;
+    y[k] = acc ? y[k] + v : v;
   }
 }
 // One warp per block of 32 outputs: the block's amax by shuffles, then the int8 code and its fp16
@@ -358,7 +322,7 @@ void fill_random_f32(float* x, size_t n, uint32_t seed, cudaStream_t s) {
 }
 
 void act_to_f16(const float* x, uint16_t* y, int64_t rows, int cols, bool int8_blocks, int parts, cudaStream_t s) {
-  if (rows <= 0 || cols <= 0 || cols % 32 != 0 || parts < 1 || parts > 3)
+  if (rows <= 0 || cols <= 0 || cols % 32 != 0 || parts < 1 || parts > 2)
     LMF_FAIL("cuda act_to_f16: bad shape ", rows, "x", cols, " parts ", parts);
   const int64_t nq = rows * (cols / 4);
   pdev::act_to_f16_kernel<<<blocks_for(nq), 256, 0, s>>>(x, reinterpret_cast<__half*>(y), nq, cols, int8_blocks,
@@ -368,7 +332,7 @@ void act_to_f16(const float* x, uint16_t* y, int64_t rows, int cols, bool int8_b
 
 void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n, uint16_t* out, int parts,
                       cudaStream_t s) {
-  if (parts < 1 || parts > 3) LMF_FAIL("cuda dequant_rows_f16: parts must be 1..3, got ", parts);
+  if (parts < 1 || parts > 2) LMF_FAIL("cuda dequant_rows_f16: parts must be 1 or 2, got ", parts);
   if (n <= 0 || r0 < 0 || step < 1 || r0 + (n - 1) * step >= w.rows || w.cols % 32 != 0)
     LMF_FAIL("cuda dequant_rows_f16: rows ", r0, " + ", n, " x step ", step, " outside a weight of ", w.rows, "x",
              w.cols);
@@ -407,15 +371,9 @@ void add_bias_rows(float* y, const float* bias, int64_t rows, int n, int64_t ldy
 
 namespace lmf::cuda {
 void silu_pairs_rows(const float* x, float* y, int64_t rows, int64_t n, bool accumulate, cudaStream_t s) {
-  silu_pairs_rows(x, 2 * n, y, n, rows, n, accumulate, s);
-}
-
-void silu_pairs_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n, bool accumulate,
-                     cudaStream_t s) {
-  if (rows <= 0 || n <= 0 || ldx < 2 * n || ldx % 2 != 0 || ldy < n)
-    LMF_FAIL("cuda silu_pairs_rows: bad shape ", rows, "x", n, " ldx ", ldx, " ldy ", ldy);
+  if (rows <= 0 || n <= 0) LMF_FAIL("cuda silu_pairs_rows: bad shape ", rows, "x", n);
   const unsigned grid = unsigned(std::min<int64_t>((rows * n + 255) / 256, 8 * int64_t(device_sm_count())));
-  pdev::silu_pairs_kernel<<<grid, 256, 0, s>>>(x, ldx, y, ldy, rows * n, n, accumulate);
+  pdev::silu_pairs_kernel<<<grid, 256, 0, s>>>(x, y, rows * n, n, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 void silu_pairs_rows_q8f16(const float* x, float* y, uint16_t* x16, int64_t rows, int64_t n, cudaStream_t s) {

@@ -11,8 +11,6 @@ namespace lmf::cuda {
 
 namespace {
 constexpr int kReps = 5;  // timed runs per route and point (median)
-// Covers the host's enqueueing of one run (up to 8 GEMV launches, or cuBLAS' host path).
-constexpr int kSpinUs = 150;
 // GEMV once per token grows linearly in T: past this it never wins on the sweep (docs/PERF.md:
 // at T = 8 it is already 1.5-2x the other routes on every shape), so it is not timed.
 constexpr int64_t kGemvMaxT = 8;
@@ -72,7 +70,7 @@ const PrefillTuner::Point& PrefillTuner::measure(GemmHandle* g, const PrefillMat
       matmul_prefill(g, t, sc, r, s);
     };
     // Queued behind a spin: the events time the GPU alone (prefill_tune.h).
-    p.us[int(r)] = gpu_median_ms(s, kReps, once, kSpinUs) * 1e3;
+    p.us[int(r)] = gpu_median_ms(s, kReps, once, kTimingSpinUs) * 1e3;
   }
   return pts.emplace(T, p).first->second;
 }

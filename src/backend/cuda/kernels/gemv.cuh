@@ -330,59 +330,17 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
   }
 }
 
-template <DType T, Prologue PRO, Epilogue EPI>
-__global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
-    gemv_kernel(const __grid_constant__ GemvParams p) {
-  // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
-  // {dx, sum q}[nblk] (see the header comment).
-  extern __shared__ float4 xs4[];
-  __shared__ float red[32];
-  __shared__ float kred[2][kGemvWarps][kRows];  // split-K partials, double-buffered by row group
-  const int nblk = p.cols >> 5;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n_rg = (p.rows + kRows - 1) / kRows;
-  const int ngroups = (nblk + 31) / 32;
-  const int ks = p.ksplit;
-  const int sub = warp % ks, slot = warp / ks;
-  const int rg_step = gridDim.x * (kGemvWarps / ks);
-
-  const uint64_t pol = evict_first_policy();
-  constexpr int U = kSteps<T>;
-  // Position (row group rg, column group g) of a batch of U steps; the next batch follows.
-  struct Pos {
-    int rg, g;
-  };
-  const int g0 = sub * U, gstep = ks * U;  // this warp's column batches: g0, g0 + gstep, ...
-  auto next_pos = [&](Pos q) {
-    q.g += gstep;
-    if (q.g >= ngroups) {
-      q.g = g0;
-      q.rg += rg_step;
-    }
-    return q;
-  };
-  Pos a{int(blockIdx.x) + int(gridDim.x) * slot, g0};
-  Pos b = next_pos(a);
-  Frag<T> cur[U], nxt[U];
-  // Two batches in flight while x is staged (for the 8B shapes that is a whole row group).
-  if (a.rg < n_rg)
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (a.g + u < ngroups) cur[u].load(p, a.rg, a.g + u, nblk, lane, pol);
-  if (b.rg < n_rg)
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (b.g + u < ngroups) nxt[u].load(p, b.rg, b.g + u, nblk, lane, pol);
-  // Everything above reads only weights; from here on inputs of the previous kernel are read
-  // and outputs written (PDL, see pdl_launch.cuh).
-  pdl_wait();
-  pdl_launch_dependents();
-
-  // Stage x (prologue). Thread t takes float4 t of each 1024-element slice: read-only loads, no
+// Stages x (after the prologue) in shared memory: the layout of the header comment. All
+// kGemvThreads threads of the block call it; the caller synchronizes before reading xs4. Shared
+// by gemv_kernel and gemv_tma_kernel, so both stage bit-identical x.
+template <DType T, Prologue PRO>
+__device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red) {
+  // Thread t takes float4 t of each 1024-element slice: read-only loads, no
   // dependence between iterations, so the unrolled loop keeps several L2 reads in flight (a
   // serial chain here costs an L2 latency per iteration). 8 consecutive lanes hold one 32-element
   // block, so its max / sum is 3 shuffles.
   static_assert(kGemvThreads == kNormThreads, "the Norm prologue must match rmsnorm_rows");
+  const int nblk = p.cols >> 5;
   const int n4 = p.cols >> 2;
   const float4* in4 = reinterpret_cast<const float4*>(p.in);
   const float4* res4 = reinterpret_cast<const float4*>(p.residual);
@@ -443,6 +401,57 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
       if (ok) xs4[c * 8 + (f ^ (c & 7))] = v;
     }
   }
+}
+
+template <DType T, Prologue PRO, Epilogue EPI>
+__global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
+    gemv_kernel(const __grid_constant__ GemvParams p) {
+  // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
+  // {dx, sum q}[nblk] (see the header comment).
+  extern __shared__ float4 xs4[];
+  __shared__ float red[32];
+  __shared__ float kred[2][kGemvWarps][kRows];  // split-K partials, double-buffered by row group
+  const int nblk = p.cols >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_rg = (p.rows + kRows - 1) / kRows;
+  const int ngroups = (nblk + 31) / 32;
+  const int ks = p.ksplit;
+  const int sub = warp % ks, slot = warp / ks;
+  const int rg_step = gridDim.x * (kGemvWarps / ks);
+
+  const uint64_t pol = evict_first_policy();
+  constexpr int U = kSteps<T>;
+  // Position (row group rg, column group g) of a batch of U steps; the next batch follows.
+  struct Pos {
+    int rg, g;
+  };
+  const int g0 = sub * U, gstep = ks * U;  // this warp's column batches: g0, g0 + gstep, ...
+  auto next_pos = [&](Pos q) {
+    q.g += gstep;
+    if (q.g >= ngroups) {
+      q.g = g0;
+      q.rg += rg_step;
+    }
+    return q;
+  };
+  Pos a{int(blockIdx.x) + int(gridDim.x) * slot, g0};
+  Pos b = next_pos(a);
+  Frag<T> cur[U], nxt[U];
+  // Two batches in flight while x is staged (for the 8B shapes that is a whole row group).
+  if (a.rg < n_rg)
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (a.g + u < ngroups) cur[u].load(p, a.rg, a.g + u, nblk, lane, pol);
+  if (b.rg < n_rg)
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (b.g + u < ngroups) nxt[u].load(p, b.rg, b.g + u, nblk, lane, pol);
+  // Everything above reads only weights; from here on inputs of the previous kernel are read
+  // and outputs written (PDL, see pdl_launch.cuh).
+  pdl_wait();
+  pdl_launch_dependents();
+
+  gemv_stage_x<T, PRO>(p, xs4, red);
   __syncthreads();
 
   float acc[kRows];

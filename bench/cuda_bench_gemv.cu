@@ -253,10 +253,14 @@ int main(int argc, char** argv) {
     // `cuda_bench_gemv SUBSTR`: only the Q4_0 plain GEMVs whose shape name contains SUBSTR (a short
     // run for a profiler, e.g. ncu --launch-skip 40 --launch-count 1).
     if (argc > 1) {
-      for (const auto* set : {&s8, &s06})
-        for (const auto& sh : *set)
-          if (std::string(sh.name).find(argv[1]) != std::string::npos)
-            bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain");
+      for (bool tma : {true, false}) {
+        set_gemv_tma(tma);
+        for (const auto* set : {&s8, &s06})
+          for (const auto& sh : *set)
+            if (std::string(sh.name).find(argv[1]) != std::string::npos)
+              bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, tma ? "plain" : "plain-reg");
+      }
+      set_gemv_tma(true);
       return 0;
     }
     for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16}) {

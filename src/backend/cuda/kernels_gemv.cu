@@ -51,9 +51,9 @@ void set_gemv_tma(bool on) { g_tma.store(on, std::memory_order_relaxed); }
 bool gemv_tma_applies(DType t, int64_t rows, int64_t cols) {
   const int sms = device_sm_count();
   switch (t) {
-    case DType::Q4_0: return dev::gemv_tma_plan<DType::Q4_0>(rows, cols, sms).rs > 0;
-    case DType::Q4_1: return dev::gemv_tma_plan<DType::Q4_1>(rows, cols, sms).rs > 0;
-    case DType::Q8_0: return dev::gemv_tma_plan<DType::Q8_0>(rows, cols, sms).rs > 0;
+    case DType::Q4_0: return dev::gemv_tma_plan<DType::Q4_0>(rows, cols, sms).slots > 0;
+    case DType::Q4_1: return dev::gemv_tma_plan<DType::Q4_1>(rows, cols, sms).slots > 0;
+    case DType::Q8_0: return dev::gemv_tma_plan<DType::Q8_0>(rows, cols, sms).slots > 0;
     default: return false;
   }
 }

@@ -335,70 +335,97 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
 // by gemv_kernel and gemv_tma_kernel, so both stage bit-identical x.
 template <DType T, Prologue PRO>
 __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red) {
-  // Thread t takes float4 t of each 1024-element slice: read-only loads, no
-  // dependence between iterations, so the unrolled loop keeps several L2 reads in flight (a
-  // serial chain here costs an L2 latency per iteration). 8 consecutive lanes hold one 32-element
-  // block, so its max / sum is 3 shuffles.
+  // Thread t takes float4 t of each 1024-element slice. The loads of kXBatch slices are issued
+  // together into registers before any of them is used: x was just written by the previous
+  // kernel, so each load is an L2 round trip, and a load-use chain per slice cost one round trip
+  // per slice (ncu, 8B down GEMV: half of all warp stall samples sat in this staging, at the
+  // first use of each load). 8 consecutive lanes hold one 32-element block, so its max / sum is
+  // 3 shuffles. Values and summation order are those of the one-slice-at-a-time loop.
   static_assert(kGemvThreads == kNormThreads, "the Norm prologue must match rmsnorm_rows");
+  constexpr int kXBatch = PRO == Prologue::AddNorm ? 2 : 4;  // AddNorm: 3 loads per slice (registers)
   const int nblk = p.cols >> 5;
   const int n4 = p.cols >> 2;
   const float4* in4 = reinterpret_cast<const float4*>(p.in);
   const float4* res4 = reinterpret_cast<const float4*>(p.residual);
   const float4* gam4 = reinterpret_cast<const float4*>(p.gamma);
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  // h = in (+ residual) for slices base + j*kGemvThreads, j < kXBatch (zero past the end).
+  auto load_h = [&](int base, float4 (&h)[kXBatch]) {
+    float4 r[kXBatch];
+#pragma unroll
+    for (int j = 0; j < kXBatch; ++j) {
+      const int i4 = base + j * kGemvThreads + int(threadIdx.x);
+      h[j] = i4 < n4 ? __ldg(in4 + i4) : zero;
+      if constexpr (PRO == Prologue::AddNorm) r[j] = i4 < n4 ? __ldg(res4 + i4) : zero;
+    }
+    if constexpr (PRO == Prologue::AddNorm) {
+#pragma unroll
+      for (int j = 0; j < kXBatch; ++j)
+        h[j] = make_float4(h[j].x + r[j].x, h[j].y + r[j].y, h[j].z + r[j].z, h[j].w + r[j].w);
+    }
+  };
   float rn = 1.f;
   if constexpr (PRO != Prologue::None) {
     // Pass 1: sum of squares in rmsnorm_rows' order (thread t: float4 t, t+256, ...).
     float ss = 0.f;
-#pragma unroll 4
-    for (int i4 = threadIdx.x; i4 < n4; i4 += kGemvThreads) {
-      float4 v = __ldg(in4 + i4);
-      if constexpr (PRO == Prologue::AddNorm) {
-        const float4 r = __ldg(res4 + i4);
-        v = make_float4(v.x + r.x, v.y + r.y, v.z + r.z, v.w + r.w);
-        if (blockIdx.x == 0) reinterpret_cast<float4*>(p.residual_out)[i4] = v;
+    for (int base = 0; base < n4; base += kXBatch * kGemvThreads) {
+      float4 h[kXBatch];
+      load_h(base, h);
+#pragma unroll
+      for (int j = 0; j < kXBatch; ++j) {
+        const int i4 = base + j * kGemvThreads + int(threadIdx.x);
+        if (i4 < n4) {
+          if constexpr (PRO == Prologue::AddNorm)
+            if (blockIdx.x == 0) reinterpret_cast<float4*>(p.residual_out)[i4] = h[j];
+          ss = sumsq4(h[j], ss);
+        }
       }
-      ss = sumsq4(v, ss);
     }
     rn = rms_scale(block_sum(ss, red), p.cols, p.eps);
   }
-#pragma unroll 4
-  for (int base = 0; base < n4; base += kGemvThreads) {  // uniform trip count: shuffles are safe
-    const int i4 = base + threadIdx.x;
-    const bool ok = i4 < n4;
-    float4 v = ok ? __ldg(in4 + i4) : make_float4(0.f, 0.f, 0.f, 0.f);
-    if constexpr (PRO == Prologue::AddNorm) {
-      const float4 r = ok ? __ldg(res4 + i4) : make_float4(0.f, 0.f, 0.f, 0.f);
-      v = make_float4(v.x + r.x, v.y + r.y, v.z + r.z, v.w + r.w);
-    }
+  for (int base = 0; base < n4; base += kXBatch * kGemvThreads) {  // uniform trip count: shuffles are safe
+    float4 h[kXBatch], gm[kXBatch];
+    load_h(base, h);
     if constexpr (PRO != Prologue::None) {
-      const float4 gm = ok ? __ldg(gam4 + i4) : make_float4(0.f, 0.f, 0.f, 0.f);
-      v = norm_apply4(v, rn, gm);
-    }
-    const int c = i4 >> 3, f = i4 & 7;
-    if constexpr (kInt8x<T>) {
-      // The normalized vector is quantized, exactly as the unfused path quantizes the output of
-      // rmsnorm_rows.
-      float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
-      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
-      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
-      const float id = am > 0.f ? 127.f / am : 0.f;
-      const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id),
-                q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
-      int sq = (q0 + q1) + (q2 + q3);
-      sq += __shfl_xor_sync(0xffffffffu, sq, 1);
-      sq += __shfl_xor_sync(0xffffffffu, sq, 2);
-      sq += __shfl_xor_sync(0xffffffffu, sq, 4);
-      if (ok) {
-        const uint32_t word = (uint32_t(q0) & 0xffu) | ((uint32_t(q1) & 0xffu) << 8) |
-                              ((uint32_t(q2) & 0xffu) << 16) | (uint32_t(q3) << 24);
-        uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
-        xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = word;
-        if (f == 0)
-          reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk))[c] = make_int2(__float_as_int(am / 127.f), sq);
+#pragma unroll
+      for (int j = 0; j < kXBatch; ++j) {
+        const int i4 = base + j * kGemvThreads + int(threadIdx.x);
+        gm[j] = i4 < n4 ? __ldg(gam4 + i4) : zero;
       }
-    } else {
-      if (ok) xs4[c * 8 + (f ^ (c & 7))] = v;
+    }
+#pragma unroll
+    for (int j = 0; j < kXBatch; ++j) {
+      const int i4 = base + j * kGemvThreads + int(threadIdx.x);
+      if (base + j * kGemvThreads >= n4) break;  // uniform: no slice left for any thread
+      const bool ok = i4 < n4;
+      float4 v = h[j];
+      if constexpr (PRO != Prologue::None) v = norm_apply4(v, rn, gm[j]);
+      const int c = i4 >> 3, f = i4 & 7;
+      if constexpr (kInt8x<T>) {
+        // The normalized vector is quantized, exactly as the unfused path quantizes the output
+        // of rmsnorm_rows.
+        float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
+        const float id = am > 0.f ? 127.f / am : 0.f;
+        const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id),
+                  q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
+        int sq = (q0 + q1) + (q2 + q3);
+        sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+        sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+        sq += __shfl_xor_sync(0xffffffffu, sq, 4);
+        if (ok) {
+          const uint32_t word = (uint32_t(q0) & 0xffu) | ((uint32_t(q1) & 0xffu) << 8) |
+                                ((uint32_t(q2) & 0xffu) << 16) | (uint32_t(q3) << 24);
+          uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
+          xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = word;
+          if (f == 0)
+            reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk))[c] = make_int2(__float_as_int(am / 127.f), sq);
+        }
+      } else {
+        if (ok) xs4[c * 8 + (f ^ (c & 7))] = v;
+      }
     }
   }
 }
@@ -459,81 +486,96 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
   int kpar = 0;
 
-  while (a.rg < n_rg) {
-    const int rg = a.rg;
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (a.g + u < ngroups) cur[u].accumulate(acc, xs4, a.g + u, nblk, lane);
-    if (b.g == g0) {  // this warp's share of row group rg complete
-      float v[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        v[r] = warp_sum(acc[r]);
-        acc[r] = 0.f;
-      }
-      if (ks > 1) {  // split-K: add the group's partials in sub order
-        if (lane == 0)
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) kred[kpar][warp][r] = v[r];
-        named_barrier(1 + slot, ks * 32);
-        if (sub == 0)
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            float t = kred[kpar][warp][r];
-            for (int j = 1; j < ks; ++j) t += kred[kpar][warp + j][r];
-            v[r] = t;
-          }
-        kpar ^= 1;
-      }
-      const int row0 = rg * kRows;
-      if (sub == 0) {
-      if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual ||
-                    EPI == Epilogue::QKV) {
-#pragma unroll
+  // One batch: accumulate the fragments in buf (position at); when the batch after it (after)
+  // starts the next row group, reduce and run the epilogue.
+  auto step = [&](const Frag<T> (&buf)[U], const Pos& at, const Pos& after) {
+      const int rg = at.rg;
+  #pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (at.g + u < ngroups) buf[u].accumulate(acc, xs4, at.g + u, nblk, lane);
+      if (after.g == g0) {  // this warp's share of row group rg complete
+        float v[kRows];
+  #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-          const int row = row0 + r;
-          if (lane == r && row < p.rows) {
-            float o = v[r];
-            if constexpr (EPI == Epilogue::Residual) o += p.y_residual[row];
-            if constexpr (EPI != Epilogue::Residual)
-              if (p.bias) o += p.bias[row];
-            if constexpr (EPI == Epilogue::QKV)
-              p.qkv.raw[row] = o;
-            else
-              p.y[row] = o;
+          v[r] = warp_sum(acc[r]);
+          acc[r] = 0.f;
+        }
+        if (ks > 1) {  // split-K: add the group's partials in sub order
+          if (lane == 0)
+  #pragma unroll
+            for (int r = 0; r < kRows; ++r) kred[kpar][warp][r] = v[r];
+          named_barrier(1 + slot, ks * 32);
+          if (sub == 0)
+  #pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              float t = kred[kpar][warp][r];
+              for (int j = 1; j < ks; ++j) t += kred[kpar][warp + j][r];
+              v[r] = t;
+            }
+          kpar ^= 1;
+        }
+        const int row0 = rg * kRows;
+        if (sub == 0) {
+        if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual ||
+                      EPI == Epilogue::QKV) {
+  #pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            const int row = row0 + r;
+            if (lane == r && row < p.rows) {
+              float o = v[r];
+              if constexpr (EPI == Epilogue::Residual) o += p.y_residual[row];
+              if constexpr (EPI != Epilogue::Residual)
+                if (p.bias) o += p.bias[row];
+              if constexpr (EPI == Epilogue::QKV)
+                p.qkv.raw[row] = o;
+              else
+                p.y[row] = o;
+            }
+          }
+        } else if constexpr (EPI == Epilogue::SiluMul) {
+  #pragma unroll
+          for (int r = 0; r < kRows; r += 2)
+            if (lane == r / 2) p.y[row0 / 2 + r / 2] = silu(v[r]) * v[r + 1];
+        }
+        if constexpr (EPI == Epilogue::QKV) {
+          // Last-arriver pattern: publish this row group, count it; the warp completing a head
+          // runs the head epilogue, then resets the counter for the next launch.
+          __threadfence();
+          __syncwarp();
+          const int head = row0 / p.qkv.head_dim;
+          unsigned old = 0;
+          if (lane == 0) old = atomicAdd(&p.qkv.counters[head], 1u);
+          old = __shfl_sync(0xffffffffu, old, 0);
+          if (old == unsigned(p.qkv.head_dim / kRows - 1)) {
+            __threadfence();
+            qkv_head_epilogue(p.qkv, head, lane);
+            if (lane == 0) p.qkv.counters[head] = 0;
           }
         }
-      } else if constexpr (EPI == Epilogue::SiluMul) {
-#pragma unroll
-        for (int r = 0; r < kRows; r += 2)
-          if (lane == r / 2) p.y[row0 / 2 + r / 2] = silu(v[r]) * v[r + 1];
+        }  // sub == 0
       }
-      if constexpr (EPI == Epilogue::QKV) {
-        // Last-arriver pattern: publish this row group, count it; the warp completing a head
-        // runs the head epilogue, then resets the counter for the next launch.
-        __threadfence();
-        __syncwarp();
-        const int head = row0 / p.qkv.head_dim;
-        unsigned old = 0;
-        if (lane == 0) old = atomicAdd(&p.qkv.counters[head], 1u);
-        old = __shfl_sync(0xffffffffu, old, 0);
-        if (old == unsigned(p.qkv.head_dim / kRows - 1)) {
-          __threadfence();
-          qkv_head_epilogue(p.qkv, head, lane);
-          if (lane == 0) p.qkv.counters[head] = 0;
-        }
-      }
-      }  // sub == 0
-    }
-    // Shift the pipeline: the batch after next is issued before this one is used.
-#pragma unroll
-    for (int u = 0; u < U; ++u) cur[u] = nxt[u];
-    a = b;
-    b = next_pos(b);
-    if (b.rg < n_rg)
+  };
+  auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
+    if (at.rg < n_rg)
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (b.g + u < ngroups) nxt[u].load(p, b.rg, b.g + u, nblk, lane, pol);
+        if (at.g + u < ngroups) buf[u].load(p, at.rg, at.g + u, nblk, lane, pol);
+  };
+  // Ping-pong between the two register buffers (no copy between them: a register copy of the
+  // newer batch would wait for its loads, ncu showed 19 % of the 8B down GEMV's stall samples
+  // there). cur holds position a, nxt position b = next(a); each is refilled, two batches ahead,
+  // right after it is consumed.
+  for (;;) {
+    if (a.rg >= n_rg) break;
+    step(cur, a, b);
+    const Pos a2 = next_pos(b);
+    load_batch(cur, a2);
+    if (b.rg >= n_rg) break;
+    step(nxt, b, a2);
+    const Pos b2 = next_pos(a2);
+    load_batch(nxt, b2);
+    a = a2;
+    b = b2;
   }
 }
 

@@ -39,7 +39,7 @@ bool launch_gemv_tma_instance(const GemvParams& p, cudaStream_t s) {
     if (!gemv_tma_enabled()) return false;
     const int sms = device_sm_count();
     const TmaPlan plan = gemv_tma_plan<T>(p.rows, p.cols, sms);
-    if (plan.rs == 0 || (reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.scales)) % 16 != 0)
+    if (plan.slots == 0 || (reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.scales)) % 16 != 0)
       return false;
     auto* k = &gemv_tma_kernel<T, PRO, EPI>;
     static bool attr_set = false;  // first call per instance happens before any graph capture
@@ -53,7 +53,7 @@ bool launch_gemv_tma_instance(const GemvParams& p, cudaStream_t s) {
     }
     GemvParams q = p;
     q.ksplit = 1;
-    launch_pdl(k, dim3(std::min(plan.n_stages, sms)), dim3(kGemvThreads), plan.smem, s, q, plan);
+    launch_pdl(k, dim3(plan.grid), dim3(kGemvThreads), plan.smem, s, q, plan);
     return true;
   }
 }

@@ -253,26 +253,21 @@ int main(int argc, char** argv) {
     // `cuda_bench_gemv SUBSTR`: only the Q4_0 plain GEMVs whose shape name contains SUBSTR (a short
     // run for a profiler, e.g. ncu --launch-skip 40 --launch-count 1).
     if (argc > 1) {
-      for (bool tma : {true, false}) {
-        set_gemv_tma(tma);
-        for (const auto* set : {&s8, &s06})
-          for (const auto& sh : *set)
-            if (std::string(sh.name).find(argv[1]) != std::string::npos)
-              bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, tma ? "plain" : "plain-reg");
-      }
-      set_gemv_tma(true);
+      for (const auto* set : {&s8, &s06})
+        for (const auto& sh : *set)
+          if (std::string(sh.name).find(argv[1]) != std::string::npos)
+            bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain");
       return 0;
     }
     for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16}) {
       for (const auto& sh : s8) bench_gemv(s, copy, t, sh, Prologue::None, Epilogue::Store, "plain");
       for (const auto& sh : s06) bench_gemv(s, copy, t, sh, Prologue::None, Epilogue::Store, "plain");
     }
-    // The register-pipelined kernel on the same shapes (the streaming kernel is the default for
-    // the integer-dot types; knob LMFUSE_GEMV_TMA).
-    set_gemv_tma(false);
-    for (const auto& sh : s8) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain-reg");
-    for (const auto& sh : s06) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain-reg");
-    set_gemv_tma(true);
+    // In-block split-K (set_gemv_split_k; knob LMFUSE_GEMV_SPLIT_K) on the same Q4_0 shapes.
+    set_gemv_split_k(true);
+    for (const auto& sh : s8) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain-splitk");
+    for (const auto& sh : s06) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain-splitk");
+    set_gemv_split_k(false);
     // Fused variants (Q4_0): the prologue/epilogue cost on top of the plain GEMV.
     bench_gemv(s, copy, DType::Q4_0, s8[0], Prologue::AddNorm, Epilogue::Store, "addnorm");
     bench_gemv(s, copy, DType::Q4_0, s8[2], Prologue::Norm, Epilogue::SiluMul, "norm+silu");
@@ -289,11 +284,6 @@ int main(int argc, char** argv) {
     }
     bench_decode_chain(s, copy, q8b, DType::Q8_0, 1023);
     bench_decode_chain(s, copy, q8b, DType::BF16, 1023);
-    set_gemv_tma(false);
-    std::printf("register-pipelined GEMV kernel:\n");
-    bench_decode_chain(s, copy, q8b, DType::Q4_0, 0);
-    bench_decode_chain(s, copy, q06, DType::Q4_0, 0);
-    set_gemv_tma(true);
     // The same chains without programmatic dependent launch (the overlap it buys).
     set_programmatic_launch(false);
     std::printf("without PDL:\n");

@@ -59,89 +59,29 @@ void check_store(DType t, Shape s, Prologue pro, uint32_t seed) {
 
 }  // namespace
 
-// Every test below runs both quantized kernels: the streaming one (gemv_tma.cuh, default) and
-// the register-pipelined one (set_gemv_tma(false)); F16/BF16 always take the latter.
-const bool kTmaModes[] = {true, false};
-
 TEST(CudaGemv, StoreAllTypesOddShapes) {
   const Shape shapes[] = {{32, 64}, {33, 96}, {100, 1056}, {256, 1024}, {1024, 3072}, {1002, 1024}};
   uint32_t seed = 1;
-  for (bool tma : kTmaModes) {
-    set_gemv_tma(tma);
-    for (DType t : kTypes)
-      for (Shape s : shapes) check_store(t, s, Prologue::None, seed++);
-  }
-  set_gemv_tma(true);
+  for (DType t : kTypes)
+    for (Shape s : shapes) check_store(t, s, Prologue::None, seed++);
 }
 
 TEST(CudaGemv, StoreRealShapes) {
   const Shape shapes[] = {{4096, 1024}, {1024, 2048}, {6144, 4096}, {2048, 5120}, {12288, 1024}, {4100, 12288}};
   uint32_t seed = 100;
-  for (bool tma : kTmaModes) {
-    set_gemv_tma(tma);
-    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::BF16})
-      for (Shape s : shapes) check_store(t, s, Prologue::None, seed++);
-  }
-  set_gemv_tma(true);
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::BF16})
+    for (Shape s : shapes) check_store(t, s, Prologue::None, seed++);
 }
 
 TEST(CudaGemv, NormPrologues) {
   uint32_t seed = 200;
-  for (bool tma : kTmaModes) {
-    set_gemv_tma(tma);
-    for (DType t : kTypes)
-      for (Prologue p : {Prologue::Norm, Prologue::AddNorm})
-        for (Shape s : {Shape{64, 96}, Shape{1024, 1024}, Shape{2048, 4096}}) check_store(t, s, p, seed++);
-  }
-  set_gemv_tma(true);
-}
-
-// Which kernel runs: the streaming plan must cover the real decode shapes of the quantized types
-// (else the default path silently stays on the register kernel) and refuse what it cannot do.
-TEST(CudaGemv, StreamingKernelCoverage) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
-    for (Shape s : {Shape{6144, 4096}, Shape{4096, 4096}, Shape{24576, 4096}, Shape{4096, 12288},
-                    Shape{4096, 1024}, Shape{1024, 2048}, Shape{6144, 1024}, Shape{1024, 3072},
-                    Shape{151936, 4096}})
-      EXPECT_TRUE(gemv_tma_applies(t, s.rows, s.cols)) << dtype_name(t) << " " << s.rows << "x" << s.cols;
-  EXPECT_TRUE(!gemv_tma_applies(DType::Q4_0, 33, 96)) << "scale rows of 6 bytes cannot be bulk-copied";
-  EXPECT_TRUE(!gemv_tma_applies(DType::F16, 4096, 4096)) << "F16 has no streaming kernel";
-}
-
-// Streaming vs register kernel on the same inputs: same staged x, same per-lane order over the
-// column groups, same warp reduction, so the outputs must be bitwise identical.
-TEST(CudaGemv, StreamingMatchesRegisterKernel) {
-  uint32_t seed = 900;
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
-    for (Shape s : {Shape{6144, 4096}, Shape{4096, 12288}, Shape{1024, 2048}, Shape{1002, 1024}, Shape{151936, 4096}}) {
-      std::mt19937 rng(seed++);
-      auto wq = random_rows(t, s.rows, s.cols, rng);
-      DeviceWeight dw = upload_weight(repack_rows(t, wq.data(), s.rows, s.cols));
-      auto in = randn(s.cols, rng), gamma = randn(s.cols, rng, 0.5f);
-      DevBuf<float> d_in(in), d_gamma(gamma), d_y1(s.rows), d_y2(s.rows);
-      GemvArgs a;
-      a.w = &dw;
-      a.in = d_in.p();
-      a.gamma = d_gamma.p();
-      a.y = d_y1.p();
-      set_gemv_tma(true);
-      gemv(Prologue::Norm, Epilogue::Store, a);
-      a.y = d_y2.p();
-      set_gemv_tma(false);
-      gemv(Prologue::Norm, Epilogue::Store, a);
-      set_gemv_tma(true);
-      auto y1 = d_y1.get(), y2 = d_y2.get();
-      EXPECT_TRUE(all_finite(y1) && d_y1.guards_intact()) << dtype_name(t);
-      int64_t diff = 0;
-      for (int64_t i = 0; i < s.rows; ++i) diff += std::memcmp(&y1[i], &y2[i], sizeof(float)) != 0;
-      EXPECT_EQ(diff, int64_t(0)) << dtype_name(t) << " " << s.rows << "x" << s.cols << " rel_l2 " << rel_l2(y1, y2);
-      free_weight(dw);
-    }
+  for (DType t : kTypes)
+    for (Prologue p : {Prologue::Norm, Prologue::AddNorm})
+      for (Shape s : {Shape{64, 96}, Shape{1024, 1024}, Shape{2048, 4096}}) check_store(t, s, p, seed++);
 }
 
 TEST(CudaGemv, ResidualEpilogueInPlace) {
   uint32_t seed = 300;
-  for (bool tma : kTmaModes)
   for (DType t : kTypes)
     for (Shape s : {Shape{32, 64}, Shape{1024, 2048}, Shape{4096, 12288}}) {
       std::mt19937 rng(seed++);
@@ -158,9 +98,7 @@ TEST(CudaGemv, ResidualEpilogueInPlace) {
       a.in = d_in.p();
       a.y = d_y.p();
       a.y_residual = d_y.p();  // y += W x, in place
-      set_gemv_tma(tma);
       gemv(Prologue::None, Epilogue::Residual, a);
-      set_gemv_tma(true);
       auto y = d_y.get();
       EXPECT_LE(rel_l2(y, kref), kTol) << dtype_name(t) << " " << s.rows << "x" << s.cols;
       EXPECT_LE(rel_l2(y, ref), act_quantized(t) ? kActQuantTol : kTol) << "vs exact " << dtype_name(t);
@@ -171,7 +109,6 @@ TEST(CudaGemv, ResidualEpilogueInPlace) {
 
 TEST(CudaGemv, SiluMulGateUpFusedVsUnfused) {
   uint32_t seed = 400;
-  for (bool tma : kTmaModes)
   for (DType t : kTypes)
     for (Shape s : {Shape{64, 64}, Shape{3072, 1024}, Shape{12288, 4096}}) {
       std::mt19937 rng(seed++);
@@ -191,7 +128,6 @@ TEST(CudaGemv, SiluMulGateUpFusedVsUnfused) {
       DeviceWeight dg = upload_weight(repack_rows(t, gq.data(), s.rows, s.cols));
       DeviceWeight du = upload_weight(repack_rows(t, uq.data(), s.rows, s.cols));
       DevBuf<float> d_in(in), d_gamma(gamma), d_y(s.rows), d_xn(s.cols), d_g(s.rows), d_u(s.rows), d_y2(s.rows);
-      set_gemv_tma(tma);
       GemvArgs a;
       a.w = &gu;
       a.in = d_in.p();
@@ -209,7 +145,6 @@ TEST(CudaGemv, SiluMulGateUpFusedVsUnfused) {
       b.y = d_u.p();
       gemv(Prologue::None, Epilogue::Store, b);
       silu_mul(d_g.p(), d_u.p(), d_y2.p(), s.rows);
-      set_gemv_tma(true);
       auto y = d_y.get(), y2 = d_y2.get();
       EXPECT_TRUE(all_finite(y) && d_y.guards_intact()) << dtype_name(t);
       EXPECT_LE(rel_l2(y, kref), 1e-5) << dtype_name(t) << " " << s.rows << "x" << s.cols;
@@ -236,14 +171,12 @@ TEST(CudaGemv, SiluMulGateUpFusedVsUnfused) {
 TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
   uint32_t seed = 700;
   for (bool split_k : {false, true})
-  for (bool tma : kTmaModes)
   for (DType t : kTypes)
     for (Prologue pro : {Prologue::Norm, Prologue::AddNorm})
       for (Shape s : {Shape{96, 64}, Shape{1024, 1024}, Shape{1024, 3072}, Shape{4096, 4096},
                       Shape{1536, 12288}}) {
         std::mt19937 rng(seed++);
         set_gemv_split_k(split_k);
-        set_gemv_tma(tma);
         auto wq = random_rows(t, s.rows, s.cols, rng);
         DeviceWeight dw = upload_weight(repack_rows(t, wq.data(), s.rows, s.cols));
         auto in = randn(s.cols, rng), res = randn(s.cols, rng), gamma = randn(s.cols, rng, 0.5f);
@@ -277,7 +210,6 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
         free_weight(dw);
       }
   set_gemv_split_k(false);
-  set_gemv_tma(true);
 }
 
 TEST(CudaGemv, BadArgumentsFail) {

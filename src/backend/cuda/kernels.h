@@ -180,11 +180,5 @@ void set_programmatic_launch(bool on);
 // measured on the H200 at the 8B shapes it did not help (o 9.5 -> 10.0 us, down 19.5 -> 19.3 us,
 // qkv+QKV epilogue 15.5 -> 19.8 us). Results stay deterministic either way. Set before capture.
 void set_gemv_split_k(bool on);
-// Q4_0/Q4_1/Q8_0 GEMVs through the streaming kernel (kernels/gemv_tma.cuh: bulk copies into a
-// shared-memory ring, first stages issued before the wait on the previous kernel) where its stage
-// plan applies; off = the register-pipelined gemv_kernel for every type. Default on (knob
-// LMFUSE_GEMV_TMA). Set before capture.
-void set_gemv_tma(bool on);
-bool gemv_tma_applies(DType t, int64_t rows, int64_t cols);  // the streaming kernel's plan exists
 
 }  // namespace lmf::cuda

@@ -42,21 +42,9 @@ int gemv_grid(const void* func, int rows, size_t smem) {
 namespace {
 std::atomic<bool> g_pdl{true};
 std::atomic<bool> g_split_k{false};
-std::atomic<bool> g_tma{true};
 }  // namespace
 bool dev::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
 bool dev::gemv_split_k_enabled() { return g_split_k.load(std::memory_order_relaxed); }
-bool dev::gemv_tma_enabled() { return g_tma.load(std::memory_order_relaxed); }
-void set_gemv_tma(bool on) { g_tma.store(on, std::memory_order_relaxed); }
-bool gemv_tma_applies(DType t, int64_t rows, int64_t cols) {
-  const int sms = device_sm_count();
-  switch (t) {
-    case DType::Q4_0: return dev::gemv_tma_plan<DType::Q4_0>(rows, cols, sms).slots > 0;
-    case DType::Q4_1: return dev::gemv_tma_plan<DType::Q4_1>(rows, cols, sms).slots > 0;
-    case DType::Q8_0: return dev::gemv_tma_plan<DType::Q8_0>(rows, cols, sms).slots > 0;
-    default: return false;
-  }
-}
 void set_gemv_split_k(bool on) { g_split_k.store(on, std::memory_order_relaxed); }
 void set_programmatic_launch(bool on) { g_pdl.store(on, std::memory_order_relaxed); }
 

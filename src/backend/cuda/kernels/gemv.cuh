@@ -331,8 +331,7 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
 }
 
 // Stages x (after the prologue) in shared memory: the layout of the header comment. All
-// kGemvThreads threads of the block call it; the caller synchronizes before reading xs4. Shared
-// by gemv_kernel and gemv_tma_kernel, so both stage bit-identical x.
+// kGemvThreads threads of the block call it; the caller synchronizes before reading xs4.
 template <DType T, Prologue PRO>
 __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red) {
   // Thread t takes float4 t of each 1024-element slice. The loads of kXBatch slices are issued

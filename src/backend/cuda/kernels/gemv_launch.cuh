@@ -4,7 +4,6 @@
 #pragma once
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/gemv.cuh"
-#include "backend/cuda/kernels/gemv_tma.cuh"
 
 // The allow-list. Why these: Store (+Norm for the final logits, +AddNorm for fused layers),
 // Residual for o_proj/down, SiluMul and QKV after the attention/ffn norms, with or without the
@@ -27,40 +26,9 @@ namespace lmf::cuda::dev {
 
 int gemv_grid(const void* func, int rows, size_t smem);  // kernels_gemv.cu
 bool gemv_split_k_enabled();                              // kernels_gemv.cu
-bool gemv_tma_enabled();                                  // kernels_gemv.cu
-
-// The streaming kernel (gemv_tma.cuh) when it applies: integer-dot type, not the in-GEMV QKV
-// epilogue, a stage plan exists and both arrays are 16-byte aligned. False = use gemv_kernel.
-template <DType T, Prologue PRO, Epilogue EPI>
-bool launch_gemv_tma_instance(const GemvParams& p, cudaStream_t s) {
-  if constexpr (!kInt8x<T> || EPI == Epilogue::QKV) {
-    return false;
-  } else {
-    if (!gemv_tma_enabled()) return false;
-    const int sms = device_sm_count();
-    const TmaPlan plan = gemv_tma_plan<T>(p.rows, p.cols, sms);
-    if (plan.slots == 0 || (reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.scales)) % 16 != 0)
-      return false;
-    auto* k = &gemv_tma_kernel<T, PRO, EPI>;
-    static bool attr_set = false;  // first call per instance happens before any graph capture
-    if (!attr_set) {
-      CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
-      // All of the SM's unified memory as shared memory, so a block of the next kernel fits
-      // beside this one (an SM changes its carveout only when idle).
-      CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                      int(cudaSharedmemCarveoutMaxShared)));
-      attr_set = true;
-    }
-    GemvParams q = p;
-    q.ksplit = 1;
-    launch_pdl(k, dim3(plan.grid), dim3(kGemvThreads), plan.smem, s, q, plan);
-    return true;
-  }
-}
 
 template <DType T, Prologue PRO, Epilogue EPI>
 void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {
-  if (launch_gemv_tma_instance<T, PRO, EPI>(p, s)) return;
   auto* k = &gemv_kernel<T, PRO, EPI>;
   const size_t smem = gemv_smem_bytes<T>(p.cols);
   // First call per instance happens before any graph capture. Always opted in: the 48 KB default

@@ -17,6 +17,8 @@ const std::vector<KnobInfo>& knob_table() {
       {"resid_fusion", "LMFUSE_RESID_FUSION", &Knobs::resid_fusion, "residual add in o_proj/down epilogue"},
       {"rope_fusion", "LMFUSE_ROPE_FUSION", &Knobs::rope_fusion, "q/k norm + RoPE + KV append in QKV epilogue"},
       {"cuda_graph", "LMFUSE_CUDA_GRAPH", &Knobs::cuda_graph, "decode step as one replayed CUDA graph"},
+      {"gemv_coresident", "LMFUSE_GEMV_CORESIDENT", &Knobs::gemv_coresident,
+       "CUDA decode GEMV: one block per SM so the next kernel's blocks prefetch beside it (auto = off)"},
       {"gemv_split_k", "LMFUSE_GEMV_SPLIT_K", &Knobs::gemv_split_k,
        "CUDA decode GEMV: split the columns of short-and-wide matrices over several warps (auto = off)"},
       {"prefill_inkernel_dequant", "LMFUSE_PREFILL_INKERNEL_DEQUANT", &Knobs::prefill_inkernel_dequant,

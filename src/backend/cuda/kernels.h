@@ -180,5 +180,9 @@ void set_programmatic_launch(bool on);
 // measured on the H200 at the 8B shapes it did not help (o 9.5 -> 10.0 us, down 19.5 -> 19.3 us,
 // qkv+QKV epilogue 15.5 -> 19.8 us). Results stay deterministic either way. Set before capture.
 void set_gemv_split_k(bool on);
+// One GEMV block per SM instead of as many as fit (2 for the integer-dot types), so that a block
+// of the next PDL-launched kernel fits beside it and issues its weight loads while this one runs.
+// Default off (knob LMFUSE_GEMV_CORESIDENT). Set before capture.
+void set_gemv_coresident(bool on);
 
 }  // namespace lmf::cuda

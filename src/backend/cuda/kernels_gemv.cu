@@ -35,16 +35,20 @@ int gemv_grid(const void* func, int rows, size_t smem) {
     }
   }
   const int n_rg = (rows + kRows - 1) / kRows;
-  return std::max(1, std::min(n_rg, device_sm_count() * occ));
+  const int per_sm = gemv_coresident_enabled() ? 1 : occ;
+  return std::max(1, std::min(n_rg, device_sm_count() * per_sm));
 }
 }  // namespace dev
 
 namespace {
 std::atomic<bool> g_pdl{true};
 std::atomic<bool> g_split_k{false};
+std::atomic<bool> g_coresident{false};
 }  // namespace
 bool dev::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
 bool dev::gemv_split_k_enabled() { return g_split_k.load(std::memory_order_relaxed); }
+bool dev::gemv_coresident_enabled() { return g_coresident.load(std::memory_order_relaxed); }
+void set_gemv_coresident(bool on) { g_coresident.store(on, std::memory_order_relaxed); }
 void set_gemv_split_k(bool on) { g_split_k.store(on, std::memory_order_relaxed); }
 void set_programmatic_launch(bool on) { g_pdl.store(on, std::memory_order_relaxed); }
 

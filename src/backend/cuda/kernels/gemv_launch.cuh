@@ -26,6 +26,7 @@ namespace lmf::cuda::dev {
 
 int gemv_grid(const void* func, int rows, size_t smem);  // kernels_gemv.cu
 bool gemv_split_k_enabled();                              // kernels_gemv.cu
+bool gemv_coresident_enabled();                           // kernels_gemv.cu
 
 template <DType T, Prologue PRO, Epilogue EPI>
 void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {

@@ -268,14 +268,18 @@ int main(int argc, char** argv) {
     for (const auto& sh : s8) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain-splitk");
     for (const auto& sh : s06) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain-splitk");
     set_gemv_split_k(false);
-    // One block per SM (set_gemv_coresident; knob LMFUSE_GEMV_CORESIDENT): back-to-back launches
-    // of the graph overlap only if the next launch's blocks fit beside the running ones.
-    set_gemv_coresident(true);
-    for (const auto& sh : s8) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain-1blk");
-    for (const auto& sh : s06) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain-1blk");
-    bench_decode_chain(s, copy, {"qwen3-8b", 36, 4096, 32, 8, 128, 12288}, DType::Q4_0, 0);
-    bench_decode_chain(s, copy, {"qwen3-0.6b", 28, 1024, 16, 8, 128, 3072}, DType::Q4_0, 0);
-    set_gemv_coresident(false);
+    // Blocks per SM (set_gemv_coresident; knob LMFUSE_GEMV_CORESIDENT): the rows above use the
+    // automatic per-shape choice; here every shape with one block per SM (room for the next
+    // launch's blocks beside it) and with as many as fit (2 for Q4_0).
+    for (Tri mode : {Tri::On, Tri::Off}) {
+      set_gemv_coresident(mode);
+      const char* label = mode == Tri::On ? "plain-1blk" : "plain-2blk";
+      for (const auto& sh : s8) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, label);
+      for (const auto& sh : s06) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, label);
+      bench_decode_chain(s, copy, {"qwen3-8b", 36, 4096, 32, 8, 128, 12288}, DType::Q4_0, 0);
+      bench_decode_chain(s, copy, {"qwen3-0.6b", 28, 1024, 16, 8, 128, 3072}, DType::Q4_0, 0);
+    }
+    set_gemv_coresident(Tri::Auto);
     // Fused variants (Q4_0): the prologue/epilogue cost on top of the plain GEMV.
     bench_gemv(s, copy, DType::Q4_0, s8[0], Prologue::AddNorm, Epilogue::Store, "addnorm");
     bench_gemv(s, copy, DType::Q4_0, s8[2], Prologue::Norm, Epilogue::SiluMul, "norm+silu");

@@ -809,7 +809,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
 
 void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
   cuda::set_gemv_split_k(tri_resolve(opts_.knobs.gemv_split_k, false));  // this backend's, before any capture
-  cuda::set_gemv_coresident(tri_resolve(opts_.knobs.gemv_coresident, false));
+  cuda::set_gemv_coresident(opts_.knobs.gemv_coresident);
   size_t ev = 0;
   for (const Op& op : g.ops) {
     if (!op.launch) continue;

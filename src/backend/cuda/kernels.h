@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "format/quant/types.h"
+#include "util/knobs.h"
 
 namespace lmf::cuda {
 
@@ -182,7 +183,8 @@ void set_programmatic_launch(bool on);
 void set_gemv_split_k(bool on);
 // One GEMV block per SM instead of as many as fit (2 for the integer-dot types), so that a block
 // of the next PDL-launched kernel fits beside it and issues its weight loads while this one runs.
-// Default off (knob LMFUSE_GEMV_CORESIDENT). Set before capture.
-void set_gemv_coresident(bool on);
+// Auto (default): per shape, the rule in kernels_gemv.cu (gemv_grid); On: every GEMV; Off: none
+// (knob LMFUSE_GEMV_CORESIDENT). Set before capture.
+void set_gemv_coresident(Tri mode);
 
 }  // namespace lmf::cuda

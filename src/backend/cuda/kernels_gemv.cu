@@ -18,8 +18,12 @@ bool launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
 
 // Blocks for a launch: one per row group up to what is resident at once (row groups are dealt
 // round-robin over blocks, so every SM gets an equal share and small matrices still spread over
-// all SMs; warps of a block without a row group only help stage x).
-int gemv_grid(const void* func, int rows, size_t smem) {
+// all SMs; warps of a block without a row group only help stage x). One block per SM instead
+// (set_gemv_coresident) leaves room for the next PDL kernel's block; the automatic rule takes it
+// where the micro-benchmark measured it faster (PERF.md, session 5): every row group still gets
+// its own warp (rows <= 4 x 8 warps x SMs) and a warp's whole row group is in the two batches it
+// loads before the PDL wait (row_prefetched), i.e. the short shapes (8B o_proj, 0.6B qkv/o/down).
+int gemv_grid(const void* func, int rows, size_t smem, bool row_prefetched) {
   static std::mutex mu;
   static std::map<std::pair<const void*, size_t>, int> occ_cache;
   int occ;
@@ -35,20 +39,23 @@ int gemv_grid(const void* func, int rows, size_t smem) {
     }
   }
   const int n_rg = (rows + kRows - 1) / kRows;
-  const int per_sm = gemv_coresident_enabled() ? 1 : occ;
-  return std::max(1, std::min(n_rg, device_sm_count() * per_sm));
+  const int sms = device_sm_count();
+  const Tri mode = gemv_coresident_mode();
+  const bool one = tri_resolve(mode, row_prefetched && n_rg <= sms * kGemvWarps);
+  const int per_sm = one ? 1 : occ;
+  return std::max(1, std::min(n_rg, sms * per_sm));
 }
 }  // namespace dev
 
 namespace {
 std::atomic<bool> g_pdl{true};
 std::atomic<bool> g_split_k{false};
-std::atomic<bool> g_coresident{false};
+std::atomic<int> g_coresident{int(Tri::Auto)};
 }  // namespace
 bool dev::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
 bool dev::gemv_split_k_enabled() { return g_split_k.load(std::memory_order_relaxed); }
-bool dev::gemv_coresident_enabled() { return g_coresident.load(std::memory_order_relaxed); }
-void set_gemv_coresident(bool on) { g_coresident.store(on, std::memory_order_relaxed); }
+Tri dev::gemv_coresident_mode() { return Tri(g_coresident.load(std::memory_order_relaxed)); }
+void set_gemv_coresident(Tri mode) { g_coresident.store(int(mode), std::memory_order_relaxed); }
 void set_gemv_split_k(bool on) { g_split_k.store(on, std::memory_order_relaxed); }
 void set_programmatic_launch(bool on) { g_pdl.store(on, std::memory_order_relaxed); }
 

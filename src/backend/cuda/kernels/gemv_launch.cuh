@@ -24,9 +24,9 @@
 
 namespace lmf::cuda::dev {
 
-int gemv_grid(const void* func, int rows, size_t smem);  // kernels_gemv.cu
+int gemv_grid(const void* func, int rows, size_t smem, bool row_prefetched);  // kernels_gemv.cu
 bool gemv_split_k_enabled();                              // kernels_gemv.cu
-bool gemv_coresident_enabled();                           // kernels_gemv.cu
+Tri gemv_coresident_mode();                               // kernels_gemv.cu
 
 template <DType T, Prologue PRO, Epilogue EPI>
 void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {
@@ -39,7 +39,8 @@ void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     attr_set = true;
   }
-  const int grid = gemv_grid(reinterpret_cast<const void*>(k), p.rows, smem);
+  const int ngroups = (p.cols / 32 + 31) / 32;
+  const int grid = gemv_grid(reinterpret_cast<const void*>(k), p.rows, smem, ngroups <= 2 * kSteps<T>);
   GemvParams q = p;
   q.ksplit = gemv_split_k_enabled() ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
   launch_pdl(k, dim3(grid), dim3(kGemvThreads), smem, s, q);

@@ -16,6 +16,8 @@ const std::vector<KnobInfo>& knob_table() {
       {"gateup_fusion", "LMFUSE_GATEUP_FUSION", &Knobs::gateup_fusion, "gate/up as one launch + silu*mul"},
       {"resid_fusion", "LMFUSE_RESID_FUSION", &Knobs::resid_fusion, "residual add in o_proj/down epilogue"},
       {"rope_fusion", "LMFUSE_ROPE_FUSION", &Knobs::rope_fusion, "q/k norm + RoPE + KV append in QKV epilogue"},
+      {"attn_rope_fusion", "LMFUSE_ATTN_ROPE_FUSION", &Knobs::attn_rope_fusion,
+       "CUDA decode: q/k norm + RoPE + KV append inside the attention kernel (0 = its own kernel)"},
       {"cuda_graph", "LMFUSE_CUDA_GRAPH", &Knobs::cuda_graph, "decode step as one replayed CUDA graph"},
       {"gemv_coresident", "LMFUSE_GEMV_CORESIDENT", &Knobs::gemv_coresident,
        "CUDA decode GEMV: one block per SM so the next kernel's blocks prefetch beside it (auto = short shapes)"},

@@ -7,13 +7,11 @@
 #include <string_view>
 #include <vector>
 
+#include "util/tri.h"
+
 namespace lmf {
 
-enum class Tri { Auto, On, Off };
-
 const char* tri_name(Tri t);
-// Resolve a tri-state with the automatic decision supplied by the caller.
-inline bool tri_resolve(Tri t, bool automatic) { return t == Tri::Auto ? automatic : t == Tri::On; }
 
 struct Knobs {
   Tri ln_fusion = Tri::Auto;        // LMFUSE_LN_FUSION: residual add + RMSNorm folded into the consuming projection
@@ -21,6 +19,7 @@ struct Knobs {
   Tri gateup_fusion = Tri::Auto;    // LMFUSE_GATEUP_FUSION: gate/up as one launch with silu*mul epilogue
   Tri resid_fusion = Tri::Auto;     // LMFUSE_RESID_FUSION: residual add in o_proj / down epilogues
   Tri rope_fusion = Tri::Auto;      // LMFUSE_ROPE_FUSION: q/k norm + RoPE + KV append in the QKV epilogue
+  Tri attn_rope_fusion = Tri::Auto; // LMFUSE_ATTN_ROPE_FUSION: ... in the decode attention kernel instead
   Tri cuda_graph = Tri::Auto;       // LMFUSE_CUDA_GRAPH: decode step captured once and replayed
   Tri gemv_coresident = Tri::Auto;  // LMFUSE_GEMV_CORESIDENT: one GEMV block per SM, room for the next kernel's (auto: short shapes)
   Tri gemv_split_k = Tri::Auto;     // LMFUSE_GEMV_SPLIT_K: several warps per row group in short-wide decode GEMVs

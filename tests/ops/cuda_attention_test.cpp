@@ -2,6 +2,7 @@
 // beyond the length hold NaN, so reading them would show.
 #include "cuda_test.h"
 #include "cuda_test_util.h"
+#include "backend/cuda/qkv_post.h"
 
 using namespace lmfct_cuda;
 using namespace lmf::cuda;
@@ -78,4 +79,102 @@ TEST(CudaAttention, OddGroupsAndContexts) {
   run_attn(28, 4, 128, 8192, 5000, 52); // qwen2-7b grouping
   run_attn(4, 2, 32, 128, 100, 53);     // tiny test model: head_dim 32
   run_attn(6, 6, 32, 64, 64, 54);
+}
+
+// The QKV epilogue inside the attention kernel (AttnArgs::qkv_raw) vs the separate epilogue
+// kernel then the plain attention, on the same raw q|k|v row and the same cache history: the
+// output, every cache row and the guard zones must be bitwise identical (same arithmetic). Short
+// (one split), mid and long (several splits, the new row in the last one) lengths.
+namespace {
+void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool norms, RopeStyle st, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int rows = (n_head + 2 * n_kv) * hd;
+  auto raw = randn(size_t(rows), rng);
+  auto qn = randn(size_t(hd), rng, 0.5f), kn = randn(size_t(hd), rng, 0.5f);
+  std::vector<uint16_t> kc(size_t(n_kv) * n_ctx * hd, 0xFFFF), vc(kc.size(), 0xFFFF);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int h = 0; h < n_kv; ++h)
+    for (int t = 0; t < pos; ++t)  // history; row pos stays NaN until appended
+      for (int d = 0; d < hd; ++d) {
+        const size_t i = (size_t(h) * n_ctx + t) * hd + d;
+        kc[i] = f32_to_fp16(nd(rng));
+        vc[i] = f32_to_fp16(nd(rng));
+      }
+  DevBuf<float> d_raw(raw), d_qn(qn), d_kn(kn), d_q(size_t(n_head) * hd), d_out1(size_t(n_head) * hd),
+      d_out2(size_t(n_head) * hd);
+  DevBuf<uint16_t> k1(kc), v1(vc), k2(kc), v2(vc);
+  DevBuf<int> d_pos(std::vector<int>{pos});
+  const int splits = attn_plan_splits(n_kv, n_ctx);
+  DevBuf<float> part1(attn_scratch_floats(n_head, hd, splits)), part2(attn_scratch_floats(n_head, hd, splits));
+  // Reference chain: qkv_post, then attention over q.
+  QkvPostArgs pa;
+  pa.raw = d_raw.p();
+  pa.n_head = n_head;
+  pa.n_kv_head = n_kv;
+  pa.head_dim = hd;
+  pa.q_norm = norms ? d_qn.p() : nullptr;
+  pa.k_norm = norms ? d_kn.p() : nullptr;
+  pa.rope = st;
+  pa.pos = d_pos.p();
+  pa.q_out = d_q.p();
+  pa.k_cache = k1.p();
+  pa.v_cache = v1.p();
+  pa.n_ctx = n_ctx;
+  qkv_post(pa, nullptr);
+  AttnArgs a;
+  a.q = d_q.p();
+  a.k_cache = k1.p();
+  a.v_cache = v1.p();
+  a.n_head = n_head;
+  a.n_kv_head = n_kv;
+  a.head_dim = hd;
+  a.n_ctx = n_ctx;
+  a.pos = d_pos.p();
+  a.out = d_out1.p();
+  a.n_splits = splits;
+  a.partial = part1.p();
+  attention_decode(a);
+  // Fused: the attention kernel runs the epilogue from the raw row.
+  AttnArgs b = a;
+  b.q = nullptr;
+  b.k_cache = k2.p();
+  b.v_cache = v2.p();
+  b.out = d_out2.p();
+  b.partial = part2.p();
+  b.qkv_raw = d_raw.p();
+  b.q_norm = pa.q_norm;
+  b.k_norm = pa.k_norm;
+  b.norm_eps = pa.eps;
+  b.rope = st;
+  b.theta = pa.theta;
+  attention_decode(b);
+  auto o1 = d_out1.get(), o2 = d_out2.get();
+  const std::string what = "heads " + std::to_string(n_head) + "/" + std::to_string(n_kv) + " hd " +
+                           std::to_string(hd) + " pos " + std::to_string(pos) + (norms ? " norms" : "");
+  EXPECT_TRUE(all_finite(o2) && d_out2.guards_intact() && part2.guards_intact()) << what;
+  EXPECT_TRUE(std::memcmp(o1.data(), o2.data(), o1.size() * sizeof(float)) == 0)
+      << what << " output differs, rel_l2 " << rel_l2(o2, o1);
+  auto kk1 = k1.get(), kk2 = k2.get(), vv1 = v1.get(), vv2 = v2.get();
+  EXPECT_TRUE(kk1 == kk2 && vv1 == vv2) << what << " caches differ";
+  EXPECT_TRUE(k2.guards_intact() && v2.guards_intact()) << what;
+  bool appended = true;  // row pos now holds finite fp16 values in every KV head
+  for (int h = 0; h < n_kv; ++h)
+    for (int d = 0; d < hd; ++d) {
+      const size_t i = (size_t(h) * n_ctx + pos) * hd + d;
+      appended &= std::isfinite(fp16_to_f32(kk2[i])) && std::isfinite(fp16_to_f32(vv2[i]));
+    }
+  EXPECT_TRUE(appended) << what << " row pos not appended";
+}
+}  // namespace
+
+TEST(CudaAttention, QkvEpilogueInKernelMatchesSeparate) {
+  uint32_t seed = 500;
+  for (int hd : {32, 64, 128})
+    for (auto [nh, nkv] : {std::pair{16, 8}, std::pair{32, 8}, std::pair{14, 2}})
+      for (int pos : {0, 6, 300, 4095}) {
+        const bool norms = (seed & 1) != 0;
+        const RopeStyle st = (seed % 3) ? RopeStyle::NeoX : RopeStyle::Adjacent;
+        run_attn_post(nh, nkv, hd, 4096, pos, norms, st, seed++);
+      }
+  run_attn_post(8, 8, 128, 33, 32, true, RopeStyle::NeoX, 600);  // MHA, last position of a tiny context
 }

@@ -254,6 +254,7 @@ class CudaBackend final : public Backend {
   std::vector<ProfileEntry> profile_;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   bool qkv_epilogue_in_gemv_ = true;
+  bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
   cuda::PrefillTuner tuner_;     // measured routes (prefill_tune.h)
@@ -400,6 +401,10 @@ void CudaBackend::prepare(Graph& g) {
     grp.fold_epilogue = true;
   }
   qkv_epilogue_in_gemv_ = tri_resolve(k.rope_fusion, false);
+  // Else: the layer's attention kernel runs the epilogue (one launch fewer per layer) or its own
+  // kernel between the GEMV and the attention (knob attn_rope_fusion, automatic = own kernel
+  // until measured otherwise: docs/PERF.md, session 5).
+  qkv_epilogue_in_attention_ = !qkv_epilogue_in_gemv_ && tri_resolve(k.attn_rope_fusion, false);
 }
 
 void CudaBackend::prepare_prefill(Graph& g) {
@@ -571,6 +576,17 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       a.out = OUT(0);
       a.n_splits = st.attn_splits;
       a.partial = st.attn_partial;
+      if (qkv_epilogue_in_attention_)
+        for (const auto& grp : g.groups)
+          if (grp.kind == GroupKind::QKV && grp.layer == op.layer && grp.accepted) {
+            const cuda::QkvPostArgs e = qkv_epilogue_args(g, st, grp);
+            a.qkv_raw = st.qkv_raw;  // the group's GEMV left q|k|v there; q (IN(0)) is unwritten
+            a.q_norm = e.q_norm;
+            a.k_norm = e.k_norm;
+            a.norm_eps = e.eps;
+            a.rope = e.rope;
+            a.theta = e.theta;
+          }
       cuda::attention_decode(a, stream_);
       break;
     }
@@ -784,6 +800,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       }
       a.y = st.qkv_raw;  // plain GEMV into [q|k|v], then the epilogue kernel
       cuda::gemv(pro, Epilogue::Store, a, stream_);
+      if (qkv_epilogue_in_attention_) break;  // the layer's Attention op runs it
       cuda::QkvPostArgs pa = e;
       pa.raw = st.qkv_raw;
       cuda::qkv_post(pa, stream_);

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "format/quant/types.h"
-#include "util/knobs.h"
+#include "util/tri.h"
 
 namespace lmf::cuda {
 
@@ -136,6 +136,16 @@ struct AttnArgs {
   float* out = nullptr;      // [n_head][head_dim]
   int n_splits = 1;          // from attn_plan
   float* partial = nullptr;  // scratch, attn_scratch_floats(...) floats
+  // Optional: the QKV epilogue in the attention kernel (kernels/attention.cuh, POST). With qkv_raw
+  // set ([(n_head + 2 n_kv_head) * head_dim] q|k|v of this token, bias added), q is not read: the
+  // kernel normalizes (q_norm/k_norm, or none when null) and rotates q and k itself and appends
+  // k and v at *pos to the caches (which it then writes), exactly as qkv_post would.
+  const float* qkv_raw = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float norm_eps = 1e-6f;
+  RopeStyle rope = RopeStyle::NeoX;
+  float theta = 1e6f;
 };
 int attn_plan_splits(int n_kv_head, int64_t n_ctx);  // plan-time split count for this device
 size_t attn_scratch_floats(int n_head, int head_dim, int n_splits);

@@ -22,8 +22,12 @@ size_t attn_scratch_floats(int n_head, int head_dim, int n_splits) {
 namespace {
 template <int HD, int GMAX>
 void launch(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
-  dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32), 0,
-                  s, p);
+  if (p.raw)
+    dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX, true>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32),
+                    0, s, p);
+  else
+    dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX, false>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32),
+                    0, s, p);
   dev::launch_pdl(&dev::attn_merge_kernel<HD>, dim3(p.n_head), dim3(HD), 0, s, p);
 }
 template <int HD>
@@ -41,7 +45,7 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   if (a.n_kv_head <= 0 || a.n_head % a.n_kv_head != 0 || a.n_head / a.n_kv_head > 8)
     LMF_FAIL("cuda attention: n_head ", a.n_head, " must be a multiple (<= 8x) of n_kv_head ",
              a.n_kv_head);
-  if (!a.q || !a.k_cache || !a.v_cache || !a.pos || !a.out || !a.partial || a.n_splits < 1 ||
+  if ((!a.q && !a.qkv_raw) || !a.k_cache || !a.v_cache || !a.pos || !a.out || !a.partial || a.n_splits < 1 ||
       a.n_ctx <= 0 || a.n_ctx > (int64_t(1) << 30))
     LMF_FAIL("cuda attention: missing pointer or bad n_ctx/n_splits");
   dev::AttnParams p{};
@@ -57,6 +61,15 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.part_o = a.partial;
   p.part_ml = a.partial + size_t(a.n_head) * a.n_splits * a.head_dim;
   p.scale = 1.0f / std::sqrt(float(a.head_dim));
+  p.raw = a.qkv_raw;
+  p.q_norm = a.q_norm;
+  p.k_norm = a.k_norm;
+  p.eps = a.norm_eps;
+  p.rope_neox = a.rope == RopeStyle::NeoX ? 1 : 0;
+  p.theta = a.theta;
+  // POST appends this token's k, v: the caches are the backend's device buffers (writable).
+  p.k_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.k_cache));
+  p.v_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.v_cache));
   const int G = a.n_head / a.n_kv_head;
   if (a.head_dim == 32) launch_g<32>(p, G, a.n_kv_head, s);
   else if (a.head_dim == 64) launch_g<64>(p, G, a.n_kv_head, s);

@@ -25,8 +25,8 @@ __global__ void qkv_post_kernel(QkvPostArgs a) {
   const bool is_q = b < nq;
   const float* gamma = is_q ? a.q_norm : a.k_norm;
   if (gamma) {  // per-head RMSNorm (uniform branch for the block)
-    const float ss = dev::block_sum(x * x, sh);
-    x = x * rsqrtf(ss / float(hd) + a.eps) * gamma[d];
+    const float ss = dev::block_sum(__fmul_rn(x, x), sh);
+    x = dev::head_norm(x, ss, hd, a.eps, gamma[d]);
   }
   vals[d] = x;
   __syncthreads();
@@ -44,7 +44,7 @@ __global__ void qkv_post_kernel(QkvPostArgs a) {
   }
   float c, s;
   dev::rope_cs(pos, i, hd, a.theta, &c, &s);
-  const float y = first ? x * c - vals[partner] * s : x * c + vals[partner] * s;
+  const float y = dev::rope_rotate(x, vals[partner], c, s, first);
   if (is_q) {
     q_out[size_t(b) * hd + d] = y;
   } else {

@@ -8,6 +8,12 @@
 // (m, l, acc); the block merges its groups in shared memory and writes, per query head and
 // split, the normalized partial output o_s [HD] and (m_s, l_s).
 // Pass 2, grid n_head: o = sum_s o_s l_s e^(m_s - M) / sum_s l_s e^(m_s - M), M = max m_s.
+// POST: the QKV epilogue (per-head q/k RMSNorm, RoPE, K/V append at pos) runs here instead of in
+// its own kernel (qkv_post.cu) between the QKV GEMV and this one: every block normalizes and
+// rotates its G query heads from the raw Q|K|V row, and the one block whose slice holds pos also
+// builds that position's k and v, writes them to the cache (for later tokens) and uses them from
+// shared memory for this one. Same arithmetic as qkv_post (common.cuh head_norm / rope_rotate,
+// the sums of squares in block_sum's order), so q and the cached k/v are bit-identical to it.
 // Short contexts. n_splits is planned for n_ctx, but the slice length is chosen on the device from
 // L: at least kMinSliceSteps warp steps' worth of positions (attn_slice), so at L = 20 one or two
 // splits per KV head do the work; the other blocks exit at once and the merge reads only the
@@ -40,9 +46,75 @@ struct AttnParams {
   float* part_o;   // [n_head][n_splits][HD]
   float* part_ml;  // [n_head][n_splits][2]
   float scale;
+  // POST only: raw Q|K|V of this token ([(n_head + 2 n_kv) * HD], bias added), per-head norm
+  // weights (or null), and the writable caches.
+  const float* raw;
+  const float* q_norm;
+  const float* k_norm;
+  float eps;
+  int rope_neox;
+  float theta;
+  __half* k_w;
+  __half* v_w;
 };
 
-template <int HD, int GMAX>
+// Head `src` [HD] -> out [HD] (shared memory) for one warp: optional RMSNorm (gamma), then RoPE
+// at pos unless rope is false; lane l handles elements l, l + 32, ... Sum of squares in
+// block_sum's order over HD threads (a warp tree per 32 elements, then a warp tree over those).
+template <int HD>
+__device__ __forceinline__ void head_post_warp(const float* src, const float* gamma, float eps, bool rope,
+                                               bool neox, float theta, int pos, float* out, int lane) {
+  constexpr int NJ = HD / 32;
+  float x[NJ];
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) x[j] = src[32 * j + lane];
+  if (gamma) {
+    float v = 0.f;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      const float part = warp_sum(__fmul_rn(x[j], x[j]));
+      if (lane == j) v = part;
+    }
+    const float ss = warp_sum(v);
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) x[j] = head_norm(x[j], ss, HD, eps, gamma[32 * j + lane]);
+  }
+  if (!rope) {
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) out[32 * j + lane] = x[j];
+    __syncwarp();
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) out[32 * j + lane] = x[j];
+  __syncwarp();
+  constexpr int half = HD / 2;
+  float y[NJ];
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) {
+    const int d = 32 * j + lane;
+    int i, partner;
+    bool first;
+    if (neox) {
+      first = d < half;
+      i = first ? d : d - half;
+      partner = first ? d + half : d - half;
+    } else {
+      first = (d & 1) == 0;
+      i = d / 2;
+      partner = first ? d + 1 : d - 1;
+    }
+    float c, s;
+    rope_cs(pos, i, HD, theta, &c, &s);
+    y[j] = rope_rotate(x[j], out[partner], c, s, first);
+  }
+  __syncwarp();
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) out[32 * j + lane] = y[j];
+  __syncwarp();
+}
+
+template <int HD, int GMAX, bool POST>
 __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __grid_constant__ AttnParams p) {
   constexpr int LPT = HD / 8;     // lanes per timestep
   constexpr int TPW = 32 / LPT;   // timesteps per warp step
@@ -50,6 +122,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
   static_assert(HD % 32 == 0 && LPT <= 32, "head_dim 32, 64 or 128");
   __shared__ float sm_m[SLOTS][GMAX], sm_l[SLOTS][GMAX];
   __shared__ float sm_acc[SLOTS][GMAX][HD];
+  __shared__ float sm_q[POST ? GMAX : 1][POST ? HD : 1];  // POST: this block's q heads
+  __shared__ float sm_kv[POST ? 2 : 1][POST ? HD : 1];    // POST: k, v at pos (fp32 staging)
+  __shared__ __align__(16) __half sm_kvh[POST ? 2 : 1][POST ? HD : 1];  // ... as cached (fp16)
 
   pdl_wait();  // q, pos and the cache row come from the previous kernel
   pdl_launch_dependents();
@@ -61,13 +136,37 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
   const int chunk = attn_slice<HD>(L, p.n_splits);
   const int start = split * chunk, end = min(L, start + chunk);
   if (start >= L) return;  // unused split: the merge does not read it
+  const int pos = L - 1;
+  const bool has_pos = POST && start <= pos && pos < end;  // this block appends k, v at pos
+  if constexpr (POST) {
+    for (int g = warp; g < G; g += kAttnWarps)
+      head_post_warp<HD>(p.raw + size_t(kvh * G + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, pos,
+                         sm_q[g], lane);
+    if (has_pos && warp < 2) {  // warp 0: k (norm + RoPE), warp 1: v (as is)
+      const bool is_k = warp == 0;
+      const float* src = p.raw + size_t(p.n_head + (is_k ? 0 : p.n_kv) + kvh) * HD;
+      head_post_warp<HD>(src, is_k ? p.k_norm : nullptr, p.eps, is_k, p.rope_neox != 0, p.theta, pos, sm_kv[warp],
+                         lane);
+      __half* dst = (is_k ? p.k_w : p.v_w) + (size_t(kvh) * p.n_ctx + pos) * HD;
+      for (int d = lane; d < HD; d += 32) {
+        const __half h = __float2half_rn(sm_kv[warp][d]);
+        dst[d] = h;
+        sm_kvh[warp][d] = h;
+      }
+    }
+    __syncthreads();
+  }
 
   float q[GMAX][8];  // this lane's 8 dims of each query head, pre-scaled by 1/sqrt(HD)
 #pragma unroll
   for (int g = 0; g < GMAX; ++g)
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
-      q[g][i] = g < G ? p.q[size_t(kvh * G + g) * HD + sub * 8 + i] * p.scale : 0.f;
+    for (int i = 0; i < 8; ++i) {
+      if constexpr (POST)
+        q[g][i] = g < G ? sm_q[g][sub * 8 + i] * p.scale : 0.f;
+      else
+        q[g][i] = g < G ? p.q[size_t(kvh * G + g) * HD + sub * 8 + i] * p.scale : 0.f;
+    }
   float m[GMAX], l[GMAX], acc[GMAX][8];
 #pragma unroll
   for (int g = 0; g < GMAX; ++g) {
@@ -83,7 +182,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
     const int t = t0 + tg;
     const bool valid = t < end;
     uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
-    if (valid) {
+    if (has_pos && t == pos) {  // written by this block in this launch: not through the read-only path
+      kr = *reinterpret_cast<const uint4*>(&sm_kvh[0][sub * 8]);
+      vr = *reinterpret_cast<const uint4*>(&sm_kvh[POST ? 1 : 0][sub * 8]);
+    } else if (valid) {
       kr = __ldg(reinterpret_cast<const uint4*>(K + size_t(t) * HD));
       vr = __ldg(reinterpret_cast<const uint4*>(V + size_t(t) * HD));
     }

@@ -72,6 +72,17 @@ __device__ __forceinline__ float4 norm_apply4(const float4& v, float r, const fl
                      __fmul_rn(__fmul_rn(v.z, r), g.z), __fmul_rn(__fmul_rn(v.w, r), g.w));
 }
 
+// Per-head q/k RMSNorm and RoPE arithmetic shared by the QKV epilogue kernel (qkv_post.cu) and
+// the decode attention kernel that runs that epilogue itself (attention.cuh, POST): explicit
+// roundings, so both give bit-identical q and cached k. ss = the head's sum of squares.
+__device__ __forceinline__ float head_norm(float x, float ss, int hd, float eps, float gamma) {
+  return __fmul_rn(__fmul_rn(x, rsqrtf(__fadd_rn(__fdiv_rn(ss, float(hd)), eps))), gamma);
+}
+// The rotated value of element x whose pair partner is y: first = x is the pair's first element.
+__device__ __forceinline__ float rope_rotate(float x, float y, float c, float s, bool first) {
+  return first ? __fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s)) : __fadd_rn(__fmul_rn(x, c), __fmul_rn(y, s));
+}
+
 __device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint32_t bits) { return __uint_as_float(bits << 16); }

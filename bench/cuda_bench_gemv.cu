@@ -268,9 +268,9 @@ int main(int argc, char** argv) {
     for (const auto& sh : s8) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain-splitk");
     for (const auto& sh : s06) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain-splitk");
     set_gemv_split_k(false);
-    // Blocks per SM (set_gemv_coresident; knob LMFUSE_GEMV_CORESIDENT): the rows above use the
-    // automatic per-shape choice; here every shape with one block per SM (room for the next
-    // launch's blocks beside it) and with as many as fit (2 for Q4_0).
+    // Blocks per SM (set_gemv_coresident; knob LMFUSE_GEMV_CORESIDENT): every shape with one
+    // block per SM (room for the next launch's blocks beside it) and with as many as fit (2 for
+    // Q4_0, the automatic choice used by the rows above).
     for (Tri mode : {Tri::On, Tri::Off}) {
       set_gemv_coresident(mode);
       const char* label = mode == Tri::On ? "plain-1blk" : "plain-2blk";

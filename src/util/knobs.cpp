@@ -20,7 +20,7 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode: q/k norm + RoPE + KV append inside the attention kernel (0 = its own kernel)"},
       {"cuda_graph", "LMFUSE_CUDA_GRAPH", &Knobs::cuda_graph, "decode step as one replayed CUDA graph"},
       {"gemv_coresident", "LMFUSE_GEMV_CORESIDENT", &Knobs::gemv_coresident,
-       "CUDA decode GEMV: one block per SM so the next kernel's blocks prefetch beside it (auto = short shapes)"},
+       "CUDA decode GEMV: one block per SM so the next kernel's blocks prefetch beside it (auto = off)"},
       {"gemv_split_k", "LMFUSE_GEMV_SPLIT_K", &Knobs::gemv_split_k,
        "CUDA decode GEMV: split the columns of short-and-wide matrices over several warps (auto = off)"},
       {"prefill_inkernel_dequant", "LMFUSE_PREFILL_INKERNEL_DEQUANT", &Knobs::prefill_inkernel_dequant,

@@ -193,7 +193,7 @@ void set_programmatic_launch(bool on);
 void set_gemv_split_k(bool on);
 // One GEMV block per SM instead of as many as fit (2 for the integer-dot types), so that a block
 // of the next PDL-launched kernel fits beside it and issues its weight loads while this one runs.
-// Auto (default): per shape, the rule in kernels_gemv.cu (gemv_grid); On: every GEMV; Off: none
+// Auto (default) = Off, measured slower end to end (docs/PERF.md, session 5); On: every GEMV
 // (knob LMFUSE_GEMV_CORESIDENT). Set before capture.
 void set_gemv_coresident(Tri mode);
 

@@ -19,11 +19,10 @@ bool launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
 // Blocks for a launch: one per row group up to what is resident at once (row groups are dealt
 // round-robin over blocks, so every SM gets an equal share and small matrices still spread over
 // all SMs; warps of a block without a row group only help stage x). One block per SM instead
-// (set_gemv_coresident) leaves room for the next PDL kernel's block; the automatic rule takes it
-// where the micro-benchmark measured it faster (PERF.md, session 5): every row group still gets
-// its own warp (rows <= 4 x 8 warps x SMs) and a warp's whole row group is in the two batches it
-// loads before the PDL wait (row_prefetched), i.e. the short shapes (8B o_proj, 0.6B qkv/o/down).
-int gemv_grid(const void* func, int rows, size_t smem, bool row_prefetched) {
+// (set_gemv_coresident On) leaves room for the next PDL kernel's block. Automatic = as many as
+// fit: one per SM for every GEMV measured slower end to end (docs/PERF.md, session 5), although
+// the micro-benchmark shows it faster for the short shapes (8B o_proj, 0.6B qkv/o/down).
+int gemv_grid(const void* func, int rows, size_t smem) {
   static std::mutex mu;
   static std::map<std::pair<const void*, size_t>, int> occ_cache;
   int occ;
@@ -40,9 +39,7 @@ int gemv_grid(const void* func, int rows, size_t smem, bool row_prefetched) {
   }
   const int n_rg = (rows + kRows - 1) / kRows;
   const int sms = device_sm_count();
-  const Tri mode = gemv_coresident_mode();
-  const bool one = tri_resolve(mode, row_prefetched && n_rg <= sms * kGemvWarps);
-  const int per_sm = one ? 1 : occ;
+  const int per_sm = tri_resolve(gemv_coresident_mode(), false) ? 1 : occ;
   return std::max(1, std::min(n_rg, sms * per_sm));
 }
 }  // namespace dev

@@ -9,6 +9,24 @@ using namespace lmf::cuda;
 
 namespace {
 
+// Arguments of one decode attention over the given caches (splits planned for n_ctx).
+AttnArgs attn_args(const float* q, uint16_t* k, uint16_t* v, int n_head, int n_kv, int hd, int64_t n_ctx,
+                   const int* pos, float* out, float* partial) {
+  AttnArgs a;
+  a.q = q;
+  a.k_cache = k;
+  a.v_cache = v;
+  a.n_head = n_head;
+  a.n_kv_head = n_kv;
+  a.head_dim = hd;
+  a.n_ctx = n_ctx;
+  a.pos = pos;
+  a.out = out;
+  a.n_splits = attn_plan_splits(n_kv, n_ctx);
+  a.partial = partial;
+  return a;
+}
+
 void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t seed) {
   std::mt19937 rng(seed);
   const int G = n_head / n_kv;
@@ -44,20 +62,8 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
   DevBuf<float> d_q(q), d_out(q.size());
   DevBuf<uint16_t> d_k(kc), d_v(vc);
   DevBuf<int> d_pos(std::vector<int>{len - 1});
-  AttnArgs a;
-  a.q = d_q.p();
-  a.k_cache = d_k.p();
-  a.v_cache = d_v.p();
-  a.n_head = n_head;
-  a.n_kv_head = n_kv;
-  a.head_dim = hd;
-  a.n_ctx = n_ctx;
-  a.pos = d_pos.p();
-  a.out = d_out.p();
-  a.n_splits = attn_plan_splits(n_kv, n_ctx);
-  DevBuf<float> part(attn_scratch_floats(n_head, hd, a.n_splits));
-  a.partial = part.p();
-  attention_decode(a);
+  DevBuf<float> part(attn_scratch_floats(n_head, hd, attn_plan_splits(n_kv, n_ctx)));
+  attention_decode(attn_args(d_q.p(), d_k.p(), d_v.p(), n_head, n_kv, hd, n_ctx, d_pos.p(), d_out.p(), part.p()));
   auto out = d_out.get();
   EXPECT_TRUE(all_finite(out) && d_out.guards_intact() && part.guards_intact())
       << "heads " << n_head << "/" << n_kv << " hd " << hd << " len " << len;
@@ -121,18 +127,7 @@ void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool no
   pa.v_cache = v1.p();
   pa.n_ctx = n_ctx;
   qkv_post(pa, nullptr);
-  AttnArgs a;
-  a.q = d_q.p();
-  a.k_cache = k1.p();
-  a.v_cache = v1.p();
-  a.n_head = n_head;
-  a.n_kv_head = n_kv;
-  a.head_dim = hd;
-  a.n_ctx = n_ctx;
-  a.pos = d_pos.p();
-  a.out = d_out1.p();
-  a.n_splits = splits;
-  a.partial = part1.p();
+  const AttnArgs a = attn_args(d_q.p(), k1.p(), v1.p(), n_head, n_kv, hd, n_ctx, d_pos.p(), d_out1.p(), part1.p());
   attention_decode(a);
   // Fused: the attention kernel runs the epilogue from the raw row.
   AttnArgs b = a;

@@ -248,6 +248,8 @@ int main(int argc, char** argv) {
     const double copy = copy_bandwidth();
     std::printf("copy bandwidth (D2D 1 GiB, read+write): %.1f GB/s\n", copy);
 
+    const ModelShape q8b{"qwen3-8b", 36, 4096, 32, 8, 128, 12288};
+    const ModelShape q06{"qwen3-0.6b", 28, 1024, 16, 8, 128, 3072};
     const Shape s8[] = {{"8b.qkv", 6144, 4096}, {"8b.o", 4096, 4096}, {"8b.gateup", 24576, 4096}, {"8b.down", 4096, 12288}};
     const Shape s06[] = {{"0.6b.qkv", 4096, 1024}, {"0.6b.o", 1024, 2048}, {"0.6b.gateup", 6144, 1024}, {"0.6b.down", 1024, 3072}};
     // `cuda_bench_gemv SUBSTR`: only the Q4_0 plain GEMVs whose shape name contains SUBSTR (a short
@@ -276,8 +278,8 @@ int main(int argc, char** argv) {
       const char* label = mode == Tri::On ? "plain-1blk" : "plain-2blk";
       for (const auto& sh : s8) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, label);
       for (const auto& sh : s06) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, label);
-      bench_decode_chain(s, copy, {"qwen3-8b", 36, 4096, 32, 8, 128, 12288}, DType::Q4_0, 0);
-      bench_decode_chain(s, copy, {"qwen3-0.6b", 28, 1024, 16, 8, 128, 3072}, DType::Q4_0, 0);
+      bench_decode_chain(s, copy, q8b, DType::Q4_0, 0);
+      bench_decode_chain(s, copy, q06, DType::Q4_0, 0);
     }
     set_gemv_coresident(Tri::Auto);
     // Fused variants (Q4_0): the prologue/epilogue cost on top of the plain GEMV.
@@ -288,8 +290,6 @@ int main(int argc, char** argv) {
     const double empty_ms = time_graph(s, [&] { for (int i = 0; i < 200; ++i) empty_kernel<<<1, 32, 0, s>>>(); }, 10) / 200;
     std::printf("empty kernel in a graph: %.2f us per launch\n", empty_ms * 1e3);
 
-    const ModelShape q8b{"qwen3-8b", 36, 4096, 32, 8, 128, 12288};
-    const ModelShape q06{"qwen3-0.6b", 28, 1024, 16, 8, 128, 3072};
     for (int pos : {0, 1023}) {
       bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
       bench_decode_chain(s, copy, q06, DType::Q4_0, pos);

@@ -79,15 +79,10 @@ __device__ __forceinline__ void head_post_warp(const float* src, const float* ga
 #pragma unroll
     for (int j = 0; j < NJ; ++j) x[j] = head_norm(x[j], ss, HD, eps, gamma[32 * j + lane]);
   }
-  if (!rope) {
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) out[32 * j + lane] = x[j];
-    __syncwarp();
-    return;
-  }
 #pragma unroll
   for (int j = 0; j < NJ; ++j) out[32 * j + lane] = x[j];
   __syncwarp();
+  if (!rope) return;
   constexpr int half = HD / 2;
   float y[NJ];
 #pragma unroll

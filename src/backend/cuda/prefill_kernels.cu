@@ -36,8 +36,8 @@ __global__ void rope_rows_kernel(float* x, int n_heads, int hd, RopeStyle st, fl
   float c, s;
   dev::rope_cs(*pos0 + t, i, hd, theta, &c, &s);
   const float va = h[a], vb = h[b];
-  h[a] = va * c - vb * s;
-  h[b] = vb * c + va * s;
+  h[a] = dev::rope_rotate(va, vb, c, s, true);
+  h[b] = dev::rope_rotate(vb, va, c, s, false);
 }
 
 // grid (n_kv, T), block hd.

@@ -10,7 +10,7 @@ namespace {
 // grid: (n_head (q) + n_kv (k) + n_kv (v), T); block: head_dim threads, one element each.
 __global__ void qkv_post_kernel(QkvPostArgs a) {
   __shared__ float sh[32];
-  __shared__ float vals[128];
+  __shared__ __align__(16) float vals[128];
   const int b = blockIdx.x, d = threadIdx.x, hd = a.head_dim;
   const int nq = a.n_head, nk = a.n_kv_head;
   const int t = blockIdx.y, pos = *a.pos + t;
@@ -24,8 +24,10 @@ __global__ void qkv_post_kernel(QkvPostArgs a) {
   }
   const bool is_q = b < nq;
   const float* gamma = is_q ? a.q_norm : a.k_norm;
-  if (gamma) {  // per-head RMSNorm (uniform branch for the block)
-    const float ss = dev::block_sum(__fmul_rn(x, x), sh);
+  if (gamma) {  // per-head RMSNorm (uniform branch for the block), rmsnorm_rows' arithmetic
+    vals[d] = x;
+    __syncthreads();
+    const float ss = dev::head_sumsq_block(reinterpret_cast<const float4*>(vals), hd, sh);  // reads end at its barrier
     x = dev::head_norm(x, ss, hd, a.eps, gamma[d]);
   }
   vals[d] = x;

@@ -59,8 +59,8 @@ struct AttnParams {
 };
 
 // Head `src` [HD] -> out [HD] (shared memory) for one warp: optional RMSNorm (gamma), then RoPE
-// at pos unless rope is false; lane l handles elements l, l + 32, ... Sum of squares in
-// block_sum's order over HD threads (a warp tree per 32 elements, then a warp tree over those).
+// at pos unless rope is false; lane l handles elements l, l + 32, ... Norm and RoPE arithmetic
+// of the unfused kernels (common.cuh, head_sumsq_warp / head_norm / rope_rotate).
 template <int HD>
 __device__ __forceinline__ void head_post_warp(const float* src, const float* gamma, float eps, bool rope,
                                                bool neox, float theta, int pos, float* out, int lane) {
@@ -69,13 +69,7 @@ __device__ __forceinline__ void head_post_warp(const float* src, const float* ga
 #pragma unroll
   for (int j = 0; j < NJ; ++j) x[j] = src[32 * j + lane];
   if (gamma) {
-    float v = 0.f;
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      const float part = warp_sum(__fmul_rn(x[j], x[j]));
-      if (lane == j) v = part;
-    }
-    const float ss = warp_sum(v);
+    const float ss = head_sumsq_warp(reinterpret_cast<const float4*>(src), HD, lane);
 #pragma unroll
     for (int j = 0; j < NJ; ++j) x[j] = head_norm(x[j], ss, HD, eps, gamma[32 * j + lane]);
   }

@@ -72,11 +72,28 @@ __device__ __forceinline__ float4 norm_apply4(const float4& v, float r, const fl
                      __fmul_rn(__fmul_rn(v.z, r), g.z), __fmul_rn(__fmul_rn(v.w, r), g.w));
 }
 
-// Per-head q/k RMSNorm and RoPE arithmetic shared by the QKV epilogue kernel (qkv_post.cu) and
-// the decode attention kernel that runs that epilogue itself (attention.cuh, POST): explicit
-// roundings, so both give bit-identical q and cached k. ss = the head's sum of squares.
+// Per-head q/k RMSNorm and RoPE arithmetic shared by every path that computes them: the unfused
+// HeadNorm (rmsnorm_rows with n = head_dim) and Rope kernels, the QKV epilogue kernel
+// (qkv_post.cu), the decode attention kernel that runs that epilogue itself (attention.cuh, POST)
+// and the epilogue inside the QKV GEMV (gemv.cuh). Explicit roundings and one summation order, so
+// fused and unfused graphs give bit-identical q and cached k (a flipped bit here moves an int8
+// activation code downstream: docs/PERF.md, session 6).
+// Sum of squares of one head (hd <= 128) in rmsnorm_rows' order for n = hd: float4 l is lane l's
+// sumsq4, then the warp tree (block_sum's second tree only adds zeros). Every lane gets it.
+// kL2Only: the head was written by other blocks of the running launch (read around L1).
+template <bool kL2Only = false>
+__device__ __forceinline__ float head_sumsq_warp(const float4* h4, int hd, int lane) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (lane < (hd >> 2)) v = kL2Only ? __ldcg(h4 + lane) : h4[lane];
+  return warp_sum(sumsq4(v, 0.f));
+}
+// The same for a block of hd threads (block_sum's order; sh as for block_sum).
+__device__ __forceinline__ float head_sumsq_block(const float4* h4, int hd, float* sh) {
+  const int t = int(threadIdx.x);
+  return block_sum(t < (hd >> 2) ? sumsq4(h4[t], 0.f) : 0.f, sh);
+}
 __device__ __forceinline__ float head_norm(float x, float ss, int hd, float eps, float gamma) {
-  return __fmul_rn(__fmul_rn(x, rsqrtf(__fadd_rn(__fdiv_rn(ss, float(hd)), eps))), gamma);
+  return __fmul_rn(__fmul_rn(x, rms_scale(ss, hd, eps)), gamma);  // rmsnorm_rows' norm_apply4
 }
 // The rotated value of element x whose pair partner is y: first = x is the pair's first element.
 __device__ __forceinline__ float rope_rotate(float x, float y, float c, float s, bool first) {

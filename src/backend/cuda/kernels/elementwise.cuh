@@ -46,8 +46,8 @@ __global__ void rope_kernel(float* x, int hd, RopeStyle st, float theta, const i
   float c, s;
   rope_cs(*pos, i, hd, theta, &c, &s);
   const float va = h[a], vb = h[b];
-  h[a] = va * c - vb * s;
-  h[b] = vb * c + va * s;
+  h[a] = rope_rotate(va, vb, c, s, true);
+  h[b] = rope_rotate(vb, va, c, s, false);
 }
 
 // grid n_kv, block head_dim.

@@ -277,7 +277,6 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
   // Pair j of this lane is i = lane + 32j; head_dim 32 has 16 pairs (lanes 16..31 idle).
   const int np = (half_d + 31) / 32;
   const bool lane_ok = lane < half_d;
-  float ss = 0.f;
 #pragma unroll
   for (int j = 0; j < kMaxPairs; ++j) {
     if (j < np && lane_ok) {
@@ -286,16 +285,16 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
       ib[j] = q.rope == RopeStyle::NeoX ? i + half_d : 2 * i + 1;
       va[j] = __ldcg(src + ia[j]);  // L2: written by other blocks in this launch
       vb[j] = __ldcg(src + ib[j]);
-      ss += va[j] * va[j] + vb[j] * vb[j];
     }
   }
+  // Norm and RoPE in the unfused kernels' arithmetic (common.cuh): bit-identical q and k.
   if (gamma) {
-    const float r = rsqrtf(warp_sum(ss) / float(hd) + q.norm_eps);
+    const float ss = head_sumsq_warp<true>(reinterpret_cast<const float4*>(src), hd, lane);
 #pragma unroll
     for (int j = 0; j < kMaxPairs; ++j)
       if (j < np && lane_ok) {
-        va[j] = va[j] * r * gamma[ia[j]];
-        vb[j] = vb[j] * r * gamma[ib[j]];
+        va[j] = head_norm(va[j], ss, hd, q.norm_eps, gamma[ia[j]]);
+        vb[j] = head_norm(vb[j], ss, hd, q.norm_eps, gamma[ib[j]]);
       }
   }
   if (is_q || is_k) {
@@ -304,7 +303,7 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
       if (j < np && lane_ok) {
         float c, s;
         rope_cs(pos, lane + 32 * j, hd, q.theta, &c, &s);
-        const float a = va[j] * c - vb[j] * s, b = vb[j] * c + va[j] * s;
+        const float a = rope_rotate(va[j], vb[j], c, s, true), b = rope_rotate(vb[j], va[j], c, s, false);
         va[j] = a;
         vb[j] = b;
       }

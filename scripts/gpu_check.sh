@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check for the CUDA kernels: configure + build (build-cuda, Ninja, -DLMFUSE_CUDA=ON), run the
-# op tests and the micro-benchmark, logs under $OUT (default ./out). Works on the bare GPU machine:
+# op tests and the micro-benchmark (BENCH=0: tests only), logs under $OUT (default ./out). Works on the bare GPU machine:
 # no GoogleTest there (cuda_op_tests has its own harness) and the CLI11 header that only the
 # lmfuse CLI needs is satisfied with .deps/include when carried, else a nonexistent path (the CLI
 # target is not built here).
@@ -27,5 +27,5 @@ echo "build ok"
 rc=0
 "$BUILD/cuda_op_tests" "$@" 2>&1 | tee "$OUT/tests.log" | grep -E "FAILED|failed:|exception|==========" | head -80
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-"$BUILD/cuda_bench_gemv" 2>&1 | tee "$OUT/bench.log" || rc=1
+if [ "${BENCH:-1}" = 1 ]; then "$BUILD/cuda_bench_gemv" 2>&1 | tee "$OUT/bench.log" || rc=1; fi
 exit $rc

@@ -23,6 +23,8 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode GEMV: one block per SM so the next kernel's blocks prefetch beside it (auto = off)"},
       {"gemv_split_k", "LMFUSE_GEMV_SPLIT_K", &Knobs::gemv_split_k,
        "CUDA decode GEMV: split the columns of short-and-wide matrices over several warps (auto = off)"},
+      {"l2_prefetch", "LMFUSE_L2_PREFETCH", &Knobs::l2_prefetch,
+       "CUDA decode: prefetch the layer's o/gate-up/down weights into L2 while its attention runs"},
       {"prefill_inkernel_dequant", "LMFUSE_PREFILL_INKERNEL_DEQUANT", &Knobs::prefill_inkernel_dequant,
        "prefill: in-kernel dequant GEMM (1) vs dequant-once + vendor GEMM (0)"},
       {"prefill_route_tune", "LMFUSE_PREFILL_ROUTE_TUNE", &Knobs::prefill_route_tune,

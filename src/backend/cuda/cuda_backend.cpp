@@ -232,6 +232,7 @@ class CudaBackend final : public Backend {
   void launch_group(Graph& g, GraphState& st, const FusionGroup& grp);
   void launch_prefill_group(Graph& g, GraphState& st, const FusionGroup& grp);
   cuda::QkvPostArgs qkv_epilogue_args(Graph& g, GraphState& st, const FusionGroup& grp);
+  void add_l2_prefetch(cuda::QkvPostArgs& pa, int layer) const;
   void matmul(const Weight* w, const float* x, float* y, const float* bias);
 
   BackendOptions opts_;
@@ -255,6 +256,7 @@ class CudaBackend final : public Backend {
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   bool qkv_epilogue_in_gemv_ = true;
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
+  bool l2_prefetch_ = false;                 // decode: qkv_post prefetches the layer's next weights
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
   cuda::PrefillTuner tuner_;     // measured routes (prefill_tune.h)
@@ -405,6 +407,7 @@ void CudaBackend::prepare(Graph& g) {
   // kernel between the GEMV and the attention (knob attn_rope_fusion, automatic = own kernel
   // until measured otherwise: docs/PERF.md, session 5).
   qkv_epilogue_in_attention_ = !qkv_epilogue_in_gemv_ && tri_resolve(k.attn_rope_fusion, false);
+  l2_prefetch_ = tri_resolve(k.l2_prefetch, true);  // docs/PERF.md, session 6
 }
 
 void CudaBackend::prepare_prefill(Graph& g) {
@@ -711,6 +714,50 @@ cuda::QkvPostArgs CudaBackend::qkv_epilogue_args(Graph& g, GraphState& st, const
   return pa;
 }
 
+// The weights a decode layer reads after its attention, in the order it reads them (o_proj, then
+// gate/up, then down; within a weight, the first rows first: the GEMV deals row groups from row
+// 0), up to half the L2, as prefetch ranges of the layer's QKV epilogue kernel. A weight that
+// only partly fits contributes its first rows' share of the packed data and of the scales.
+void CudaBackend::add_l2_prefetch(cuda::QkvPostArgs& pa, int layer) const {
+  static const size_t budget = [] {
+    int dev = 0, l2 = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    return size_t(l2) / 2;
+  }();
+  const auto& W = m_->layers[size_t(layer)];
+  const LayerDev& L = layers_[size_t(layer)];
+  std::vector<const DeviceWeight*> order;
+  auto view = [&](const Weight& w) {
+    const auto it = mats_.find(&w);
+    return it == mats_.end() ? nullptr : &it->second;
+  };
+  order.push_back(view(W.wo));
+  if (L.gate_up.q) {
+    order.push_back(&L.gate_up);
+  } else {
+    order.push_back(view(W.w_gate));
+    order.push_back(view(W.w_up));
+  }
+  order.push_back(view(W.w_down));
+  size_t left = budget;
+  pa.n_prefetch = 0;
+  for (const DeviceWeight* w : order) {
+    if (!w || left == 0 || pa.n_prefetch + 2 > cuda::QkvPostArgs::kMaxPrefetch) break;
+    const size_t all = w->q_bytes + w->scale_bytes;
+    const double f = all <= left ? 1.0 : double(left) / double(all);
+    const size_t qb = size_t(double(w->q_bytes) * f), sb = size_t(double(w->scale_bytes) * f);
+    pa.prefetch[pa.n_prefetch] = w->q;
+    pa.prefetch_bytes[pa.n_prefetch++] = qb;
+    if (w->scales && sb) {
+      pa.prefetch[pa.n_prefetch] = w->scales;
+      pa.prefetch_bytes[pa.n_prefetch++] = sb;
+    }
+    left -= std::min(left, qb + sb);
+  }
+  pa.prefetch_blocks = pa.n_prefetch ? cuda::device_sm_count() : 0;
+}
+
 // An accepted group of a T-row graph (prepare_prefill): one matrix product + its epilogue.
 void CudaBackend::launch_prefill_group(Graph& g, GraphState& st, const FusionGroup& grp) {
   const Op& lead = g.ops[size_t(grp.leader())];
@@ -803,6 +850,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       if (qkv_epilogue_in_attention_) break;  // the layer's Attention op runs it
       cuda::QkvPostArgs pa = e;
       pa.raw = st.qkv_raw;
+      if (l2_prefetch_) add_l2_prefetch(pa, grp.layer);
       cuda::qkv_post(pa, stream_);
       break;
     }

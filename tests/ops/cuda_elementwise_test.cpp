@@ -115,3 +115,40 @@ TEST(CudaElementwise, ArgmaxTiesAndRepeats) {
   }
   argmax_scratch_free(sc);
 }
+
+// The L2 prefetch is a hint: ragged, unaligned, tiny and empty ranges run without a fault and
+// leave memory as it was; malformed range lists are refused.
+TEST(CudaElementwise, L2PrefetchRangesAndArguments) {
+  std::mt19937 rng(77);
+  const auto host = randn(300000, rng);
+  DevBuf<float> buf(host);
+  const auto* b = reinterpret_cast<const uint8_t*>(buf.p());
+  L2Ranges r;
+  r.ptr[0] = b + 3;  // unaligned start and end, many chunks
+  r.bytes[0] = host.size() * sizeof(float) - 7;
+  r.ptr[1] = b + 100;  // shorter than one 16-byte piece once aligned
+  r.bytes[1] = 20;
+  r.ptr[2] = b;  // empty
+  r.bytes[2] = 0;
+  r.n = 3;
+  for (int blocks : {1, 5, 132}) l2_prefetch(r, blocks);
+  EXPECT_TRUE(cudaDeviceSynchronize() == cudaSuccess);
+  EXPECT_TRUE(buf.get() == host && buf.guards_intact());
+  auto refused = [&](const L2Ranges& bad, int blocks, const char* what) {
+    bool threw = false;
+    try {
+      l2_prefetch(bad, blocks);
+    } catch (const lmf::Error&) {
+      threw = true;
+    }
+    EXPECT_TRUE(threw) << what << " accepted";
+  };
+  refused(r, 0, "zero blocks");
+  L2Ranges many = r;
+  many.n = L2Ranges::kMax + 1;
+  refused(many, 4, "too many ranges");
+  L2Ranges null_range;
+  null_range.bytes[0] = 64;
+  null_range.n = 1;
+  refused(null_range, 4, "a range without a pointer");
+}

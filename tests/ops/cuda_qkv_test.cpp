@@ -125,13 +125,6 @@ void run_case(const QkvCase& c, uint32_t seed) {
     pa.k_cache = kc3.p();
     pa.v_cache = vc3.p();
     pa.n_ctx = n_ctx;
-    // With L2 prefetch ranges (a hint; ragged unaligned ends): the same bits.
-    pa.prefetch[0] = dw.q + 3;
-    pa.prefetch_bytes[0] = dw.q_bytes - 5;
-    pa.prefetch[1] = dw.scales;
-    pa.prefetch_bytes[1] = dw.scale_bytes;
-    pa.n_prefetch = dw.scales ? 2 : 1;
-    pa.prefetch_blocks = 3;
     qkv_post(pa, nullptr);
     float* rq = d_raw2.p();
     float* rk = rq + size_t(c.n_head) * c.hd;
@@ -209,37 +202,4 @@ TEST(CudaQkv, Head32TinyModels) {
 }
 TEST(CudaQkv, Qwen3_8BShape) {
   run_case({DType::Q4_1, 32, 8, 128, 4096, true, false, RopeStyle::NeoX, Prologue::Norm}, 15);
-}
-TEST(CudaQkv, PrefetchArgumentsChecked) {
-  DevBuf<float> raw(3 * 32 * 2), q(32 * 2);
-  DevBuf<uint16_t> kc(64 * 32), vc(64 * 32);
-  DevBuf<int> pos(std::vector<int>{0});
-  QkvPostArgs pa;
-  pa.raw = raw.p();
-  pa.n_head = pa.n_kv_head = 1;
-  pa.head_dim = 32;
-  pa.pos = pos.p();
-  pa.q_out = q.p();
-  pa.k_cache = kc.p();
-  pa.v_cache = vc.p();
-  pa.n_ctx = 64;
-  pa.prefetch[0] = raw.p();
-  pa.prefetch_bytes[0] = 256;
-  pa.n_prefetch = 1;
-  auto refused = [&](const char* what) {
-    bool threw = false;
-    try {
-      qkv_post(pa, nullptr);
-    } catch (const lmf::Error&) {
-      threw = true;
-    }
-    EXPECT_TRUE(threw) << what << " accepted";
-  };
-  refused("prefetch ranges without prefetch blocks");
-  pa.prefetch_blocks = 2;
-  pa.T = 2;
-  refused("prefetch in a prefill (T > 1) launch");
-  pa.T = 1;
-  pa.n_prefetch = QkvPostArgs::kMaxPrefetch + 1;
-  refused("too many prefetch ranges");
 }

@@ -19,10 +19,13 @@ bool launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
 // Blocks for a launch: one per row group up to what is resident at once (row groups are dealt
 // round-robin over blocks, so every SM gets an equal share and small matrices still spread over
 // all SMs; warps of a block without a row group only help stage x). One block per SM instead
-// (set_gemv_coresident On) leaves room for the next PDL kernel's block. Automatic = as many as
-// fit: one per SM for every GEMV measured slower end to end (docs/PERF.md, session 5), although
-// the micro-benchmark shows it faster for the short shapes (8B o_proj, 0.6B qkv/o/down).
-int gemv_grid(const void* func, int rows, size_t smem) {
+// (set_gemv_coresident On) leaves room for the next PDL kernel's block. Measured (docs/PERF.md,
+// session 5): one per SM for every GEMV is slower end to end (gate/up and down lose half their
+// loads in flight) but faster in isolation for the short shapes, those where one block per SM
+// still gives every row group its own warp and a warp's whole row group is in the batches it
+// loads before the PDL wait (short_shape: 8B o_proj; 0.6B qkv, o, down). Automatic = one per SM
+// for exactly those (session 6 measurement).
+int gemv_grid(const void* func, int rows, size_t smem, bool short_shape) {
   static std::mutex mu;
   static std::map<std::pair<const void*, size_t>, int> occ_cache;
   int occ;
@@ -39,7 +42,9 @@ int gemv_grid(const void* func, int rows, size_t smem) {
   }
   const int n_rg = (rows + kRows - 1) / kRows;
   const int sms = device_sm_count();
-  const int per_sm = tri_resolve(gemv_coresident_mode(), false) ? 1 : occ;
+  const Tri mode = gemv_coresident_mode();
+  const bool one = mode == Tri::Auto ? short_shape && n_rg <= sms * kGemvWarps : mode == Tri::On;
+  const int per_sm = one ? 1 : occ;
   return std::max(1, std::min(n_rg, sms * per_sm));
 }
 }  // namespace dev

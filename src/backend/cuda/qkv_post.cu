@@ -7,39 +7,12 @@
 namespace lmf::cuda {
 namespace {
 
-constexpr uint32_t kPrefetchChunk = 16u << 10;  // bytes per bulk prefetch instruction
-
-// Prefetch block j of n: chunk k of the concatenated ranges goes to block k % n (so every SM's
-// copy engine takes a share), thread (k / n) % blockDim of it.
-__device__ void prefetch_share(const QkvPostArgs& a, int j, int n) {
-  long base = 0;  // chunks of the ranges before this one
-  const long stride = long(n) * blockDim.x, me = long(threadIdx.x) * n + j;
-  for (int r = 0; r < a.n_prefetch; ++r) {
-    const uintptr_t lo = (reinterpret_cast<uintptr_t>(a.prefetch[r]) + 15) & ~uintptr_t(15);
-    const uintptr_t hi = (reinterpret_cast<uintptr_t>(a.prefetch[r]) + a.prefetch_bytes[r]) & ~uintptr_t(15);
-    const long nch = hi > lo ? long((hi - lo + kPrefetchChunk - 1) / kPrefetchChunk) : 0;
-    for (long k = base + ((me - base) % stride + stride) % stride; k < base + nch; k += stride) {
-      const uintptr_t p = lo + uintptr_t(k - base) * kPrefetchChunk;
-      const uint32_t bytes = uint32_t(hi - p < kPrefetchChunk ? hi - p : kPrefetchChunk);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-    }
-    base += nch;
-  }
-}
-
-// grid: (n_head (q) + n_kv (k) + n_kv (v) [+ prefetch_blocks], T); block: head_dim threads, one
-// element each.
+// grid: (n_head (q) + n_kv (k) + n_kv (v), T); block: head_dim threads, one element each.
 __global__ void qkv_post_kernel(QkvPostArgs a) {
   __shared__ float sh[32];
   __shared__ __align__(16) float vals[128];
   const int b = blockIdx.x, d = threadIdx.x, hd = a.head_dim;
   const int nq = a.n_head, nk = a.n_kv_head;
-  if (b >= nq + 2 * nk) {
-    prefetch_share(a, b - (nq + 2 * nk), int(gridDim.x) - (nq + 2 * nk));
-    return;
-  }
   const int t = blockIdx.y, pos = *a.pos + t;
   const float* raw = a.raw + size_t(t) * (nq + 2 * nk) * hd;
   float* q_out = a.q_out + size_t(t) * nq * hd;
@@ -90,11 +63,7 @@ void qkv_post(const QkvPostArgs& a, cudaStream_t s) {
   if (!a.raw || !a.pos || !a.q_out || !a.k_cache || !a.v_cache || a.n_ctx <= 0)
     LMF_FAIL("cuda qkv_post: missing pointer");
   if (a.T < 1) LMF_FAIL("cuda qkv_post: T must be >= 1, got ", a.T);
-  if (a.n_prefetch < 0 || a.n_prefetch > QkvPostArgs::kMaxPrefetch || a.prefetch_blocks < 0 ||
-      (a.n_prefetch > 0 && (a.T != 1 || a.prefetch_blocks == 0)))
-    LMF_FAIL("cuda qkv_post: bad prefetch (", a.n_prefetch, " ranges, ", a.prefetch_blocks, " blocks, T ", a.T, ")");
-  const int extra = a.n_prefetch > 0 ? a.prefetch_blocks : 0;
-  qkv_post_kernel<<<dim3(unsigned(a.n_head + 2 * a.n_kv_head + extra), unsigned(a.T)), a.head_dim, 0, s>>>(a);
+  qkv_post_kernel<<<dim3(unsigned(a.n_head + 2 * a.n_kv_head), unsigned(a.T)), a.head_dim, 0, s>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 

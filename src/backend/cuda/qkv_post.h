@@ -29,15 +29,6 @@ struct QkvPostArgs {
   uint16_t* k_cache = nullptr;  // fp16 [n_kv][n_ctx][head_dim]
   uint16_t* v_cache = nullptr;
   int64_t n_ctx = 0;
-  // Decode (T == 1) only: byte ranges that prefetch_blocks extra blocks of this launch hand to
-  // the L2 (cp.async.bulk.prefetch.L2) before exiting: the weights the layer reads next, so they
-  // stream from DRAM while the attention runs (knob LMFUSE_L2_PREFETCH). Hints only: nothing is
-  // read into registers or written, and a range's ragged 16-byte ends are left out.
-  static constexpr int kMaxPrefetch = 6;
-  const void* prefetch[kMaxPrefetch] = {};
-  size_t prefetch_bytes[kMaxPrefetch] = {};
-  int n_prefetch = 0;
-  int prefetch_blocks = 0;
 };
 void qkv_post(const QkvPostArgs& a, cudaStream_t s);
 

@@ -21,9 +21,8 @@ struct Knobs {
   Tri rope_fusion = Tri::Auto;      // LMFUSE_ROPE_FUSION: q/k norm + RoPE + KV append in the QKV epilogue
   Tri attn_rope_fusion = Tri::Auto; // LMFUSE_ATTN_ROPE_FUSION: ... in the decode attention kernel instead
   Tri cuda_graph = Tri::Auto;       // LMFUSE_CUDA_GRAPH: decode step captured once and replayed
-  Tri gemv_coresident = Tri::Auto;  // LMFUSE_GEMV_CORESIDENT: one GEMV block per SM, room for the next kernel's (auto = off)
+  Tri gemv_coresident = Tri::Auto;  // LMFUSE_GEMV_CORESIDENT: one GEMV block per SM, room for the next kernel's (auto = short shapes)
   Tri gemv_split_k = Tri::Auto;     // LMFUSE_GEMV_SPLIT_K: several warps per row group in short-wide decode GEMVs
-  Tri l2_prefetch = Tri::Auto;      // LMFUSE_L2_PREFETCH: the layer's next weights prefetched into L2 during attention
   Tri prefill_inkernel_dequant = Tri::Auto;  // LMFUSE_PREFILL_INKERNEL_DEQUANT
   Tri prefill_route_tune = Tri::Auto;  // LMFUSE_PREFILL_ROUTE_TUNE: time the routes per shape (0 = fitted rule)
   Tri prefill_tc_attention = Tri::Auto;  // LMFUSE_PREFILL_TC_ATTENTION: tensor-core flash attention at prefill

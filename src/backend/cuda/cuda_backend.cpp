@@ -106,9 +106,6 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(const BackendOptions& o) : opts_(o) {
     CUDA_CHECK(cudaSetDevice(o.device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
     CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_io_), 4 * sizeof(int)));
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_io_), 4 * sizeof(int)));
     argmax_ = cuda::argmax_scratch_alloc();
@@ -143,10 +140,6 @@ class CudaBackend final : public Backend {
     cudaFreeHost(h_tokens_);
     cudaFree(d_io_);
     cudaFreeHost(h_io_);
-    cudaStreamSynchronize(side_);
-    cudaEventDestroy(fork_);
-    cudaEventDestroy(join_);
-    cudaStreamDestroy(side_);
     cudaStreamDestroy(stream_);
   }
 
@@ -239,15 +232,11 @@ class CudaBackend final : public Backend {
   void launch_group(Graph& g, GraphState& st, const FusionGroup& grp);
   void launch_prefill_group(Graph& g, GraphState& st, const FusionGroup& grp);
   cuda::QkvPostArgs qkv_epilogue_args(Graph& g, GraphState& st, const FusionGroup& grp);
-  void l2_prefetch_layer(int layer);
   void matmul(const Weight* w, const float* x, float* y, const float* bias);
 
   BackendOptions opts_;
   std::string dev_name_;
   cudaStream_t stream_ = nullptr;
-  cudaStream_t side_ = nullptr;  // L2 prefetches beside the decode chain (forked, joined per step)
-  cudaEvent_t fork_ = nullptr, join_ = nullptr;
-  bool side_pending_ = false;    // side_ has work the step must join
   int* h_io_ = nullptr;  // pinned: [0] token, [1] position, [2] argmax
   int* d_io_ = nullptr;
   cuda::ArgmaxScratch argmax_;
@@ -266,7 +255,6 @@ class CudaBackend final : public Backend {
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   bool qkv_epilogue_in_gemv_ = true;
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
-  bool l2_prefetch_ = false;                 // decode: the layer's next weights prefetched on side_
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
   cuda::PrefillTuner tuner_;     // measured routes (prefill_tune.h)
@@ -417,7 +405,6 @@ void CudaBackend::prepare(Graph& g) {
   // kernel between the GEMV and the attention (knob attn_rope_fusion, automatic = own kernel
   // until measured otherwise: docs/PERF.md, session 5).
   qkv_epilogue_in_attention_ = !qkv_epilogue_in_gemv_ && tri_resolve(k.attn_rope_fusion, false);
-  l2_prefetch_ = tri_resolve(k.l2_prefetch, false);  // docs/PERF.md, session 6
 }
 
 void CudaBackend::prepare_prefill(Graph& g) {
@@ -724,56 +711,6 @@ cuda::QkvPostArgs CudaBackend::qkv_epilogue_args(Graph& g, GraphState& st, const
   return pa;
 }
 
-// The weights a decode layer reads after its attention, in the order it reads them (o_proj, then
-// gate/up, then down; within a weight, the first rows first: the GEMV deals row groups from row
-// 0), up to half the L2, handed to the L2 prefetcher by a kernel on the side stream, forked
-// after the layer's QKV GEMV: it runs beside the latency-bound QKV epilogue and attention, and
-// nothing on the main stream waits for it until the end of the step (launch_all joins). A weight
-// that only partly fits contributes its first rows' share of the packed data and the scales.
-void CudaBackend::l2_prefetch_layer(int layer) {
-  static const size_t budget = [] {
-    int dev = 0, l2 = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-    return size_t(l2) / 2;
-  }();
-  const auto& W = m_->layers[size_t(layer)];
-  const LayerDev& L = layers_[size_t(layer)];
-  auto view = [&](const Weight& w) {
-    const auto it = mats_.find(&w);
-    return it == mats_.end() ? nullptr : &it->second;
-  };
-  std::vector<const DeviceWeight*> order{view(W.wo)};
-  if (L.gate_up.q) {
-    order.push_back(&L.gate_up);
-  } else {
-    order.push_back(view(W.w_gate));
-    order.push_back(view(W.w_up));
-  }
-  order.push_back(view(W.w_down));
-  cuda::L2Ranges r;
-  size_t left = budget;
-  for (const DeviceWeight* w : order) {
-    if (!w || left == 0 || r.n + 2 > cuda::L2Ranges::kMax) break;
-    const size_t all = w->q_bytes + w->scale_bytes;
-    const double f = all <= left ? 1.0 : double(left) / double(all);
-    const size_t qb = size_t(double(w->q_bytes) * f), sb = size_t(double(w->scale_bytes) * f);
-    r.ptr[r.n] = w->q;
-    r.bytes[r.n++] = qb;
-    if (w->scales && sb) {
-      r.ptr[r.n] = w->scales;
-      r.bytes[r.n++] = sb;
-    }
-    left -= std::min(left, qb + sb);
-  }
-  if (r.n == 0) return;
-  CUDA_CHECK(cudaEventRecord(fork_, stream_));
-  CUDA_CHECK(cudaStreamWaitEvent(side_, fork_, 0));
-  cuda::l2_prefetch(r, cuda::device_sm_count(), side_);
-  CUDA_CHECK(cudaEventRecord(join_, side_));
-  side_pending_ = true;
-}
-
 // An accepted group of a T-row graph (prepare_prefill): one matrix product + its epilogue.
 void CudaBackend::launch_prefill_group(Graph& g, GraphState& st, const FusionGroup& grp) {
   const Op& lead = g.ops[size_t(grp.leader())];
@@ -863,7 +800,6 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       }
       a.y = st.qkv_raw;  // plain GEMV into [q|k|v], then the epilogue kernel
       cuda::gemv(pro, Epilogue::Store, a, stream_);
-      if (l2_prefetch_) l2_prefetch_layer(grp.layer);
       if (qkv_epilogue_in_attention_) break;  // the layer's Attention op runs it
       cuda::QkvPostArgs pa = e;
       pa.raw = st.qkv_raw;
@@ -909,10 +845,6 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
       CUDA_CHECK(cudaEventRecord(events_[ev].second, stream_));
       ++ev;
     }
-  }
-  if (side_pending_) {  // join the side stream's prefetches (side_ runs them in order)
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, join_, 0));
-    side_pending_ = false;
   }
   if (profile) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -168,17 +168,6 @@ void kv_store(const float* k, const float* v, uint16_t* k_cache, uint16_t* v_cac
 void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s = nullptr);
 // y[i] = silu(g[i]) * u[i]
 void silu_mul(const float* g, const float* u, float* y, int64_t n, cudaStream_t s = nullptr);
-// Hands byte ranges to the L2 prefetcher (cp.async.bulk.prefetch.L2; a hint: nothing is read
-// into registers or written; the ragged 16-byte ends of a range are left out). `blocks` blocks
-// share the 16 KB chunks round-robin so every SM's copy engine issues a part. Decode launches it
-// on a side stream for the weights a layer reads after its attention (knob LMFUSE_L2_PREFETCH).
-struct L2Ranges {
-  static constexpr int kMax = 6;
-  const void* ptr[kMax] = {};
-  size_t bytes[kMax] = {};
-  int n = 0;
-};
-void l2_prefetch(const L2Ranges& r, int blocks, cudaStream_t s = nullptr);
 // Greedy: *out = smallest index of the maximum of x[n] (NaN never wins). One launch; scratch
 // from argmax_scratch_alloc (self-resetting).
 struct ArgmaxScratch {

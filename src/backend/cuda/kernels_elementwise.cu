@@ -27,15 +27,6 @@ void embed_lookup(DType t, const void* table, int64_t cols, const int* token, fl
   CUDA_CHECK_LAUNCH();
 }
 
-void l2_prefetch(const L2Ranges& r, int blocks, cudaStream_t s) {
-  if (r.n < 0 || r.n > L2Ranges::kMax || blocks < 1) LMF_FAIL("cuda l2_prefetch: ", r.n, " ranges, ", blocks, " blocks");
-  for (int i = 0; i < r.n; ++i)
-    if (!r.ptr[i] && r.bytes[i]) LMF_FAIL("cuda l2_prefetch: range ", i, " has no pointer");
-  if (r.n == 0) return;
-  dev::l2_prefetch_kernel<<<unsigned(blocks), 64, 0, s>>>(r);
-  CUDA_CHECK_LAUNCH();
-}
-
 void rmsnorm_rows(const float* x, const float* gamma, float* y, int64_t rows, int n, float eps,
                   cudaStream_t s) {
   if (rows <= 0 || n <= 0) LMF_FAIL("cuda rmsnorm: bad shape ", rows, "x", n);

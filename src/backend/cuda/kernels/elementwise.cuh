@@ -68,26 +68,6 @@ __global__ void silu_mul_kernel(const float* g, const float* u, float* y, int64_
     y[i] = silu(g[i]) * u[i];
 }
 
-// Chunk k of the concatenated ranges goes to block k % gridDim.x, thread (k / gridDim.x) % blockDim.
-constexpr uint32_t kPrefetchChunk = 16u << 10;
-__global__ void l2_prefetch_kernel(const L2Ranges r) {
-  long base = 0;  // chunks of the ranges before this one
-  const long stride = long(gridDim.x) * blockDim.x, me = long(threadIdx.x) * gridDim.x + blockIdx.x;
-  for (int i = 0; i < r.n; ++i) {
-    const uintptr_t lo = (reinterpret_cast<uintptr_t>(r.ptr[i]) + 15) & ~uintptr_t(15);
-    const uintptr_t hi = (reinterpret_cast<uintptr_t>(r.ptr[i]) + r.bytes[i]) & ~uintptr_t(15);
-    const long nch = hi > lo ? long((hi - lo + kPrefetchChunk - 1) / kPrefetchChunk) : 0;
-    for (long k = base + ((me - base) % stride + stride) % stride; k < base + nch; k += stride) {
-      const uintptr_t p = lo + uintptr_t(k - base) * kPrefetchChunk;
-      const uint32_t bytes = uint32_t(hi - p < kPrefetchChunk ? hi - p : kPrefetchChunk);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-    }
-    base += nch;
-  }
-}
-
 // (value, index) with "better" = larger value, then smaller index; NaN never better.
 __device__ __forceinline__ bool am_better(float v, int i, float bv, int bi) {
   return v > bv || (v == bv && i < bi) || (bi < 0 && !isnan(v));

@@ -28,6 +28,7 @@ namespace lmf::cuda::dev {
 
 constexpr int kAttnWarps = 4;
 constexpr int kMinSliceSteps = 2;  // a slice spans >= this many block steps (SLOTS positions each)
+constexpr int kStepsInFlight = 4;  // warp steps whose K/V loads are issued together
 
 // Positions per split for length L (same formula in both kernels).
 template <int HD>
@@ -167,46 +168,59 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
   const __half* K = p.k + size_t(kvh) * p.n_ctx * HD + sub * 8;
   const __half* V = p.v + size_t(kvh) * p.n_ctx * HD + sub * 8;
 
-  for (int t0 = start + warp * TPW; t0 < end; t0 += SLOTS) {  // warp-uniform trip count
-    const int t = t0 + tg;
-    const bool valid = t < end;
-    uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
-    if (has_pos && t == pos) {  // written by this block in this launch: not through the read-only path
-      kr = *reinterpret_cast<const uint4*>(&sm_kvh[0][sub * 8]);
-      vr = *reinterpret_cast<const uint4*>(&sm_kvh[POST ? 1 : 0][sub * 8]);
-    } else if (valid) {
-      kr = __ldg(reinterpret_cast<const uint4*>(K + size_t(t) * HD));
-      vr = __ldg(reinterpret_cast<const uint4*>(V + size_t(t) * HD));
-    }
-    float kf[8], vf[8];
-    {
-      const __half2* kh = reinterpret_cast<const __half2*>(&kr);
-      const __half2* vh = reinterpret_cast<const __half2*>(&vr);
+  // The loads of kStepsInFlight warp steps are issued before any is used (one DRAM round trip per
+  // batch instead of per step: a long context is latency-bound otherwise); the steps' math then
+  // runs in the one-step-at-a-time order, so the result does not depend on the batching.
+  for (int t00 = start + warp * TPW; t00 < end; t00 += kStepsInFlight * SLOTS) {  // warp-uniform
+    uint4 kb[kStepsInFlight], vb[kStepsInFlight];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 a = __half22float2(kh[i]), b = __half22float2(vh[i]);
-        kf[2 * i] = a.x;
-        kf[2 * i + 1] = a.y;
-        vf[2 * i] = b.x;
-        vf[2 * i + 1] = b.y;
+    for (int j = 0; j < kStepsInFlight; ++j) {
+      const int t = t00 + j * SLOTS + tg;
+      kb[j] = vb[j] = make_uint4(0, 0, 0, 0);
+      if (has_pos && t == pos) {  // written by this block in this launch: not through the read-only path
+        kb[j] = *reinterpret_cast<const uint4*>(&sm_kvh[0][sub * 8]);
+        vb[j] = *reinterpret_cast<const uint4*>(&sm_kvh[POST ? 1 : 0][sub * 8]);
+      } else if (t < end) {
+        kb[j] = __ldg(reinterpret_cast<const uint4*>(K + size_t(t) * HD));
+        vb[j] = __ldg(reinterpret_cast<const uint4*>(V + size_t(t) * HD));
       }
     }
 #pragma unroll
-    for (int g = 0; g < GMAX; ++g) {
-      if (g >= G) break;
-      float s = 0.f;
+    for (int j = 0; j < kStepsInFlight; ++j) {
+      const int t0 = t00 + j * SLOTS;
+      if (t0 >= end) break;  // warp-uniform: this step has no position for any lane group
+      const int t = t0 + tg;
+      const bool valid = t < end;
+      float kf[8], vf[8];
+      {
+        const __half2* kh = reinterpret_cast<const __half2*>(&kb[j]);
+        const __half2* vh = reinterpret_cast<const __half2*>(&vb[j]);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) s = fmaf(q[g][i], kf[i], s);
+        for (int i = 0; i < 4; ++i) {
+          const float2 a = __half22float2(kh[i]), b = __half22float2(vh[i]);
+          kf[2 * i] = a.x;
+          kf[2 * i + 1] = a.y;
+          vf[2 * i] = b.x;
+          vf[2 * i + 1] = b.y;
+        }
+      }
 #pragma unroll
-      for (int o = LPT / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (valid) {
-        const float mn = fmaxf(m[g], s);
-        const float corr = __expf(m[g] - mn);  // m = -inf -> 0
-        const float pe = __expf(s - mn);
-        l[g] = l[g] * corr + pe;
+      for (int g = 0; g < GMAX; ++g) {
+        if (g >= G) break;
+        float s = 0.f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(pe, vf[i], acc[g][i] * corr);
-        m[g] = mn;
+        for (int i = 0; i < 8; ++i) s = fmaf(q[g][i], kf[i], s);
+#pragma unroll
+        for (int o = LPT / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (valid) {
+          const float mn = fmaxf(m[g], s);
+          const float corr = __expf(m[g] - mn);  // m = -inf -> 0
+          const float pe = __expf(s - mn);
+          l[g] = l[g] * corr + pe;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(pe, vf[i], acc[g][i] * corr);
+          m[g] = mn;
+        }
       }
     }
   }

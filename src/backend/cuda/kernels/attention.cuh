@@ -28,7 +28,10 @@ namespace lmf::cuda::dev {
 
 constexpr int kAttnWarps = 4;
 constexpr int kMinSliceSteps = 2;  // a slice spans >= this many block steps (SLOTS positions each)
-constexpr int kStepsInFlight = 4;  // warp steps whose K/V loads are issued together
+// Warp steps whose K/V loads are issued together: 8 (measured best at depth 4096 and at tg128,
+// docs/PERF.md session 6), 4 for GQA groups of 8 (registers: q and acc already take 128).
+template <int GMAX>
+constexpr int kStepsInFlight = GMAX >= 8 ? 4 : 8;
 
 // Positions per split for length L (same formula in both kernels).
 template <int HD>
@@ -168,13 +171,14 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
   const __half* K = p.k + size_t(kvh) * p.n_ctx * HD + sub * 8;
   const __half* V = p.v + size_t(kvh) * p.n_ctx * HD + sub * 8;
 
-  // The loads of kStepsInFlight warp steps are issued before any is used (one DRAM round trip per
-  // batch instead of per step: a long context is latency-bound otherwise); the steps' math then
-  // runs in the one-step-at-a-time order, so the result does not depend on the batching.
-  for (int t00 = start + warp * TPW; t00 < end; t00 += kStepsInFlight * SLOTS) {  // warp-uniform
-    uint4 kb[kStepsInFlight], vb[kStepsInFlight];
+  // The loads of NB warp steps are issued before any is used (one DRAM round trip per batch
+  // instead of per step: a long context is latency-bound otherwise); the steps' math then runs in
+  // the one-step-at-a-time order, so the result does not depend on the batching.
+  constexpr int NB = kStepsInFlight<GMAX>;
+  for (int t00 = start + warp * TPW; t00 < end; t00 += NB * SLOTS) {  // warp-uniform
+    uint4 kb[NB], vb[NB];
 #pragma unroll
-    for (int j = 0; j < kStepsInFlight; ++j) {
+    for (int j = 0; j < NB; ++j) {
       const int t = t00 + j * SLOTS + tg;
       kb[j] = vb[j] = make_uint4(0, 0, 0, 0);
       if (has_pos && t == pos) {  // written by this block in this launch: not through the read-only path
@@ -186,7 +190,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
       }
     }
 #pragma unroll
-    for (int j = 0; j < kStepsInFlight; ++j) {
+    for (int j = 0; j < NB; ++j) {
       const int t0 = t00 + j * SLOTS;
       if (t0 >= end) break;  // warp-uniform: this step has no position for any lane group
       const int t = t0 + tg;

@@ -103,7 +103,9 @@ TEST(CpuOps, RopeBothStylesMatchReference) {
       for (int h = 0; h < nh; ++h)
         for (int i = 0; i < hd / 2; ++i) {
           const int a = neox ? i : 2 * i, b = neox ? i + hd / 2 : 2 * i + 1;
-          const double th = (100 + t) * std::pow(10000.0, -2.0 * i / hd);
+          // Hugging Face's angle: fp32 inverse frequency times the fp32 position.
+          const float inv_freq = 1.0f / std::pow(10000.f, float(2 * i) / float(hd));
+          const double th = float(100 + t) * inv_freq;
           const float* xh = x.data() + (t * nh + h) * hd;
           const float* yh = y.data() + (t * nh + h) * hd;
           EXPECT_NEAR(yh[a], xh[a] * std::cos(th) - xh[b] * std::sin(th), 1e-5);

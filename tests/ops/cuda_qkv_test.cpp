@@ -78,21 +78,23 @@ void run_case(const QkvCase& c, uint32_t seed) {
     a.residual_out = d_rout.p();
     a.gamma = d_gamma.p();
     a.bias = c.bias ? d_bias.p() : nullptr;
-    QkvParams& q = a.qkv;
-    q.n_head = c.n_head;
-    q.n_kv_head = c.n_kv;
-    q.head_dim = c.hd;
-    q.q_norm = c.norms ? d_qn.p() : nullptr;
-    q.k_norm = c.norms ? d_kn.p() : nullptr;
-    q.rope = c.st;
-    q.theta = theta;
-    q.pos = d_pos.p();
-    q.q_out = d_q.p();
-    q.k_cache = kc.p();
-    q.v_cache = vc.p();
-    q.n_ctx = n_ctx;
-    q.raw = d_raw.p();
-    q.counters = counters;
+    // One epilogue description for both fused forms: q/k/v to d_q, kc, vc (in-GEMV) or d_q3,
+    // kc3, vc3 (the epilogue kernel after a Store GEMV).
+    QkvPostArgs pa;
+    pa.n_head = c.n_head;
+    pa.n_kv_head = c.n_kv;
+    pa.head_dim = c.hd;
+    pa.q_norm = c.norms ? d_qn.p() : nullptr;
+    pa.k_norm = c.norms ? d_kn.p() : nullptr;
+    pa.eps = 1e-6f;
+    pa.rope = c.st;
+    pa.theta = theta;
+    pa.pos = d_pos.p();
+    pa.q_out = d_q.p();
+    pa.k_cache = kc.p();
+    pa.v_cache = vc.p();
+    pa.n_ctx = n_ctx;
+    a.qkv = gemv_qkv_params(pa, d_raw.p(), counters);
     gemv(c.pro, Epilogue::QKV, a);
 
     // Unfused chain.
@@ -110,21 +112,10 @@ void run_case(const QkvCase& c, uint32_t seed) {
     gemv(Prologue::None, Epilogue::Store, b);
     // Default decode path: the same Store GEMV, then the epilogue kernel (reads raw and leaves it
     // as it is, before the unfused chain below works on it in place).
-    QkvPostArgs pa;
     pa.raw = d_raw2.p();
-    pa.n_head = c.n_head;
-    pa.n_kv_head = c.n_kv;
-    pa.head_dim = c.hd;
-    pa.q_norm = c.norms ? d_qn.p() : nullptr;
-    pa.k_norm = c.norms ? d_kn.p() : nullptr;
-    pa.eps = 1e-6f;
-    pa.rope = c.st;
-    pa.theta = theta;
-    pa.pos = d_pos.p();
     pa.q_out = d_q3.p();
     pa.k_cache = kc3.p();
     pa.v_cache = vc3.p();
-    pa.n_ctx = n_ctx;
     qkv_post(pa, nullptr);
     float* rq = d_raw2.p();
     float* rk = rq + size_t(c.n_head) * c.hd;

@@ -778,22 +778,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       a.w = &L.qkv;
       a.bias = L.qkv_bias;
       const cuda::QkvPostArgs e = qkv_epilogue_args(g, st, grp);
-      auto& q = a.qkv;
-      q.n_head = e.n_head;
-      q.n_kv_head = e.n_kv_head;
-      q.head_dim = e.head_dim;
-      q.q_norm = e.q_norm;
-      q.k_norm = e.k_norm;
-      q.norm_eps = e.eps;
-      q.rope = e.rope;
-      q.theta = e.theta;
-      q.pos = e.pos;
-      q.q_out = e.q_out;
-      q.k_cache = e.k_cache;
-      q.v_cache = e.v_cache;
-      q.n_ctx = e.n_ctx;
-      q.raw = st.qkv_raw;
-      q.counters = L.counters;
+      a.qkv = cuda::gemv_qkv_params(e, st.qkv_raw, L.counters);
       if (qkv_epilogue_in_gemv_) {
         cuda::gemv(pro, Epilogue::QKV, a, stream_);
         break;

@@ -32,4 +32,26 @@ struct QkvPostArgs {
 };
 void qkv_post(const QkvPostArgs& a, cudaStream_t s);
 
+// The same epilogue run inside the QKV GEMV (Epilogue::QKV): its parameters from these, with the
+// GEMV's raw scratch and head counters.
+inline QkvParams gemv_qkv_params(const QkvPostArgs& e, float* raw, unsigned* counters) {
+  QkvParams q;
+  q.n_head = e.n_head;
+  q.n_kv_head = e.n_kv_head;
+  q.head_dim = e.head_dim;
+  q.q_norm = e.q_norm;
+  q.k_norm = e.k_norm;
+  q.norm_eps = e.eps;
+  q.rope = e.rope;
+  q.theta = e.theta;
+  q.pos = e.pos;
+  q.q_out = e.q_out;
+  q.k_cache = e.k_cache;
+  q.v_cache = e.v_cache;
+  q.n_ctx = e.n_ctx;
+  q.raw = raw;
+  q.counters = counters;
+  return q;
+}
+
 }  // namespace lmf::cuda

@@ -4,8 +4,9 @@
 //  2. each GEMV type at Qwen3-8B and Qwen3-0.6B projection shapes, timed by replaying a CUDA graph
 //     of launches that cycle through enough weight copies to defeat the 50 MB L2;
 //  3. the per-launch cost of an empty kernel inside a graph;
-//  4. a decode-step chain per model (fused QKV+norm+rope+cache, attention, o_proj+residual,
-//     norm+gate/up+SiLU, down+residual, for every layer) as one graph: time per token and % of
+//  4. a decode-step chain per model (norm+QKV GEMV, its norm/rope/cache epilogue kernel, attention,
+//     o_proj+residual, norm+gate/up+SiLU, down+residual, for every layer: the backend's default
+//     launches) as one graph: time per token and % of
 //     copy bandwidth for the bytes it must read (weights + KV cache), with and without
 //     programmatic dependent launch.
 #include <cuda_runtime.h>
@@ -16,6 +17,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/qkv_post.h"
 #include "cuda_bench_util.cuh"
 
 using namespace lmf;
@@ -159,7 +161,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   float* att = dev_floats(m.n_head * m.hd);
   float* act = dev_floats(m.ffn);
   float* raw = dev_floats(qkv_rows);
-  unsigned* counters = qkv_counters_alloc(m.n_head, m.n_kv);
   int* d_pos;
   CUDA_CHECK(cudaMalloc(&d_pos, sizeof(int)));
   CUDA_CHECK(cudaMemcpy(d_pos, &pos, sizeof(int), cudaMemcpyHostToDevice));
@@ -167,23 +168,27 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   float* part = dev_floats(attn_scratch_floats(m.n_head, m.hd, splits));
   auto body = [&] {
     for (int l = 0; l < m.n_layer; ++l) {
+      // The backend's default QKV path: a Store GEMV into raw q|k|v, then the epilogue kernel
+      // (q/k norm, RoPE, KV append; LMFUSE_ROPE_FUSION unset).
       GemvArgs a;
       a.w = &L[l].qkv;
       a.in = hidden;
       a.gamma = gamma;
-      a.qkv.n_head = m.n_head;
-      a.qkv.n_kv_head = m.n_kv;
-      a.qkv.head_dim = m.hd;
-      a.qkv.q_norm = hn;
-      a.qkv.k_norm = hn;
-      a.qkv.pos = d_pos;
-      a.qkv.q_out = q;
-      a.qkv.k_cache = L[l].kc;
-      a.qkv.v_cache = L[l].vc;
-      a.qkv.n_ctx = n_ctx;
-      a.qkv.raw = raw;
-      a.qkv.counters = counters;
-      gemv(Prologue::Norm, Epilogue::QKV, a, s);
+      a.y = raw;
+      gemv(Prologue::Norm, Epilogue::Store, a, s);
+      QkvPostArgs pa;
+      pa.raw = raw;
+      pa.n_head = m.n_head;
+      pa.n_kv_head = m.n_kv;
+      pa.head_dim = m.hd;
+      pa.q_norm = hn;
+      pa.k_norm = hn;
+      pa.pos = d_pos;
+      pa.q_out = q;
+      pa.k_cache = L[l].kc;
+      pa.v_cache = L[l].vc;
+      pa.n_ctx = n_ctx;
+      qkv_post(pa, s);
       AttnArgs at;
       at.q = q;
       at.k_cache = L[l].kc;
@@ -221,7 +226,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   const double gbs = (bytes + kv_bytes) / (ms * 1e-3) / 1e9;
   std::printf("decode chain %-10s %-5s pos %5d: %d launches, %8.3f ms/token (%7.1f tok/s), %8.1f GB/s, %5.1f %% of copy "
               "(weights %.1f MB, kv %.1f MB)\n",
-              m.name, dtype_name(t), pos, m.n_layer * 6, ms, 1e3 / ms, gbs, 100.0 * gbs / copy_gbs, bytes / 1e6,
+              m.name, dtype_name(t), pos, m.n_layer * 7, ms, 1e3 / ms, gbs, 100.0 * gbs / copy_gbs, bytes / 1e6,
               kv_bytes / 1e6);
   for (auto& l : L) {
     free_weight(l.qkv);
@@ -232,7 +237,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
     CUDA_CHECK(cudaFree(l.vc));
   }
   for (float* p : {hidden, gamma, hn, q, att, act, raw, part}) CUDA_CHECK(cudaFree(p));
-  CUDA_CHECK(cudaFree(counters));
   CUDA_CHECK(cudaFree(d_pos));
 }
 

@@ -116,6 +116,7 @@ void run_case(const QkvCase& c, uint32_t seed) {
     pa.q_out = d_q3.p();
     pa.k_cache = kc3.p();
     pa.v_cache = vc3.p();
+    pa.pdl = pos % 2 == 1;  // both launch forms (PDL: after the GEMV in the same stream)
     qkv_post(pa, nullptr);
     float* rq = d_raw2.p();
     float* rk = rq + size_t(c.n_head) * c.hd;

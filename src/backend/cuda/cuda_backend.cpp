@@ -255,6 +255,7 @@ class CudaBackend final : public Backend {
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   bool qkv_epilogue_in_gemv_ = true;
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
+  bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
   cuda::PrefillTuner tuner_;     // measured routes (prefill_tune.h)
@@ -405,6 +406,9 @@ void CudaBackend::prepare(Graph& g) {
   // kernel between the GEMV and the attention (knob attn_rope_fusion, automatic = own kernel
   // until measured otherwise: docs/PERF.md, session 5).
   qkv_epilogue_in_attention_ = !qkv_epilogue_in_gemv_ && tri_resolve(k.attn_rope_fusion, false);
+  // Lost 2-3 % in session 4, when every GEMV filled the SMs; re-measure now that short GEMVs
+  // leave room (docs/PERF.md, session 6). launch_pdl still honours set_programmatic_launch.
+  qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, false);
 }
 
 void CudaBackend::prepare_prefill(Graph& g) {
@@ -788,6 +792,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       if (qkv_epilogue_in_attention_) break;  // the layer's Attention op runs it
       cuda::QkvPostArgs pa = e;
       pa.raw = st.qkv_raw;
+      pa.pdl = qkv_post_pdl_;
       cuda::qkv_post(pa, stream_);
       break;
     }

@@ -2,13 +2,18 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/pdl_launch.cuh"
 #include "backend/cuda/qkv_post.h"
 
 namespace lmf::cuda {
 namespace {
 
 // grid: (n_head (q) + n_kv (k) + n_kv (v), T); block: head_dim threads, one element each.
-__global__ void qkv_post_kernel(QkvPostArgs a) {
+__global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
+  if (a.pdl) {  // uniform; raw comes from the previous kernel (pdl_launch.cuh)
+    dev::pdl_wait();
+    dev::pdl_launch_dependents();
+  }
   __shared__ float sh[32];
   __shared__ __align__(16) float vals[128];
   const int b = blockIdx.x, d = threadIdx.x, hd = a.head_dim;
@@ -63,8 +68,13 @@ void qkv_post(const QkvPostArgs& a, cudaStream_t s) {
   if (!a.raw || !a.pos || !a.q_out || !a.k_cache || !a.v_cache || a.n_ctx <= 0)
     LMF_FAIL("cuda qkv_post: missing pointer");
   if (a.T < 1) LMF_FAIL("cuda qkv_post: T must be >= 1, got ", a.T);
-  qkv_post_kernel<<<dim3(unsigned(a.n_head + 2 * a.n_kv_head), unsigned(a.T)), a.head_dim, 0, s>>>(a);
-  CUDA_CHECK_LAUNCH();
+  const dim3 grid(unsigned(a.n_head + 2 * a.n_kv_head), unsigned(a.T));
+  if (a.pdl) {
+    dev::launch_pdl(&qkv_post_kernel, grid, dim3(unsigned(a.head_dim)), 0, s, a);
+  } else {
+    qkv_post_kernel<<<grid, a.head_dim, 0, s>>>(a);
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace lmf::cuda

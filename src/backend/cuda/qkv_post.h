@@ -29,6 +29,10 @@ struct QkvPostArgs {
   uint16_t* k_cache = nullptr;  // fp16 [n_kv][n_ctx][head_dim]
   uint16_t* v_cache = nullptr;
   int64_t n_ctx = 0;
+  // Decode: launch with programmatic dependent launch (like the GEMVs and the attention), so its
+  // blocks may start during the QKV GEMV's tail and the attention's during its own (knob
+  // LMFUSE_QKV_POST_PDL). Off: a plain launch after the GEMV has finished.
+  bool pdl = false;
 };
 void qkv_post(const QkvPostArgs& a, cudaStream_t s);
 

@@ -24,7 +24,7 @@ const std::vector<KnobInfo>& knob_table() {
       {"gemv_split_k", "LMFUSE_GEMV_SPLIT_K", &Knobs::gemv_split_k,
        "CUDA decode GEMV: split the columns of short-and-wide matrices over several warps (auto = off)"},
       {"qkv_post_pdl", "LMFUSE_QKV_POST_PDL", &Knobs::qkv_post_pdl,
-       "CUDA decode: launch the QKV epilogue kernel with programmatic dependent launch (auto = off)"},
+       "CUDA decode: launch the QKV epilogue kernel with programmatic dependent launch (auto = on)"},
       {"prefill_inkernel_dequant", "LMFUSE_PREFILL_INKERNEL_DEQUANT", &Knobs::prefill_inkernel_dequant,
        "prefill: in-kernel dequant GEMM (1) vs dequant-once + vendor GEMM (0)"},
       {"prefill_route_tune", "LMFUSE_PREFILL_ROUTE_TUNE", &Knobs::prefill_route_tune,

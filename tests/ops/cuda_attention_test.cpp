@@ -85,6 +85,7 @@ TEST(CudaAttention, OddGroupsAndContexts) {
   run_attn(28, 4, 128, 8192, 5000, 52); // qwen2-7b grouping
   run_attn(4, 2, 32, 128, 100, 53);     // tiny test model: head_dim 32
   run_attn(6, 6, 32, 64, 64, 54);
+  run_attn(8, 1, 32, 8192, 8000, 55);  // MQA: 264 planned splits, 125 used (merge: several passes)
 }
 
 // The QKV epilogue inside the attention kernel (AttnArgs::qkv_raw) vs the separate epilogue

@@ -115,6 +115,7 @@ int cmd_bench(int argc, char** argv) {
   int64_t max_len = depth;
   for (auto p : pp) max_len = std::max(max_len, depth + p);
   for (auto n : tg) max_len = std::max(max_len, depth + n);
+  if (profile) max_len = std::max<int64_t>(max_len, depth + 2);  // the profiled step follows depth + 1 tokens
 
   std::vector<Row> rows;
   std::string model_desc, size_desc, params_desc, backend_desc;

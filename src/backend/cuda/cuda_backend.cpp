@@ -406,9 +406,10 @@ void CudaBackend::prepare(Graph& g) {
   // kernel between the GEMV and the attention (knob attn_rope_fusion, automatic = own kernel
   // until measured otherwise: docs/PERF.md, session 5).
   qkv_epilogue_in_attention_ = !qkv_epilogue_in_gemv_ && tri_resolve(k.attn_rope_fusion, false);
-  // Lost 2-3 % in session 4, when every GEMV filled the SMs; re-measure now that short GEMVs
-  // leave room (docs/PERF.md, session 6). launch_pdl still honours set_programmatic_launch.
-  qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, false);
+  // Lost 2-3 % in session 4, when every GEMV filled the SMs; with the short GEMVs at one block
+  // per SM it wins on every size (docs/PERF.md, session 7: 0.6B +5.0 %, 4B +1.3 %, 8B +1.9 %).
+  // launch_pdl still honours set_programmatic_launch.
+  qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, true);
 }
 
 void CudaBackend::prepare_prefill(Graph& g) {

@@ -10,6 +10,7 @@ namespace lmf::cuda {
 
 int attn_plan_splits(int n_kv_head, int64_t n_ctx) {
   // About two blocks per SM at full length; never slices shorter than 16 positions.
+  // (3, 4 and 6 per SM measured slower at depth 4096 with the batched merge: docs/PERF.md, session 7)
   const int want = (2 * device_sm_count() + n_kv_head - 1) / n_kv_head;
   const int64_t cap = std::max<int64_t>(1, n_ctx / 16);
   return int(std::max<int64_t>(1, std::min<int64_t>(want, cap)));
@@ -28,7 +29,7 @@ void launch(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
   else
     dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX, false>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32),
                     0, s, p);
-  dev::launch_pdl(&dev::attn_merge_kernel<HD>, dim3(p.n_head), dim3(HD), 0, s, p);
+  dev::launch_pdl(&dev::attn_merge_kernel<HD>, dim3(p.n_head), dim3(HD), dev::attn_merge_smem(p.n_splits), s, p);
 }
 template <int HD>
 void launch_g(const dev::AttnParams& p, int G, int n_kv, cudaStream_t s) {

@@ -261,30 +261,58 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
   }
 }
 
+// Pass 2. One block per query head, thread d owns dimension d. Every split's (m_s, l_s) is loaded
+// once per block (one split per thread) into shared memory and its weight w_s = l_s e^(m_s - M)
+// computed once; each thread issues its part_o loads kMergeBatch at a time before using any (the
+// first batch before the weights are known), so a merge over S splits waits for ~1 + S/16 L2
+// round trips instead of one per few splits. Sums run in split order (den += w_s, num =
+// fma(o_s, w_s, num)); a split with l_s = 0 gets w_s = 0, which adds exact zeros.
+constexpr int kMergeBatch = 16;
+inline size_t attn_merge_smem(int n_splits) { return size_t(2) * size_t(n_splits) * sizeof(float); }
+
 template <int HD>
-__global__ void attn_merge_kernel(const __grid_constant__ AttnParams p) {
+__global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ AttnParams p) {
+  extern __shared__ float merge_sh[];  // [n_splits] m_s, then w_s; [n_splits] l_s
   pdl_wait();
   pdl_launch_dependents();
   const int h = blockIdx.x, d = threadIdx.x;
   const float* ml = p.part_ml + size_t(h) * p.n_splits * 2;
+  const float* po = p.part_o + size_t(h) * p.n_splits * HD + d;
   const int L = *p.pos + 1;
   const int chunk = attn_slice<HD>(L, p.n_splits);
   const int used = min(p.n_splits, (L + chunk - 1) / chunk);
   if (used == 1) {  // one split holds the whole (normalized) result
-    p.out[size_t(h) * HD + d] = p.part_o[size_t(h) * p.n_splits * HD + d];
+    p.out[size_t(h) * HD + d] = __ldcg(po);
     return;
   }
+  float v[kMergeBatch];  // part_o of splits s0 .. s0 + kMergeBatch - 1 (0 past used)
+  auto load_batch = [&](int s0) {
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j) v[j] = s0 + j < used ? __ldcg(po + size_t(s0 + j) * HD) : 0.f;
+  };
+  load_batch(0);
+  float* sm = merge_sh;
+  float* sl = merge_sh + p.n_splits;
+  for (int s = d; s < used; s += HD) {
+    sm[s] = __ldcg(ml + 2 * s);
+    sl[s] = __ldcg(ml + 2 * s + 1);
+  }
+  __syncthreads();
   float M = -INFINITY;
   for (int s = 0; s < used; ++s)
-    if (ml[2 * s + 1] > 0.f) M = fmaxf(M, ml[2 * s]);
+    if (sl[s] > 0.f) M = fmaxf(M, sm[s]);
+  __syncthreads();  // every thread has read m_s before it becomes w_s
+  for (int s = d; s < used; s += HD) sm[s] = sl[s] > 0.f ? sl[s] * __expf(sm[s] - M) : 0.f;
+  __syncthreads();
   float den = 0.f, num = 0.f;
-  for (int s = 0; s < used; ++s) {
-    const float ls = ml[2 * s + 1];
-    if (ls > 0.f) {
-      const float w = ls * __expf(ml[2 * s] - M);
-      den += w;
-      num = fmaf(p.part_o[(size_t(h) * p.n_splits + s) * HD + d], w, num);
-    }
+  for (int s = 0; s < used; ++s) den += sm[s];
+  for (int s0 = 0;;) {
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j)
+      if (s0 + j < used) num = fmaf(v[j], sm[s0 + j], num);
+    s0 += kMergeBatch;
+    if (s0 >= used) break;
+    load_batch(s0);
   }
   p.out[size_t(h) * HD + d] = num / den;
 }

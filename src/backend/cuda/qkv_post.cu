@@ -9,34 +9,12 @@ namespace lmf::cuda {
 namespace {
 
 // grid: (n_head (q) + n_kv (k) + n_kv (v), T); block: head_dim threads, one element each.
+// Before the PDL wait it does what depends only on weights and the thread: its gamma element and
+// the RoPE inverse frequency (powf), so the wait is followed by one L2 round trip (raw, pos).
 __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
-  if (a.pdl) {  // uniform; raw comes from the previous kernel (pdl_launch.cuh)
-    dev::pdl_wait();
-    dev::pdl_launch_dependents();
-  }
-  __shared__ float sh[32];
-  __shared__ __align__(16) float vals[128];
   const int b = blockIdx.x, d = threadIdx.x, hd = a.head_dim;
   const int nq = a.n_head, nk = a.n_kv_head;
-  const int t = blockIdx.y, pos = *a.pos + t;
-  const float* raw = a.raw + size_t(t) * (nq + 2 * nk) * hd;
-  float* q_out = a.q_out + size_t(t) * nq * hd;
-  float x = raw[size_t(b) * hd + d];
-  if (b >= nq + nk) {  // v head: straight to the cache
-    const int h = b - nq - nk;
-    reinterpret_cast<__half*>(a.v_cache)[(size_t(h) * a.n_ctx + pos) * hd + d] = __float2half_rn(x);
-    return;
-  }
-  const bool is_q = b < nq;
-  const float* gamma = is_q ? a.q_norm : a.k_norm;
-  if (gamma) {  // per-head RMSNorm (uniform branch for the block), rmsnorm_rows' arithmetic
-    vals[d] = x;
-    __syncthreads();
-    const float ss = dev::head_sumsq_block(reinterpret_cast<const float4*>(vals), hd, sh);  // reads end at its barrier
-    x = dev::head_norm(x, ss, hd, a.eps, gamma[d]);
-  }
-  vals[d] = x;
-  __syncthreads();
+  const bool is_q = b < nq, is_v = b >= nq + nk;
   const int half = hd / 2;
   int i, partner;  // pair index, the other element of the pair
   bool first;
@@ -49,8 +27,37 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
     first = (d & 1) == 0;
     partner = first ? d + 1 : d - 1;
   }
+  const float* gamma = is_q ? a.q_norm : a.k_norm;
+  float g = 0.f, inv_freq = 0.f;
+  if (!is_v) {
+    if (gamma) g = gamma[d];
+    inv_freq = dev::rope_inv_freq(i, hd, a.theta);
+  }
+  if (a.pdl) {  // uniform; raw comes from the previous kernel (pdl_launch.cuh)
+    dev::pdl_wait();
+    dev::pdl_launch_dependents();
+  }
+  __shared__ float sh[32];
+  __shared__ __align__(16) float vals[128];
+  const int t = blockIdx.y, pos = *a.pos + t;
+  const float* raw = a.raw + size_t(t) * (nq + 2 * nk) * hd;
+  float* q_out = a.q_out + size_t(t) * nq * hd;
+  float x = raw[size_t(b) * hd + d];
+  if (is_v) {  // v head: straight to the cache
+    const int h = b - nq - nk;
+    reinterpret_cast<__half*>(a.v_cache)[(size_t(h) * a.n_ctx + pos) * hd + d] = __float2half_rn(x);
+    return;
+  }
+  if (gamma) {  // per-head RMSNorm (uniform branch for the block), rmsnorm_rows' arithmetic
+    vals[d] = x;
+    __syncthreads();
+    const float ss = dev::head_sumsq_block(reinterpret_cast<const float4*>(vals), hd, sh);  // reads end at its barrier
+    x = dev::head_norm(x, ss, hd, a.eps, g);
+  }
+  vals[d] = x;
+  __syncthreads();
   float c, s;
-  dev::rope_cs(pos, i, hd, a.theta, &c, &s);
+  dev::rope_cs_freq(pos, inv_freq, &c, &s);
   const float y = dev::rope_rotate(x, vals[partner], c, s, first);
   if (is_q) {
     q_out[size_t(b) * hd + d] = y;
@@ -69,10 +76,11 @@ void qkv_post(const QkvPostArgs& a, cudaStream_t s) {
     LMF_FAIL("cuda qkv_post: missing pointer");
   if (a.T < 1) LMF_FAIL("cuda qkv_post: T must be >= 1, got ", a.T);
   const dim3 grid(unsigned(a.n_head + 2 * a.n_kv_head), unsigned(a.T));
+  auto* k = &qkv_post_kernel;
   if (a.pdl) {
-    dev::launch_pdl(&qkv_post_kernel, grid, dim3(unsigned(a.head_dim)), 0, s, a);
+    dev::launch_pdl(k, grid, dim3(unsigned(a.head_dim)), 0, s, a);
   } else {
-    qkv_post_kernel<<<grid, a.head_dim, 0, s>>>(a);
+    k<<<grid, a.head_dim, 0, s>>>(a);
     CUDA_CHECK_LAUNCH();
   }
 }

@@ -106,10 +106,20 @@ __device__ __forceinline__ float bf16_bits_to_f32(uint32_t bits) { return __uint
 
 // RoPE angle for pair index i of a head of size d: pos * theta^(-2i/d), computed in fp32 as the
 // Hugging Face reference does (inv_freq in fp32, then the product), then an accurate sincos.
-__device__ __forceinline__ void rope_cs(int pos, int i, int d, float theta, float* c, float* s) {
-  const float inv_freq = 1.0f / powf(theta, float(2 * i) / float(d));
+// Split in two so a kernel can compute the frequency (weights only) before its PDL wait.
+__device__ __forceinline__ float rope_inv_freq(int i, int d, float theta) {
+  return 1.0f / powf(theta, float(2 * i) / float(d));
+}
+__device__ __forceinline__ void rope_cs_freq(int pos, float inv_freq, float* c, float* s) {
   const float ang = float(pos) * inv_freq;
   sincosf(ang, s, c);
 }
+__device__ __forceinline__ void rope_cs(int pos, int i, int d, float theta, float* c, float* s) {
+  rope_cs_freq(pos, rope_inv_freq(i, d, theta), c, s);
+}
+
+// Brings the 128-byte line holding p into this SM's L1 (no register, no wait): for data that
+// does not depend on the previous kernel, issued before pdl_wait so later loads hit L1.
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
 }  // namespace lmf::cuda::dev

@@ -471,6 +471,10 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (b.g + u < ngroups) nxt[u].load(p, b.rg, b.g + u, nblk, lane, pol);
+  // The Norm prologue's second pass reads gamma after the block reduction: its lines are
+  // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
+  if constexpr (PRO != Prologue::None)
+    for (int line = int(threadIdx.x); line * 32 < p.cols; line += kGemvThreads) prefetch_l1(p.gamma + line * 32);
   // Everything above reads only weights; from here on inputs of the previous kernel are read
   // and outputs written (PDL, see pdl_launch.cuh).
   pdl_wait();

@@ -108,7 +108,7 @@ __device__ __forceinline__ void head_post_warp(const float* src, const float* ga
 }
 
 template <int HD, int GMAX, bool POST>
-__global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __grid_constant__ AttnParams p) {
+__global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __grid_constant__ AttnParams p) {
   constexpr int LPT = HD / 8;     // lanes per timestep
   constexpr int TPW = 32 / LPT;   // timesteps per warp step
   constexpr int SLOTS = kAttnWarps * TPW;
@@ -119,18 +119,57 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
   __shared__ float sm_kv[POST ? 2 : 1][POST ? HD : 1];    // POST: k, v at pos (fp32 staging)
   __shared__ __align__(16) __half sm_kvh[POST ? 2 : 1][POST ? HD : 1];  // ... as cached (fp16)
 
-  pdl_wait();  // q, pos and the cache row come from the previous kernel
-  pdl_launch_dependents();
   const int kvh = blockIdx.x, split = blockIdx.y;
   const int G = p.n_head / p.n_kv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane % LPT, tg = lane / LPT, slot = warp * TPW + tg;
+  // Before the PDL wait: pos (copied from the host before the step began) and every cache row
+  // before it (written by earlier steps) are final, so the slice and the first batch of K/V loads
+  // need not wait for the previous kernel. q and the row at pos (that kernel's output, or this
+  // block's under POST) are read after the wait.
   const int L = *p.pos + 1;
   const int chunk = attn_slice<HD>(L, p.n_splits);
   const int start = split * chunk, end = min(L, start + chunk);
   if (start >= L) return;  // unused split: the merge does not read it
   const int pos = L - 1;
   const bool has_pos = POST && start <= pos && pos < end;  // this block appends k, v at pos
+  const __half* K = p.k + size_t(kvh) * p.n_ctx * HD + sub * 8;
+  const __half* V = p.v + size_t(kvh) * p.n_ctx * HD + sub * 8;
+
+  // The loads of NB warp steps are issued before any is used (one DRAM round trip per batch
+  // instead of per step: a long context is latency-bound otherwise); the steps' math then runs in
+  // the one-step-at-a-time order, so the result does not depend on the batching.
+  constexpr int NB = kStepsInFlight<GMAX>;
+  uint4 kb[NB], vb[NB];
+  auto load_pos_row = [&](int j) {
+    if (has_pos) {  // written by this block in this launch: not through the read-only path
+      kb[j] = *reinterpret_cast<const uint4*>(&sm_kvh[0][sub * 8]);
+      vb[j] = *reinterpret_cast<const uint4*>(&sm_kvh[POST ? 1 : 0][sub * 8]);
+    } else {
+      kb[j] = __ldg(reinterpret_cast<const uint4*>(K + size_t(pos) * HD));
+      vb[j] = __ldg(reinterpret_cast<const uint4*>(V + size_t(pos) * HD));
+    }
+  };
+  auto load_batch = [&](int t00, bool with_pos) {  // with_pos false: the row at pos is left zero
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      const int t = t00 + j * SLOTS + tg;
+      kb[j] = vb[j] = make_uint4(0, 0, 0, 0);
+      if (t < end) {
+        if (t != pos) {
+          kb[j] = __ldg(reinterpret_cast<const uint4*>(K + size_t(t) * HD));
+          vb[j] = __ldg(reinterpret_cast<const uint4*>(V + size_t(t) * HD));
+        } else if (with_pos) {
+          load_pos_row(j);
+        }
+      }
+    }
+  };
+  const int t_first = start + warp * TPW;
+  load_batch(t_first, false);
+
+  pdl_wait();  // q and the cache row at pos come from the previous kernel
+  pdl_launch_dependents();
   if constexpr (POST) {
     for (int g = warp; g < G; g += kAttnWarps)
       head_post_warp<HD>(p.raw + size_t(kvh * G + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, pos,
@@ -148,6 +187,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
       }
     }
     __syncthreads();
+  }
+#pragma unroll
+  for (int j = 0; j < NB; ++j) {  // the first batch's row at pos, now written
+    const int t = t_first + j * SLOTS + tg;
+    if (t == pos && t < end) load_pos_row(j);
   }
 
   float q[GMAX][8];  // this lane's 8 dims of each query head, pre-scaled by 1/sqrt(HD)
@@ -168,27 +212,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_split_kernel(const __gri
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
   }
-  const __half* K = p.k + size_t(kvh) * p.n_ctx * HD + sub * 8;
-  const __half* V = p.v + size_t(kvh) * p.n_ctx * HD + sub * 8;
 
-  // The loads of NB warp steps are issued before any is used (one DRAM round trip per batch
-  // instead of per step: a long context is latency-bound otherwise); the steps' math then runs in
-  // the one-step-at-a-time order, so the result does not depend on the batching.
-  constexpr int NB = kStepsInFlight<GMAX>;
-  for (int t00 = start + warp * TPW; t00 < end; t00 += NB * SLOTS) {  // warp-uniform
-    uint4 kb[NB], vb[NB];
-#pragma unroll
-    for (int j = 0; j < NB; ++j) {
-      const int t = t00 + j * SLOTS + tg;
-      kb[j] = vb[j] = make_uint4(0, 0, 0, 0);
-      if (has_pos && t == pos) {  // written by this block in this launch: not through the read-only path
-        kb[j] = *reinterpret_cast<const uint4*>(&sm_kvh[0][sub * 8]);
-        vb[j] = *reinterpret_cast<const uint4*>(&sm_kvh[POST ? 1 : 0][sub * 8]);
-      } else if (t < end) {
-        kb[j] = __ldg(reinterpret_cast<const uint4*>(K + size_t(t) * HD));
-        vb[j] = __ldg(reinterpret_cast<const uint4*>(V + size_t(t) * HD));
-      }
-    }
+  for (int t00 = t_first; t00 < end; t00 += NB * SLOTS) {  // warp-uniform
+    if (t00 != t_first) load_batch(t00, true);
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
       const int t0 = t00 + j * SLOTS;

@@ -480,6 +480,18 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   pdl_wait();
   pdl_launch_dependents();
 
+  // Residual epilogue: lane r < kRows holds y_residual of row r of the warp's current row group,
+  // loaded when the group starts (here for the first, in the epilogue for the next) so the add
+  // does not wait for L2 after the reduction.
+  float yres = 0.f;
+  auto load_yres = [&](int rg) {
+    if constexpr (EPI == Epilogue::Residual) {
+      const int row = rg * kRows + lane;
+      if (lane < kRows && rg < n_rg && row < p.rows) yres = p.y_residual[row];
+    }
+  };
+  load_yres(a.rg);
+
   gemv_stage_x<T, PRO>(p, xs4, red);
   __syncthreads();
 
@@ -525,7 +537,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
             const int row = row0 + r;
             if (lane == r && row < p.rows) {
               float o = v[r];
-              if constexpr (EPI == Epilogue::Residual) o += p.y_residual[row];
+              if constexpr (EPI == Epilogue::Residual) o += yres;
               if constexpr (EPI != Epilogue::Residual)
                 if (p.bias) o += p.bias[row];
               if constexpr (EPI == Epilogue::QKV)
@@ -555,6 +567,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
           }
         }
         }  // sub == 0
+        load_yres(after.rg);
       }
   };
   auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {

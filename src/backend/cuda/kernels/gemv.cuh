@@ -340,7 +340,9 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   // first use of each load). 8 consecutive lanes hold one 32-element block, so its max / sum is
   // 3 shuffles. Values and summation order are those of the one-slice-at-a-time loop.
   static_assert(kGemvThreads == kNormThreads, "the Norm prologue must match rmsnorm_rows");
-  constexpr int kXBatch = PRO == Prologue::AddNorm ? 2 : 4;  // AddNorm: 3 loads per slice (registers)
+  // Slices per batch, bounded by registers: AddNorm holds 3 loads per slice, Norm 2 (with gamma),
+  // the plain prologue 1, so 6 there (8B down: 2 batches instead of 3; 12 spilled).
+  constexpr int kXBatch = PRO == Prologue::AddNorm ? 2 : PRO == Prologue::None ? 6 : 4;
   const int nblk = p.cols >> 5;
   const int n4 = p.cols >> 2;
   const float4* in4 = reinterpret_cast<const float4*>(p.in);

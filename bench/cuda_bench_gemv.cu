@@ -8,15 +8,19 @@
 //     o_proj+residual, norm+gate/up+SiLU, down+residual, for every layer: the backend's default
 //     launches) as one graph: time per token and % of
 //     copy bandwidth for the bytes it must read (weights + KV cache), with and without
-//     programmatic dependent launch.
+//     programmatic dependent launch;
+//  5. with --timeline only: each chain launch's start, PDL release and end inside the replayed
+//     graph (%globaltimer stamps written by the kernels), averaged over the layers.
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/qkv_post.h"
 #include "cuda_bench_util.cuh"
 
@@ -65,6 +69,55 @@ double time_graph(cudaStream_t s, F body, int reps = 20) {
   CUDA_CHECK(cudaGraphExecDestroy(ge));
   CUDA_CHECK(cudaGraphDestroy(g));
   return ms / reps;
+}
+
+// Smallest step of %globaltimer seen by one thread (its resolution on this device).
+__global__ void timer_tick(unsigned long long* out) {
+  unsigned long long prev = dev::global_ns(), best = ~0ull;
+  for (int i = 0; i < 200000; ++i) {
+    const unsigned long long t = dev::global_ns();
+    if (t != prev) {
+      best = t - prev < best ? t - prev : best;
+      prev = t;
+    }
+  }
+  *out = best;
+}
+
+// Launch timeline of one replay of body() (which passes slot k of `slots` to its k-th launch):
+// captures it, replays it twice to warm up, then `reps` times, each on idle slots and followed by
+// a copy back. Returns the per-slot mean of {start, wait, end} relative to the first start.
+template <class F>
+std::vector<std::array<double, 3>> timeline_graph(cudaStream_t s, F body, unsigned long long* slots, int n_slots,
+                                                  int reps = 5) {
+  const size_t words = size_t(n_slots) * dev::kTlWords;
+  std::vector<unsigned long long> init(words, 0), got(words);
+  for (int k = 0; k < n_slots; ++k) init[size_t(k) * dev::kTlWords] = init[size_t(k) * dev::kTlWords + 1] = ~0ull;
+  body();
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  body();
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  std::vector<std::array<double, 3>> mean(size_t(n_slots), {0.0, 0.0, 0.0});
+  for (int r = -2; r < reps; ++r) {
+    CUDA_CHECK(cudaMemcpyAsync(slots, init.data(), words * 8, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaGraphLaunch(ge, s));
+    CUDA_CHECK(cudaMemcpyAsync(got.data(), slots, words * 8, cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    if (r < 0) continue;
+    const unsigned long long t0 = got[0];
+    for (int k = 0; k < n_slots; ++k)
+      for (int j = 0; j < 3; ++j) {
+        const unsigned long long v = got[size_t(k) * dev::kTlWords + size_t(j)];  // 0 / ~0: not stamped
+        mean[size_t(k)][size_t(j)] += (v == ~0ull || v == 0 ? 0.0 : double(v) - double(t0)) / reps;
+      }
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(ge));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  return mean;
 }
 
 double copy_bandwidth() {
@@ -132,7 +185,15 @@ struct ModelShape {
   int n_layer, hidden, n_head, n_kv, hd, ffn;
 };
 
-void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DType t, int pos) {
+constexpr int kChainLaunches = 7;  // per layer: qkv GEMV, QKV epilogue, attention split + merge, o, gate/up, down
+constexpr const char* kChainNames[kChainLaunches] = {"qkv gemv (norm)", "qkv epilogue", "attention split",
+                                                      "attention merge", "o gemv (+res)", "gate/up gemv (norm, silu)",
+                                                      "down gemv (+res)"};
+
+// timeline: instead of the timing line, the per-launch timeline of the same graph (see
+// timeline_graph), averaged over the layers.
+void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DType t, int pos,
+                        bool timeline = false) {
   const int64_t n_ctx = 4096;
   const int qkv_rows = (m.n_head + 2 * m.n_kv) * m.hd;
   struct Layer {
@@ -166,6 +227,10 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   CUDA_CHECK(cudaMemcpy(d_pos, &pos, sizeof(int), cudaMemcpyHostToDevice));
   const int splits = attn_plan_splits(m.n_kv, n_ctx);
   float* part = dev_floats(attn_scratch_floats(m.n_head, m.hd, splits));
+  const int n_slots = m.n_layer * kChainLaunches;
+  unsigned long long* slots = nullptr;
+  if (timeline) CUDA_CHECK(cudaMalloc(&slots, size_t(n_slots) * dev::kTlWords * 8));
+  auto slot = [&](int l, int k) { return slots ? slots + size_t(l * kChainLaunches + k) * dev::kTlWords : nullptr; };
   auto body = [&] {
     for (int l = 0; l < m.n_layer; ++l) {
       // The backend's default QKV path: a Store GEMV into raw q|k|v, then the epilogue kernel
@@ -175,6 +240,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       a.in = hidden;
       a.gamma = gamma;
       a.y = raw;
+      a.tl = slot(l, 0);
       gemv(Prologue::Norm, Epilogue::Store, a, s);
       QkvPostArgs pa;
       pa.raw = raw;
@@ -188,6 +254,8 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       pa.k_cache = L[l].kc;
       pa.v_cache = L[l].vc;
       pa.n_ctx = n_ctx;
+      pa.pdl = true;  // LMFUSE_QKV_POST_PDL automatic (session 7)
+      pa.tl = slot(l, 1);
       qkv_post(pa, s);
       AttnArgs at;
       at.q = q;
@@ -201,33 +269,66 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       at.out = att;
       at.n_splits = splits;
       at.partial = part;
+      at.tl = slot(l, 2);  // and slot(l, 3) for the merge
       attention_decode(at, s);
       GemvArgs o;
       o.w = &L[l].o;
       o.in = att;
       o.y = hidden;
       o.y_residual = hidden;
+      o.tl = slot(l, 4);
       gemv(Prologue::None, Epilogue::Residual, o, s);
       GemvArgs gu;
       gu.w = &L[l].gu;
       gu.in = hidden;
       gu.gamma = gamma;
       gu.y = act;
+      gu.tl = slot(l, 5);
       gemv(Prologue::Norm, Epilogue::SiluMul, gu, s);
       GemvArgs d;
       d.w = &L[l].down;
       d.in = act;
       d.y = hidden;
       d.y_residual = hidden;
+      d.tl = slot(l, 6);
       gemv(Prologue::None, Epilogue::Residual, d, s);
     }
   };
-  const double ms = time_graph(s, body, 10);
-  const double gbs = (bytes + kv_bytes) / (ms * 1e-3) / 1e9;
-  std::printf("decode chain %-10s %-5s pos %5d: %d launches, %8.3f ms/token (%7.1f tok/s), %8.1f GB/s, %5.1f %% of copy "
-              "(weights %.1f MB, kv %.1f MB)\n",
-              m.name, dtype_name(t), pos, m.n_layer * 7, ms, 1e3 / ms, gbs, 100.0 * gbs / copy_gbs, bytes / 1e6,
-              kv_bytes / 1e6);
+  if (timeline) {
+    // Per launch kind, mean over layers 1.. (layer 0 has no predecessor in the graph), in µs:
+    // adds = end - previous end (its share of the step), early = previous end - start (blocks
+    // resident before the previous kernel's last warp exits), release = wait - previous end
+    // (the PDL dependency's latency), after = end - wait (its work once released).
+    const auto tl = timeline_graph(s, body, slots, n_slots);
+    double adds[kChainLaunches] = {}, early[kChainLaunches] = {}, rel[kChainLaunches] = {}, after[kChainLaunches] = {};
+    for (int l = 1; l < m.n_layer; ++l)
+      for (int k = 0; k < kChainLaunches; ++k) {
+        const auto& c = tl[size_t(l * kChainLaunches + k)];
+        const auto& p = tl[size_t(l * kChainLaunches + k - 1)];
+        adds[k] += (c[2] - p[2]) / 1e3 / (m.n_layer - 1);
+        early[k] += (p[2] - c[0]) / 1e3 / (m.n_layer - 1);
+        rel[k] += (c[1] - p[2]) / 1e3 / (m.n_layer - 1);
+        after[k] += (c[2] - c[1]) / 1e3 / (m.n_layer - 1);
+      }
+    std::printf("timeline %s %s pos %d: step %.1f us (first start to last end, mean of 5 replays); per layer (us):\n",
+                m.name, dtype_name(t), pos, tl.back()[2] / 1e3);
+    std::printf("| launch | adds to the step | resident before prev end | released after prev end | end - release |\n");
+    std::printf("| --- | ---: | ---: | ---: | ---: |\n");
+    double sum = 0;
+    for (int k = 0; k < kChainLaunches; ++k) {
+      std::printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", kChainNames[k], adds[k], early[k], rel[k], after[k]);
+      sum += adds[k];
+    }
+    std::printf("| layer | %.2f | | | |\n", sum);
+  }
+  const double ms = timeline ? 0.0 : time_graph(s, body, 10);
+  if (!timeline) {
+    const double gbs = (bytes + kv_bytes) / (ms * 1e-3) / 1e9;
+    std::printf("decode chain %-10s %-5s pos %5d: %d launches, %8.3f ms/token (%7.1f tok/s), %8.1f GB/s, %5.1f %% of "
+                "copy (weights %.1f MB, kv %.1f MB)\n",
+                m.name, dtype_name(t), pos, m.n_layer * kChainLaunches, ms, 1e3 / ms, gbs, 100.0 * gbs / copy_gbs,
+                bytes / 1e6, kv_bytes / 1e6);
+  }
   for (auto& l : L) {
     free_weight(l.qkv);
     free_weight(l.o);
@@ -238,6 +339,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   }
   for (float* p : {hidden, gamma, hn, q, att, act, raw, part}) CUDA_CHECK(cudaFree(p));
   CUDA_CHECK(cudaFree(d_pos));
+  if (slots) CUDA_CHECK(cudaFree(slots));
 }
 
 }  // namespace
@@ -256,6 +358,22 @@ int main(int argc, char** argv) {
     const ModelShape q06{"qwen3-0.6b", 28, 1024, 16, 8, 128, 3072};
     const Shape s8[] = {{"8b.qkv", 6144, 4096}, {"8b.o", 4096, 4096}, {"8b.gateup", 24576, 4096}, {"8b.down", 4096, 12288}};
     const Shape s06[] = {{"0.6b.qkv", 4096, 1024}, {"0.6b.o", 1024, 2048}, {"0.6b.gateup", 6144, 1024}, {"0.6b.down", 1024, 3072}};
+    // `cuda_bench_gemv --timeline`: only the decode chains' launch timelines (Q4_0, 8B and 0.6B,
+    // positions 0 and 1023), after the resolution of the timer they are read from.
+    if (argc > 1 && std::string(argv[1]) == "--timeline") {
+      unsigned long long* tick = nullptr;
+      CUDA_CHECK(cudaMalloc(&tick, 8));
+      timer_tick<<<1, 1, 0, s>>>(tick);
+      unsigned long long h = 0;
+      CUDA_CHECK(cudaMemcpy(&h, tick, 8, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaFree(tick));
+      std::printf("globaltimer: smallest step seen %llu ns\n", h);
+      for (int pos : {0, 1023}) {
+        bench_decode_chain(s, copy, q8b, DType::Q4_0, pos, true);
+        bench_decode_chain(s, copy, q06, DType::Q4_0, pos, true);
+      }
+      return 0;
+    }
     // `cuda_bench_gemv SUBSTR`: only the Q4_0 plain GEMVs whose shape name contains SUBSTR (a short
     // run for a profiler, e.g. ncu --launch-skip 40 --launch-count 1).
     if (argc > 1) {

@@ -114,6 +114,7 @@ struct GemvArgs {
   const float* y_residual = nullptr;  // Residual epilogue
   const float* bias = nullptr;        // Store/QKV: [rows] or null
   QkvParams qkv;                      // QKV epilogue
+  unsigned long long* tl = nullptr;   // launch timeline slot (measurement; common.cuh tl_*)
 };
 
 // Validates the arguments (throws lmf::Error naming what is wrong) and launches. Grid sizes come
@@ -146,6 +147,7 @@ struct AttnArgs {
   float norm_eps = 1e-6f;
   RopeStyle rope = RopeStyle::NeoX;
   float theta = 1e6f;
+  unsigned long long* tl = nullptr;  // launch timeline: two slots, split then merge (measurement)
 };
 int attn_plan_splits(int n_kv_head, int64_t n_ctx);  // plan-time split count for this device
 size_t attn_scratch_floats(int n_head, int head_dim, int n_splits);

@@ -128,6 +128,7 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.y_residual = a.y_residual;
   p.bias = a.bias;
   p.qkv = a.qkv;
+  p.tl = a.tl;  // ignored by the Epilogue::QKV instances
   bool ok = false;
   switch (w.type) {
     case DType::Q4_0: ok = dev::launch_gemv_q4_0(pro, epi, p, s); break;

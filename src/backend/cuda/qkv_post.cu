@@ -12,6 +12,7 @@ namespace {
 // Before the PDL wait it does what depends only on weights and the thread: its gamma element and
 // the RoPE inverse frequency (powf), so the wait is followed by one L2 round trip (raw, pos).
 __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
+  dev::tl_start(a.tl);
   const int b = blockIdx.x, d = threadIdx.x, hd = a.head_dim;
   const int nq = a.n_head, nk = a.n_kv_head;
   const bool is_q = b < nq, is_v = b >= nq + nk;
@@ -37,6 +38,7 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
     dev::pdl_wait();
     dev::pdl_launch_dependents();
   }
+  dev::tl_waited(a.tl);
   __shared__ float sh[32];
   __shared__ __align__(16) float vals[128];
   const int t = blockIdx.y, pos = *a.pos + t;
@@ -46,6 +48,7 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
   if (is_v) {  // v head: straight to the cache
     const int h = b - nq - nk;
     reinterpret_cast<__half*>(a.v_cache)[(size_t(h) * a.n_ctx + pos) * hd + d] = __float2half_rn(x);
+    dev::tl_end(a.tl);
     return;
   }
   if (gamma) {  // per-head RMSNorm (uniform branch for the block), rmsnorm_rows' arithmetic
@@ -65,6 +68,7 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
     const int h = b - nq;
     reinterpret_cast<__half*>(a.k_cache)[(size_t(h) * a.n_ctx + pos) * hd + d] = __float2half_rn(y);
   }
+  dev::tl_end(a.tl);
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ struct QkvPostArgs {
   // blocks may start during the QKV GEMV's tail and the attention's during its own (knob
   // LMFUSE_QKV_POST_PDL). Off: a plain launch after the GEMV has finished.
   bool pdl = false;
+  unsigned long long* tl = nullptr;  // launch timeline slot (measurement; common.cuh tl_*)
 };
 void qkv_post(const QkvPostArgs& a, cudaStream_t s);
 

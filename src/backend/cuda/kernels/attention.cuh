@@ -60,6 +60,7 @@ struct AttnParams {
   float theta;
   __half* k_w;
   __half* v_w;
+  unsigned long long* tl;  // launch timeline: split slot, merge slot (kTlWords apart) or null
 };
 
 // Head `src` [HD] -> out [HD] (shared memory) for one warp: optional RMSNorm (gamma), then RoPE
@@ -119,6 +120,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   __shared__ float sm_kv[POST ? 2 : 1][POST ? HD : 1];    // POST: k, v at pos (fp32 staging)
   __shared__ __align__(16) __half sm_kvh[POST ? 2 : 1][POST ? HD : 1];  // ... as cached (fp16)
 
+  tl_start(p.tl);
   const int kvh = blockIdx.x, split = blockIdx.y;
   const int G = p.n_head / p.n_kv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -130,7 +132,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   const int L = *p.pos + 1;
   const int chunk = attn_slice<HD>(L, p.n_splits);
   const int start = split * chunk, end = min(L, start + chunk);
-  if (start >= L) return;  // unused split: the merge does not read it
+  if (start >= L) {  // unused split: the merge does not read it
+    tl_end(p.tl);
+    return;
+  }
   const int pos = L - 1;
   const bool has_pos = POST && start <= pos && pos < end;  // this block appends k, v at pos
   const __half* K = p.k + size_t(kvh) * p.n_ctx * HD + sub * 8;
@@ -170,6 +175,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
 
   pdl_wait();  // q and the cache row at pos come from the previous kernel
   pdl_launch_dependents();
+  tl_waited(p.tl);
   if constexpr (POST) {
     for (int g = warp; g < G; g += kAttnWarps)
       head_post_warp<HD>(p.raw + size_t(kvh * G + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, pos,
@@ -285,6 +291,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
       p.part_ml[ps * 2 + 1] = den;
     }
   }
+  tl_end(p.tl);
 }
 
 // Pass 2. One block per query head, thread d owns dimension d. Every split's (m_s, l_s) is loaded
@@ -299,8 +306,11 @@ inline size_t attn_merge_smem(int n_splits) { return size_t(2) * size_t(n_splits
 template <int HD>
 __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ AttnParams p) {
   extern __shared__ float merge_sh[];  // [n_splits] m_s, then w_s; [n_splits] l_s
+  unsigned long long* tl = p.tl ? p.tl + kTlWords : nullptr;
+  tl_start(tl);
   pdl_wait();
   pdl_launch_dependents();
+  tl_waited(tl);
   const int h = blockIdx.x, d = threadIdx.x;
   const float* ml = p.part_ml + size_t(h) * p.n_splits * 2;
   const float* po = p.part_o + size_t(h) * p.n_splits * HD + d;
@@ -309,6 +319,7 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
   const int used = min(p.n_splits, (L + chunk - 1) / chunk);
   if (used == 1) {  // one split holds the whole (normalized) result
     p.out[size_t(h) * HD + d] = __ldcg(po);
+    tl_end(tl);
     return;
   }
   float v[kMergeBatch];  // part_o of splits s0 .. s0 + kMergeBatch - 1 (0 past used)
@@ -341,6 +352,7 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
     load_batch(s0);
   }
   p.out[size_t(h) * HD + d] = num / den;
+  tl_end(tl);
 }
 
 }  // namespace lmf::cuda::dev

@@ -118,6 +118,26 @@ __device__ __forceinline__ void rope_cs(int pos, int i, int d, float theta, floa
   rope_cs_freq(pos, rope_inv_freq(i, d, theta), c, s);
 }
 
+// Launch timeline (measurement only, cuda_bench_gemv's decode chain): a kernel given a slot of
+// kTlWords u64 records, in %globaltimer nanoseconds, the earliest block start [0], the earliest
+// return from the PDL wait [1] and the latest warp exit [2]. Null slot = off (one uniform branch).
+// The slot is re-read from the kernel parameters at each stamp, so it holds no register.
+constexpr int kTlWords = 4;
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void tl_start(unsigned long long* slot) {
+  if (slot && threadIdx.x == 0) atomicMin(slot, global_ns());
+}
+__device__ __forceinline__ void tl_waited(unsigned long long* slot) {
+  if (slot && threadIdx.x == 0) atomicMin(slot + 1, global_ns());
+}
+__device__ __forceinline__ void tl_end(unsigned long long* slot) {
+  if (slot && (threadIdx.x & 31) == 0) atomicMax(slot + 2, global_ns());
+}
+
 // Brings the 128-byte line holding p into this SM's L1 (no register, no wait): for data that
 // does not depend on the previous kernel, issued before pdl_wait so later loads hit L1.
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }

@@ -102,6 +102,7 @@ struct GemvParams {
   const float* bias;
   QkvParams qkv;
   int ksplit;  // warps per row group: 1, 2, 4 or 8 (gemv_ksplit)
+  unsigned long long* tl;  // launch timeline slot or null
 };
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a
@@ -438,6 +439,10 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   extern __shared__ float4 xs4[];
   __shared__ float red[32];
   __shared__ float kred[2][kGemvWarps][kRows];  // split-K partials, double-buffered by row group
+  // Launch timeline stamps (measurement; not in the in-GEMV QKV epilogue instances, whose
+  // register budget they would spill, and which the timed chain does not use).
+  constexpr bool kTl = EPI != Epilogue::QKV;
+  if constexpr (kTl) tl_start(p.tl);
   const int nblk = p.cols >> 5;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_rg = (p.rows + kRows - 1) / kRows;
@@ -481,6 +486,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   // and outputs written (PDL, see pdl_launch.cuh).
   pdl_wait();
   pdl_launch_dependents();
+  if constexpr (kTl) tl_waited(p.tl);
 
   // Residual epilogue: lane r < kRows holds y_residual of row r of the warp's current row group,
   // loaded when the group starts (here for the first, in the epilogue for the next) so the add
@@ -594,6 +600,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
     a = a2;
     b = b2;
   }
+  if constexpr (kTl) tl_end(p.tl);
 }
 
 template <DType T>

@@ -44,10 +44,11 @@ float* dev_floats(size_t n, float v = 0.01f) {
   return p;
 }
 
-// Captures body() into a graph, replays it `reps` times; returns ms per replay.
+// Runs body() once (warm-up outside capture: sets attributes, caches grids), then captures it
+// into an instantiated graph (the template graph is destroyed).
 template <class F>
-double time_graph(cudaStream_t s, F body, int reps = 20) {
-  body();  // warm-up outside capture (sets attributes, caches grids)
+cudaGraphExec_t capture_graph(cudaStream_t s, F body) {
+  body();
   CUDA_CHECK(cudaStreamSynchronize(s));
   cudaGraph_t g;
   cudaGraphExec_t ge;
@@ -55,6 +56,14 @@ double time_graph(cudaStream_t s, F body, int reps = 20) {
   body();
   CUDA_CHECK(cudaStreamEndCapture(s, &g));
   CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  return ge;
+}
+
+// Captures body() into a graph, replays it `reps` times; returns ms per replay.
+template <class F>
+double time_graph(cudaStream_t s, F body, int reps = 20) {
+  cudaGraphExec_t ge = capture_graph(s, body);
   CUDA_CHECK(cudaGraphLaunch(ge, s));
   CUDA_CHECK(cudaStreamSynchronize(s));
   cudaEvent_t a, b;
@@ -67,7 +76,8 @@ double time_graph(cudaStream_t s, F body, int reps = 20) {
   float ms = 0;
   CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
   CUDA_CHECK(cudaGraphExecDestroy(ge));
-  CUDA_CHECK(cudaGraphDestroy(g));
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
   return ms / reps;
 }
 
@@ -93,14 +103,7 @@ std::vector<std::array<double, 3>> timeline_graph(cudaStream_t s, F body, unsign
   const size_t words = size_t(n_slots) * dev::kTlWords;
   std::vector<unsigned long long> init(words, 0), got(words);
   for (int k = 0; k < n_slots; ++k) init[size_t(k) * dev::kTlWords] = init[size_t(k) * dev::kTlWords + 1] = ~0ull;
-  body();
-  CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  body();
-  CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  cudaGraphExec_t ge = capture_graph(s, body);
   std::vector<std::array<double, 3>> mean(size_t(n_slots), {0.0, 0.0, 0.0});
   for (int r = -2; r < reps; ++r) {
     CUDA_CHECK(cudaMemcpyAsync(slots, init.data(), words * 8, cudaMemcpyHostToDevice, s));
@@ -116,7 +119,6 @@ std::vector<std::array<double, 3>> timeline_graph(cudaStream_t s, F body, unsign
       }
   }
   CUDA_CHECK(cudaGraphExecDestroy(ge));
-  CUDA_CHECK(cudaGraphDestroy(g));
   return mean;
 }
 

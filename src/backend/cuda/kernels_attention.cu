@@ -68,8 +68,8 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.eps = a.norm_eps;
   p.rope_neox = a.rope == RopeStyle::NeoX ? 1 : 0;
   p.theta = a.theta;
-  // POST appends this token's k, v: the caches are the backend's device buffers (writable).
   p.tl = a.tl;
+  // POST appends this token's k, v: the caches are the backend's device buffers (writable).
   p.k_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.k_cache));
   p.v_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.v_cache));
   const int G = a.n_head / a.n_kv_head;

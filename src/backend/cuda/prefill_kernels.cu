@@ -227,11 +227,9 @@ __global__ void add_rows_kernel(const float* x, float* y, int64_t total) {
 }
 
 __global__ void spin_kernel(uint64_t ns) {
-  uint64_t t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < ns);
+  const uint64_t t0 = dev::global_ns();
+  while (dev::global_ns() - t0 < ns) {
+  }
 }
 
 __global__ void fill_random_kernel(float* x, size_t n, uint32_t seed) {

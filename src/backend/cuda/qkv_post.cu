@@ -80,11 +80,10 @@ void qkv_post(const QkvPostArgs& a, cudaStream_t s) {
     LMF_FAIL("cuda qkv_post: missing pointer");
   if (a.T < 1) LMF_FAIL("cuda qkv_post: T must be >= 1, got ", a.T);
   const dim3 grid(unsigned(a.n_head + 2 * a.n_kv_head), unsigned(a.T));
-  auto* k = &qkv_post_kernel;
   if (a.pdl) {
-    dev::launch_pdl(k, grid, dim3(unsigned(a.head_dim)), 0, s, a);
+    dev::launch_pdl(&qkv_post_kernel, grid, dim3(unsigned(a.head_dim)), 0, s, a);
   } else {
-    k<<<grid, a.head_dim, 0, s>>>(a);
+    qkv_post_kernel<<<grid, a.head_dim, 0, s>>>(a);
     CUDA_CHECK_LAUNCH();
   }
 }

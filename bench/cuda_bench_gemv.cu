@@ -374,6 +374,22 @@ int main(int argc, char** argv) {
         bench_decode_chain(s, copy, q8b, DType::Q4_0, pos, true);
         bench_decode_chain(s, copy, q06, DType::Q4_0, pos, true);
       }
+      // The same at pos 0 with the short kernels triggering after their wait (knob
+      // LMFUSE_PDL_EARLY_TRIGGER=0), then the timed chains both ways.
+      set_pdl_early_trigger(false);
+      std::printf("pdl_early_trigger=0:\n");
+      bench_decode_chain(s, copy, q8b, DType::Q4_0, 0, true);
+      bench_decode_chain(s, copy, q06, DType::Q4_0, 0, true);
+      for (int pos : {0, 1023}) {
+        bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
+        bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
+      }
+      set_pdl_early_trigger(true);
+      std::printf("pdl_early_trigger=1:\n");
+      for (int pos : {0, 1023}) {
+        bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
+        bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
+      }
       return 0;
     }
     // `cuda_bench_gemv SUBSTR`: only the Q4_0 plain GEMVs whose shape name contains SUBSTR (a short

@@ -818,6 +818,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
 void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
   cuda::set_gemv_split_k(tri_resolve(opts_.knobs.gemv_split_k, false));  // this backend's, before any capture
   cuda::set_gemv_coresident(opts_.knobs.gemv_coresident);
+  cuda::set_pdl_early_trigger(tri_resolve(opts_.knobs.pdl_early_trigger, true));
   size_t ev = 0;
   for (const Op& op : g.ops) {
     if (!op.launch) continue;

@@ -189,6 +189,10 @@ int device_sm_count();  // current device, cached
 // kernel's results (griddepcontrol.wait). Capture-safe; off = plain stream order. Set it before
 // capturing a graph (the launch attribute is recorded at capture).
 void set_programmatic_launch(bool on);
+// The short kernels of the decode chain (QKV epilogue, attention split and merge) let the next
+// kernel launch before their own PDL wait instead of after it (pdl_launch.cuh pdl_wait_trigger;
+// knob LMFUSE_PDL_EARLY_TRIGGER). Set before capture.
+void set_pdl_early_trigger(bool on);
 // In-block split-K for short-and-wide GEMVs (gemv.cuh, "Split-K inside a block"). Default off:
 // measured on the H200 at the 8B shapes it did not help (o 9.5 -> 10.0 us, down 19.5 -> 19.3 us,
 // qkv+QKV epilogue 15.5 -> 19.8 us). Results stay deterministic either way. Set before capture.

@@ -69,6 +69,7 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.rope_neox = a.rope == RopeStyle::NeoX ? 1 : 0;
   p.theta = a.theta;
   p.tl = a.tl;
+  p.early = dev::pdl_early_trigger();
   // POST appends this token's k, v: the caches are the backend's device buffers (writable).
   p.k_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.k_cache));
   p.v_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.v_cache));

@@ -34,10 +34,7 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
     if (gamma) g = gamma[d];
     inv_freq = dev::rope_inv_freq(i, hd, a.theta);
   }
-  if (a.pdl) {  // uniform; raw comes from the previous kernel (pdl_launch.cuh)
-    dev::pdl_wait();
-    dev::pdl_launch_dependents();
-  }
+  if (a.pdl) dev::pdl_wait_trigger(a.early);  // uniform; raw comes from the previous kernel
   dev::tl_waited(a.tl);
   __shared__ float sh[32];
   __shared__ __align__(16) float vals[128];
@@ -81,7 +78,9 @@ void qkv_post(const QkvPostArgs& a, cudaStream_t s) {
   if (a.T < 1) LMF_FAIL("cuda qkv_post: T must be >= 1, got ", a.T);
   const dim3 grid(unsigned(a.n_head + 2 * a.n_kv_head), unsigned(a.T));
   if (a.pdl) {
-    dev::launch_pdl(&qkv_post_kernel, grid, dim3(unsigned(a.head_dim)), 0, s, a);
+    QkvPostArgs k = a;
+    k.early = dev::pdl_early_trigger();
+    dev::launch_pdl(&qkv_post_kernel, grid, dim3(unsigned(a.head_dim)), 0, s, k);
   } else {
     qkv_post_kernel<<<grid, a.head_dim, 0, s>>>(a);
     CUDA_CHECK_LAUNCH();

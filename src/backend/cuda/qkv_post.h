@@ -34,6 +34,7 @@ struct QkvPostArgs {
   // LMFUSE_QKV_POST_PDL). Off: a plain launch after the GEMV has finished.
   bool pdl = false;
   unsigned long long* tl = nullptr;  // launch timeline slot (measurement; common.cuh tl_*)
+  bool early = false;  // set by qkv_post from set_pdl_early_trigger (pdl_launch.cuh)
 };
 void qkv_post(const QkvPostArgs& a, cudaStream_t s);
 

@@ -61,6 +61,7 @@ struct AttnParams {
   __half* k_w;
   __half* v_w;
   unsigned long long* tl;  // launch timeline: split slot, merge slot (kTlWords apart) or null
+  bool early;  // trigger the next kernel before the PDL wait (pdl_wait_trigger)
 };
 
 // Head `src` [HD] -> out [HD] (shared memory) for one warp: optional RMSNorm (gamma), then RoPE
@@ -173,8 +174,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   const int t_first = start + warp * TPW;
   load_batch(t_first, false);
 
-  pdl_wait();  // q and the cache row at pos come from the previous kernel
-  pdl_launch_dependents();
+  pdl_wait_trigger(p.early);  // q and the cache row at pos come from the previous kernel
   tl_waited(p.tl);
   if constexpr (POST) {
     for (int g = warp; g < G; g += kAttnWarps)
@@ -308,8 +308,7 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
   extern __shared__ float merge_sh[];  // [n_splits] m_s, then w_s; [n_splits] l_s
   unsigned long long* tl = p.tl ? p.tl + kTlWords : nullptr;
   tl_start(tl);
-  pdl_wait();
-  pdl_launch_dependents();
+  pdl_wait_trigger(p.early);
   tl_waited(tl);
   const int h = blockIdx.x, d = threadIdx.x;
   const float* ml = p.part_ml + size_t(h) * p.n_splits * 2;

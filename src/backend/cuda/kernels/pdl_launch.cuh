@@ -15,12 +15,24 @@
 namespace lmf::cuda::dev {
 
 bool pdl_enabled();  // kernels_gemv.cu; set_programmatic_launch in kernels.h
+bool pdl_early_trigger();  // kernels_gemv.cu; set_pdl_early_trigger in kernels.h
 
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 // Lets the next PDL kernel be scheduled once every block of this grid has run this (blocks of
 // the next kernel then take SM slots as they free up and prefetch their weights).
 __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// The wait, and the trigger for the next kernel: after the wait (default), or before it (early,
+// for the short kernels of the chain: the QKV epilogue, attention split and merge). Early, the
+// next kernel's blocks can become resident while this one still waits, so e.g. o_proj issues its
+// weight loads during the attention. No deadlock: a kernel is scheduled only once every block of
+// its predecessor has triggered (is resident or done), so no block of the chain still needs a slot.
+__device__ __forceinline__ void pdl_wait_trigger(bool early) {
+  if (early) pdl_launch_dependents();
+  pdl_wait();
+  if (!early) pdl_launch_dependents();
 }
 
 template <class... Params, class... Args>

@@ -96,15 +96,15 @@ __global__ void timer_tick(unsigned long long* out) {
 
 // Launch timeline of one replay of body() (which passes slot k of `slots` to its k-th launch):
 // captures it, replays it twice to warm up, then `reps` times, each on idle slots and followed by
-// a copy back. Returns the per-slot mean of {start, wait, end} relative to the first start.
+// a copy back. Returns the per-slot mean of {start, wait, end, phase} relative to the first start.
 template <class F>
-std::vector<std::array<double, 3>> timeline_graph(cudaStream_t s, F body, unsigned long long* slots, int n_slots,
+std::vector<std::array<double, 4>> timeline_graph(cudaStream_t s, F body, unsigned long long* slots, int n_slots,
                                                   int reps = 5) {
   const size_t words = size_t(n_slots) * dev::kTlWords;
   std::vector<unsigned long long> init(words, 0), got(words);
   for (int k = 0; k < n_slots; ++k) init[size_t(k) * dev::kTlWords] = init[size_t(k) * dev::kTlWords + 1] = ~0ull;
   cudaGraphExec_t ge = capture_graph(s, body);
-  std::vector<std::array<double, 3>> mean(size_t(n_slots), {0.0, 0.0, 0.0});
+  std::vector<std::array<double, 4>> mean(size_t(n_slots), {0.0, 0.0, 0.0, 0.0});
   for (int r = -2; r < reps; ++r) {
     CUDA_CHECK(cudaMemcpyAsync(slots, init.data(), words * 8, cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaGraphLaunch(ge, s));
@@ -113,7 +113,7 @@ std::vector<std::array<double, 3>> timeline_graph(cudaStream_t s, F body, unsign
     if (r < 0) continue;
     const unsigned long long t0 = got[0];
     for (int k = 0; k < n_slots; ++k)
-      for (int j = 0; j < 3; ++j) {
+      for (int j = 0; j < 4; ++j) {
         const unsigned long long v = got[size_t(k) * dev::kTlWords + size_t(j)];  // 0 / ~0: not stamped
         mean[size_t(k)][size_t(j)] += (v == ~0ull || v == 0 ? 0.0 : double(v) - double(t0)) / reps;
       }
@@ -302,7 +302,9 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
     // resident before the previous kernel's last warp exits), release = wait - previous end
     // (the PDL dependency's latency), after = end - wait (its work once released).
     const auto tl = timeline_graph(s, body, slots, n_slots);
-    double adds[kChainLaunches] = {}, early[kChainLaunches] = {}, rel[kChainLaunches] = {}, after[kChainLaunches] = {};
+    // phase = latest end of a block's first phase (GEMV: x staged; others: the wait) - wait.
+    double adds[kChainLaunches] = {}, early[kChainLaunches] = {}, rel[kChainLaunches] = {}, after[kChainLaunches] = {},
+           phase[kChainLaunches] = {};
     for (int l = 1; l < m.n_layer; ++l)
       for (int k = 0; k < kChainLaunches; ++k) {
         const auto& c = tl[size_t(l * kChainLaunches + k)];
@@ -311,17 +313,20 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
         early[k] += (p[2] - c[0]) / 1e3 / (m.n_layer - 1);
         rel[k] += (c[1] - p[2]) / 1e3 / (m.n_layer - 1);
         after[k] += (c[2] - c[1]) / 1e3 / (m.n_layer - 1);
+        phase[k] += (c[3] - c[1]) / 1e3 / (m.n_layer - 1);
       }
     std::printf("timeline %s %s pos %d: step %.1f us (first start to last end, mean of 5 replays); per layer (us):\n",
                 m.name, dtype_name(t), pos, tl.back()[2] / 1e3);
-    std::printf("| launch | adds to the step | resident before prev end | released after prev end | end - release |\n");
-    std::printf("| --- | ---: | ---: | ---: | ---: |\n");
+    std::printf("| launch | adds to the step | resident before prev end | released after prev end | end - release | "
+                "last phase-1 end - release |\n");
+    std::printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
     double sum = 0;
     for (int k = 0; k < kChainLaunches; ++k) {
-      std::printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", kChainNames[k], adds[k], early[k], rel[k], after[k]);
+      std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", kChainNames[k], adds[k], early[k], rel[k], after[k],
+                  phase[k]);
       sum += adds[k];
     }
-    std::printf("| layer | %.2f | | | |\n", sum);
+    std::printf("| layer | %.2f | | | | |\n", sum);
   }
   const double ms = timeline ? 0.0 : time_graph(s, body, 10);
   if (!timeline) {
@@ -366,11 +371,12 @@ int main(int argc, char** argv) {
       unsigned long long* tick = nullptr;
       CUDA_CHECK(cudaMalloc(&tick, 8));
       timer_tick<<<1, 1, 0, s>>>(tick);
+      CUDA_CHECK(cudaStreamSynchronize(s));
       unsigned long long h = 0;
       CUDA_CHECK(cudaMemcpy(&h, tick, 8, cudaMemcpyDeviceToHost));
       CUDA_CHECK(cudaFree(tick));
       std::printf("globaltimer: smallest step seen %llu ns\n", h);
-      for (int pos : {0, 1023}) {
+      for (int pos : {0, 64, 1023}) {
         bench_decode_chain(s, copy, q8b, DType::Q4_0, pos, true);
         bench_decode_chain(s, copy, q06, DType::Q4_0, pos, true);
       }
@@ -380,13 +386,13 @@ int main(int argc, char** argv) {
       std::printf("pdl_early_trigger=0:\n");
       bench_decode_chain(s, copy, q8b, DType::Q4_0, 0, true);
       bench_decode_chain(s, copy, q06, DType::Q4_0, 0, true);
-      for (int pos : {0, 1023}) {
+      for (int pos : {0, 64, 1023}) {
         bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
         bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
       }
       set_pdl_early_trigger(true);
       std::printf("pdl_early_trigger=1:\n");
-      for (int pos : {0, 1023}) {
+      for (int pos : {0, 64, 1023}) {
         bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
         bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
       }

@@ -120,7 +120,8 @@ __device__ __forceinline__ void rope_cs(int pos, int i, int d, float theta, floa
 
 // Launch timeline (measurement only, cuda_bench_gemv's decode chain): a kernel given a slot of
 // kTlWords u64 records, in %globaltimer nanoseconds, the earliest block start [0], the earliest
-// return from the PDL wait [1] and the latest warp exit [2]. Null slot = off (one uniform branch).
+// return from the PDL wait [1], the latest warp exit [2] and the latest end of a block's first
+// phase after the wait [3] (GEMV: x staged; others: the wait itself). Null slot = off (one uniform branch).
 // The slot is re-read from the kernel parameters at each stamp, so it holds no register.
 constexpr int kTlWords = 4;
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -133,6 +134,9 @@ __device__ __forceinline__ void tl_start(unsigned long long* slot) {
 }
 __device__ __forceinline__ void tl_waited(unsigned long long* slot) {
   if (slot && threadIdx.x == 0) atomicMin(slot + 1, global_ns());
+}
+__device__ __forceinline__ void tl_phase(unsigned long long* slot) {
+  if (slot && threadIdx.x == 0) atomicMax(slot + 3, global_ns());
 }
 __device__ __forceinline__ void tl_end(unsigned long long* slot) {
   if (slot && (threadIdx.x & 31) == 0) atomicMax(slot + 2, global_ns());

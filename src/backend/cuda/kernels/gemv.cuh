@@ -502,6 +502,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
 
   gemv_stage_x<T, PRO>(p, xs4, red);
   __syncthreads();
+  if constexpr (kTl) tl_phase(p.tl);
 
   float acc[kRows];
 #pragma unroll

@@ -98,13 +98,13 @@ __global__ void timer_tick(unsigned long long* out) {
 // captures it, replays it twice to warm up, then `reps` times, each on idle slots and followed by
 // a copy back. Returns the per-slot mean of {start, wait, end, phase} relative to the first start.
 template <class F>
-std::vector<std::array<double, 4>> timeline_graph(cudaStream_t s, F body, unsigned long long* slots, int n_slots,
+std::vector<std::array<double, 6>> timeline_graph(cudaStream_t s, F body, unsigned long long* slots, int n_slots,
                                                   int reps = 5) {
   const size_t words = size_t(n_slots) * dev::kTlWords;
   std::vector<unsigned long long> init(words, 0), got(words);
   for (int k = 0; k < n_slots; ++k) init[size_t(k) * dev::kTlWords] = init[size_t(k) * dev::kTlWords + 1] = ~0ull;
   cudaGraphExec_t ge = capture_graph(s, body);
-  std::vector<std::array<double, 4>> mean(size_t(n_slots), {0.0, 0.0, 0.0, 0.0});
+  std::vector<std::array<double, 6>> mean(size_t(n_slots), {0.0, 0.0, 0.0, 0.0, 0.0, 0.0});
   for (int r = -2; r < reps; ++r) {
     CUDA_CHECK(cudaMemcpyAsync(slots, init.data(), words * 8, cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaGraphLaunch(ge, s));
@@ -113,7 +113,7 @@ std::vector<std::array<double, 4>> timeline_graph(cudaStream_t s, F body, unsign
     if (r < 0) continue;
     const unsigned long long t0 = got[0];
     for (int k = 0; k < n_slots; ++k)
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < 6; ++j) {
         const unsigned long long v = got[size_t(k) * dev::kTlWords + size_t(j)];  // 0 / ~0: not stamped
         mean[size_t(k)][size_t(j)] += (v == ~0ull || v == 0 ? 0.0 : double(v) - double(t0)) / reps;
       }
@@ -304,7 +304,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
     const auto tl = timeline_graph(s, body, slots, n_slots);
     // phase = latest end of a block's first phase (GEMV: x staged; others: the wait) - wait.
     double adds[kChainLaunches] = {}, early[kChainLaunches] = {}, rel[kChainLaunches] = {}, after[kChainLaunches] = {},
-           phase[kChainLaunches] = {};
+           phase[kChainLaunches] = {}, mk0[kChainLaunches] = {}, mk1[kChainLaunches] = {};
     for (int l = 1; l < m.n_layer; ++l)
       for (int k = 0; k < kChainLaunches; ++k) {
         const auto& c = tl[size_t(l * kChainLaunches + k)];
@@ -314,19 +314,21 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
         rel[k] += (c[1] - p[2]) / 1e3 / (m.n_layer - 1);
         after[k] += (c[2] - c[1]) / 1e3 / (m.n_layer - 1);
         phase[k] += (c[3] - c[1]) / 1e3 / (m.n_layer - 1);
+        if (c[4] > 0) mk0[k] += (c[4] - c[1]) / 1e3 / (m.n_layer - 1);
+        if (c[5] > 0) mk1[k] += (c[5] - c[1]) / 1e3 / (m.n_layer - 1);
       }
     std::printf("timeline %s %s pos %d: step %.1f us (first start to last end, mean of 5 replays); per layer (us):\n",
                 m.name, dtype_name(t), pos, tl.back()[2] / 1e3);
     std::printf("| launch | adds to the step | resident before prev end | released after prev end | end - release | "
-                "last phase-1 end - release |\n");
-    std::printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
+                "last phase-1 end - release | last mark 0 / 1 - release |\n");
+    std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     double sum = 0;
     for (int k = 0; k < kChainLaunches; ++k) {
-      std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", kChainNames[k], adds[k], early[k], rel[k], after[k],
-                  phase[k]);
+      std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f / %.2f |\n", kChainNames[k], adds[k], early[k], rel[k],
+                  after[k], phase[k], mk0[k], mk1[k]);
       sum += adds[k];
     }
-    std::printf("| layer | %.2f | | | | |\n", sum);
+    std::printf("| layer | %.2f | | | | | |\n", sum);
   }
   const double ms = timeline ? 0.0 : time_graph(s, body, 10);
   if (!timeline) {
@@ -386,6 +388,7 @@ int main(int argc, char** argv) {
       std::printf("pdl_early_trigger=0:\n");
       bench_decode_chain(s, copy, q8b, DType::Q4_0, 0, true);
       bench_decode_chain(s, copy, q06, DType::Q4_0, 0, true);
+      bench_decode_chain(s, copy, q8b, DType::Q4_0, 64, true);
       for (int pos : {0, 64, 1023}) {
         bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
         bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
@@ -396,6 +399,12 @@ int main(int argc, char** argv) {
         bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
         bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
       }
+      return 0;
+    }
+    // `cuda_bench_gemv --chain 8b|0.6b POS`: only that Q4_0 decode chain, timed (a short run for a
+    // profiler, e.g. scripts/gpu_ncu.sh on the attention kernels).
+    if (argc > 3 && std::string(argv[1]) == "--chain") {
+      bench_decode_chain(s, copy, std::string(argv[2]) == "8b" ? q8b : q06, DType::Q4_0, std::atoi(argv[3]));
       return 0;
     }
     // `cuda_bench_gemv SUBSTR`: only the Q4_0 plain GEMVs whose shape name contains SUBSTR (a short

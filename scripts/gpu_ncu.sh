@@ -2,13 +2,14 @@
 # Nsight Compute on one GEMV launch of the micro-benchmark (GPU machine, after scripts/gpu_check.sh
 # built build-cuda): per-kernel sections and per-SASS-instruction stall samples, as text under $OUT.
 #   scripts/gpu_ncu.sh NAME KERNEL_REGEX SHAPE      e.g. reg_down gemv_kernel 8b.down
+#   (SHAPE may be several words, e.g. "--chain 8b 64" for a kernel of the decode chain)
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build-cuda}
 name=$1 kernel=$2 shape=$3
 ncu --clock-control none -k "regex:$kernel" --launch-skip 40 --launch-count 1 \
   --section SpeedOfLight --section WarpStateStats --section SourceCounters --section MemoryWorkloadAnalysis \
-  --section Occupancy --section SchedulerStats -o "$OUT/$name" -f "$BUILD/cuda_bench_gemv" "$shape" >"$OUT/$name.run.log" 2>&1
+  --section Occupancy --section SchedulerStats -o "$OUT/$name" -f "$BUILD/cuda_bench_gemv" $shape >"$OUT/$name.run.log" 2>&1
 ncu -i "$OUT/$name.ncu-rep" --page details >"$OUT/$name.details.txt" 2>&1
 ncu -i "$OUT/$name.ncu-rep" --page source --print-source sass --csv >"$OUT/$name.sass.csv" 2>&1
 rm -f "$OUT/$name.ncu-rep"

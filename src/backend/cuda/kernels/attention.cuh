@@ -62,6 +62,7 @@ struct AttnParams {
   __half* v_w;
   unsigned long long* tl;  // launch timeline: split slot, merge slot (kTlWords apart) or null
   bool early;  // trigger the next kernel before the PDL wait (pdl_wait_trigger)
+  int ab_old;  // TEMPORARY A/B
 };
 
 // Head `src` [HD] -> out [HD] (shared memory) for one warp: optional RMSNorm (gamma), then RoPE
@@ -115,9 +116,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   constexpr int TPW = 32 / LPT;   // timesteps per warp step
   constexpr int SLOTS = kAttnWarps * TPW;
   static_assert(HD % 32 == 0 && LPT <= 32, "head_dim 32, 64 or 128");
-  __shared__ float sm_m[SLOTS][GMAX], sm_l[SLOTS][GMAX];
+  __shared__ float sm_m[SLOTS][GMAX], sm_l[SLOTS][GMAX], sm_w[SLOTS][GMAX], sm_M[GMAX];
   __shared__ float sm_acc[SLOTS][GMAX][HD];
-  __shared__ float sm_q[POST ? GMAX : 1][POST ? HD : 1];  // POST: this block's q heads
+  __shared__ __align__(16) float sm_q[POST ? GMAX : 1][POST ? HD : 1];  // POST: this block's q heads
   __shared__ float sm_kv[POST ? 2 : 1][POST ? HD : 1];    // POST: k, v at pos (fp32 staging)
   __shared__ __align__(16) __half sm_kvh[POST ? 2 : 1][POST ? HD : 1];  // ... as cached (fp16)
 
@@ -203,14 +204,21 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
 
   float q[GMAX][8];  // this lane's 8 dims of each query head, pre-scaled by 1/sqrt(HD)
 #pragma unroll
-  for (int g = 0; g < GMAX; ++g)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
+  for (int g = 0; g < GMAX; ++g) {
+    float4 qa = make_float4(0.f, 0.f, 0.f, 0.f), qb = qa;
+    if (g < G) {
+      const float* src;
       if constexpr (POST)
-        q[g][i] = g < G ? sm_q[g][sub * 8 + i] * p.scale : 0.f;
+        src = &sm_q[g][sub * 8];
       else
-        q[g][i] = g < G ? p.q[size_t(kvh * G + g) * HD + sub * 8 + i] * p.scale : 0.f;
+        src = p.q + size_t(kvh * G + g) * HD + sub * 8;
+      qa = reinterpret_cast<const float4*>(src)[0];  // two 16-byte loads (32-byte aligned)
+      qb = reinterpret_cast<const float4*>(src)[1];
     }
+    const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[g][i] = qv[i] * p.scale;
+  }
   float m[GMAX], l[GMAX], acc[GMAX][8];
 #pragma unroll
   for (int g = 0; g < GMAX; ++g) {
@@ -261,6 +269,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
       }
     }
   }
+  tl_mark(p.tl, 0);  // this block's warp 0 through its positions
 #pragma unroll
   for (int g = 0; g < GMAX; ++g) {
     if (g >= G) break;
@@ -272,6 +281,13 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
     for (int i = 0; i < 8; ++i) sm_acc[slot][g][sub * 8 + i] = acc[g][i];
   }
   __syncthreads();
+  tl_mark(p.tl, 1);  // partials in shared memory
+  // Each slot's weight e^(m_s - M) per head, once per block (one thread per slot and head; 0 for
+  // an empty slot), then every (head, dim) thread sums in slot order without branches: the
+  // per-slot branch and exponential in every thread made this a ~1-3 µs serial chain (timeline,
+  // docs/PERF.md session 8). Same expressions and order: an empty slot adds fma(0, 0, den) and
+  // fma(acc = 0, 0, num), which leave the sums unchanged.
+  if (p.ab_old) {  // TEMPORARY A/B: the previous tail
   for (int idx = threadIdx.x; idx < G * HD; idx += blockDim.x) {
     const int g = idx / HD, d = idx % HD;
     float M = -INFINITY;
@@ -289,6 +305,36 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
     p.part_o[ps * HD + d] = den > 0.f ? num / den : 0.f;
     if (d == 0) {
       p.part_ml[ps * 2] = M;
+      p.part_ml[ps * 2 + 1] = den;
+    }
+  }
+  tl_end(p.tl);
+  return;
+  }
+  for (int i = threadIdx.x; i < SLOTS * G; i += blockDim.x) {
+    const int s = i / G, g = i % G;
+    float M = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < SLOTS; ++r)
+      if (sm_l[r][g] > 0.f) M = fmaxf(M, sm_m[r][g]);
+    sm_w[s][g] = sm_l[s][g] > 0.f ? __expf(sm_m[s][g] - M) : 0.f;
+    if (s == 0) sm_M[g] = M;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * HD; idx += blockDim.x) {
+    const int g = idx / HD, d = idx % HD;
+    float den = 0.f, num = 0.f;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+      const float w = sm_w[s][g];
+      den = fmaf(sm_l[s][g], w, den);
+      num = fmaf(sm_acc[s][g][d], w, num);
+    }
+    const int h = kvh * G + g;
+    const size_t ps = size_t(h) * p.n_splits + split;
+    p.part_o[ps * HD + d] = den > 0.f ? num / den : 0.f;
+    if (d == 0) {
+      p.part_ml[ps * 2] = sm_M[g];
       p.part_ml[ps * 2 + 1] = den;
     }
   }
@@ -342,6 +388,7 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
   __syncthreads();  // every thread has read m_s before it becomes w_s
   for (int s = d; s < used; s += HD) sm[s] = sl[s] > 0.f ? sl[s] * __expf(sm[s] - M) : 0.f;
   __syncthreads();
+  tl_mark(tl, 0);  // split weights known
   float den = 0.f, num = 0.f;
   for (int s = 0; s < used; ++s) den += sm[s];
   for (int s0 = 0;;) {

@@ -123,7 +123,8 @@ __device__ __forceinline__ void rope_cs(int pos, int i, int d, float theta, floa
 // return from the PDL wait [1], the latest warp exit [2] and the latest end of a block's first
 // phase after the wait [3] (GEMV: x staged; others: the wait itself). Null slot = off (one uniform branch).
 // The slot is re-read from the kernel parameters at each stamp, so it holds no register.
-constexpr int kTlWords = 4;
+// Words [4], [5]: the latest time any block passed the kernel's marks 0 and 1 (tl_mark).
+constexpr int kTlWords = 6;
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -137,6 +138,9 @@ __device__ __forceinline__ void tl_waited(unsigned long long* slot) {
 }
 __device__ __forceinline__ void tl_phase(unsigned long long* slot) {
   if (slot && threadIdx.x == 0) atomicMax(slot + 3, global_ns());
+}
+__device__ __forceinline__ void tl_mark(unsigned long long* slot, int k) {
+  if (slot && threadIdx.x == 0) atomicMax(slot + 4 + k, global_ns());
 }
 __device__ __forceinline__ void tl_end(unsigned long long* slot) {
   if (slot && (threadIdx.x & 31) == 0) atomicMax(slot + 2, global_ns());

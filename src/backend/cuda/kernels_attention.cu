@@ -1,7 +1,6 @@
 // Decode attention launchers (kernels/attention.cuh); instances: head_dim {32, 64, 128} x
 // query heads per KV head {1, 2, 4, 8} (G is rounded up to the next instance).
 #include <cmath>
-#include <cstdlib>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
@@ -71,7 +70,6 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.theta = a.theta;
   p.tl = a.tl;
   p.early = dev::pdl_early_trigger();
-  p.ab_old = std::getenv("LMFUSE_AB_OLD") ? 1 : 0;  // TEMPORARY A/B
   // POST appends this token's k, v: the caches are the backend's device buffers (writable).
   p.k_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.k_cache));
   p.v_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.v_cache));

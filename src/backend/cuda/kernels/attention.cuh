@@ -62,7 +62,6 @@ struct AttnParams {
   __half* v_w;
   unsigned long long* tl;  // launch timeline: split slot, merge slot (kTlWords apart) or null
   bool early;  // trigger the next kernel before the PDL wait (pdl_wait_trigger)
-  int ab_old;  // TEMPORARY A/B
 };
 
 // Head `src` [HD] -> out [HD] (shared memory) for one warp: optional RMSNorm (gamma), then RoPE
@@ -287,30 +286,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   // per-slot branch and exponential in every thread made this a ~1-3 µs serial chain (timeline,
   // docs/PERF.md session 8). Same expressions and order: an empty slot adds fma(0, 0, den) and
   // fma(acc = 0, 0, num), which leave the sums unchanged.
-  if (p.ab_old) {  // TEMPORARY A/B: the previous tail
-  for (int idx = threadIdx.x; idx < G * HD; idx += blockDim.x) {
-    const int g = idx / HD, d = idx % HD;
-    float M = -INFINITY;
-    for (int s = 0; s < SLOTS; ++s)
-      if (sm_l[s][g] > 0.f) M = fmaxf(M, sm_m[s][g]);
-    float den = 0.f, num = 0.f;
-    for (int s = 0; s < SLOTS; ++s)
-      if (sm_l[s][g] > 0.f) {
-        const float w = __expf(sm_m[s][g] - M);
-        den = fmaf(sm_l[s][g], w, den);
-        num = fmaf(sm_acc[s][g][d], w, num);
-      }
-    const int h = kvh * G + g;
-    const size_t ps = size_t(h) * p.n_splits + split;
-    p.part_o[ps * HD + d] = den > 0.f ? num / den : 0.f;
-    if (d == 0) {
-      p.part_ml[ps * 2] = M;
-      p.part_ml[ps * 2 + 1] = den;
-    }
-  }
-  tl_end(p.tl);
-  return;
-  }
   for (int i = threadIdx.x; i < SLOTS * G; i += blockDim.x) {
     const int s = i / G, g = i % G;
     float M = -INFINITY;

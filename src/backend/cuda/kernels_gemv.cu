@@ -1,6 +1,5 @@
 // GEMV dispatch: argument validation, grid sizing, and the per-type instance launchers.
 #include <atomic>
-#include <cstdlib>
 #include <mutex>
 #include <map>
 #include <utility>
@@ -44,8 +43,7 @@ int gemv_grid(const void* func, int rows, size_t smem, bool short_shape) {
   const int n_rg = (rows + kRows - 1) / kRows;
   const int sms = device_sm_count();
   const Tri mode = gemv_coresident_mode();
-  static const bool ab_down1 = std::getenv("LMFUSE_AB_DOWN1") != nullptr;  // TEMPORARY A/B: any shape that fits one round
-  const bool one = mode == Tri::Auto ? (short_shape || ab_down1) && n_rg <= sms * kGemvWarps : mode == Tri::On;
+  const bool one = mode == Tri::Auto ? short_shape && n_rg <= sms * kGemvWarps : mode == Tri::On;
   const int per_sm = one ? 1 : occ;
   return std::max(1, std::min(n_rg, sms * per_sm));
 }

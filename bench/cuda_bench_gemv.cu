@@ -194,6 +194,8 @@ constexpr const char* kChainNames[kChainLaunches] = {"qkv gemv (norm)", "qkv epi
 
 // timeline: instead of the timing line, the per-launch timeline of the same graph (see
 // timeline_graph), averaged over the layers.
+bool g_merge_fusion = true;  // the chain's attention: merge fused into the split kernel
+
 void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DType t, int pos,
                         bool timeline = false) {
   const int64_t n_ctx = 4096;
@@ -229,6 +231,9 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   CUDA_CHECK(cudaMemcpy(d_pos, &pos, sizeof(int), cudaMemcpyHostToDevice));
   const int splits = attn_plan_splits(m.n_kv, n_ctx);
   float* part = dev_floats(attn_scratch_floats(m.n_head, m.hd, splits));
+  unsigned* ctr = nullptr;  // merge fusion counters (LMFUSE_ATTN_MERGE_FUSION automatic: on)
+  CUDA_CHECK(cudaMalloc(&ctr, size_t(m.n_kv) * sizeof(unsigned)));
+  CUDA_CHECK(cudaMemset(ctr, 0, size_t(m.n_kv) * sizeof(unsigned)));
   const int n_slots = m.n_layer * kChainLaunches;
   unsigned long long* slots = nullptr;
   if (timeline) CUDA_CHECK(cudaMalloc(&slots, size_t(n_slots) * dev::kTlWords * 8));
@@ -271,6 +276,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       at.out = att;
       at.n_splits = splits;
       at.partial = part;
+      at.counters = g_merge_fusion ? ctr : nullptr;
       at.tl = slot(l, 2);  // and slot(l, 3) for the merge
       attention_decode(at, s);
       GemvArgs o;
@@ -305,10 +311,17 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
     // phase = latest end of a block's first phase (GEMV: x staged; others: the wait) - wait.
     double adds[kChainLaunches] = {}, early[kChainLaunches] = {}, rel[kChainLaunches] = {}, after[kChainLaunches] = {},
            phase[kChainLaunches] = {}, mk0[kChainLaunches] = {}, mk1[kChainLaunches] = {};
+    // A launch that did not run (the merge kernel under the merge fusion) has no stamps: it is
+    // skipped, and the one after it is measured against the launch before it.
+    bool ran[kChainLaunches];
+    for (int k = 0; k < kChainLaunches; ++k) ran[k] = tl[size_t(kChainLaunches + k)][2] > 0;
     for (int l = 1; l < m.n_layer; ++l)
       for (int k = 0; k < kChainLaunches; ++k) {
+        if (!ran[k]) continue;
+        int kp = k - 1;
+        while (kp >= 0 && !ran[kp]) --kp;
         const auto& c = tl[size_t(l * kChainLaunches + k)];
-        const auto& p = tl[size_t(l * kChainLaunches + k - 1)];
+        const auto& p = kp >= 0 ? tl[size_t(l * kChainLaunches + kp)] : tl[size_t(l * kChainLaunches - 1)];
         adds[k] += (c[2] - p[2]) / 1e3 / (m.n_layer - 1);
         early[k] += (p[2] - c[0]) / 1e3 / (m.n_layer - 1);
         rel[k] += (c[1] - p[2]) / 1e3 / (m.n_layer - 1);
@@ -324,6 +337,10 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
     std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     double sum = 0;
     for (int k = 0; k < kChainLaunches; ++k) {
+      if (!ran[k]) {
+        std::printf("| %s | not launched | | | | | |\n", kChainNames[k]);
+        continue;
+      }
       std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f / %.2f |\n", kChainNames[k], adds[k], early[k], rel[k],
                   after[k], phase[k], mk0[k], mk1[k]);
       sum += adds[k];
@@ -348,6 +365,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   }
   for (float* p : {hidden, gamma, hn, q, att, act, raw, part}) CUDA_CHECK(cudaFree(p));
   CUDA_CHECK(cudaFree(d_pos));
+  CUDA_CHECK(cudaFree(ctr));
   if (slots) CUDA_CHECK(cudaFree(slots));
 }
 
@@ -399,6 +417,16 @@ int main(int argc, char** argv) {
         bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
         bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
       }
+      // The separate merge kernel (knob LMFUSE_ATTN_MERGE_FUSION=0): timeline at pos 64, then the
+      // timed chains.
+      g_merge_fusion = false;
+      std::printf("attn_merge_fusion=0:\n");
+      bench_decode_chain(s, copy, q8b, DType::Q4_0, 64, true);
+      for (int pos : {0, 64, 1023}) {
+        bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
+        bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
+      }
+      g_merge_fusion = true;
       return 0;
     }
     // `cuda_bench_gemv --chain 8b|0.6b POS`: only that Q4_0 decode chain, timed (a short run for a

@@ -1,5 +1,7 @@
 // Decode attention (split + merge) vs a double reference over the same fp16 cache; positions
 // beyond the length hold NaN, so reading them would show.
+#include <string>
+
 #include "cuda_test.h"
 #include "cuda_test_util.h"
 #include "backend/cuda/qkv_post.h"
@@ -63,11 +65,29 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
   DevBuf<uint16_t> d_k(kc), d_v(vc);
   DevBuf<int> d_pos(std::vector<int>{len - 1});
   DevBuf<float> part(attn_scratch_floats(n_head, hd, attn_plan_splits(n_kv, n_ctx)));
-  attention_decode(attn_args(d_q.p(), d_k.p(), d_v.p(), n_head, n_kv, hd, n_ctx, d_pos.p(), d_out.p(), part.p()));
+  const AttnArgs a = attn_args(d_q.p(), d_k.p(), d_v.p(), n_head, n_kv, hd, n_ctx, d_pos.p(), d_out.p(), part.p());
+  attention_decode(a);  // separate merge kernel
   auto out = d_out.get();
-  EXPECT_TRUE(all_finite(out) && d_out.guards_intact() && part.guards_intact())
-      << "heads " << n_head << "/" << n_kv << " hd " << hd << " len " << len;
-  EXPECT_LE(rel_l2(out, ref), 1e-5) << "heads " << n_head << "/" << n_kv << " hd " << hd << " len " << len;
+  const std::string what = "heads " + std::to_string(n_head) + "/" + std::to_string(n_kv) + " hd " +
+                           std::to_string(hd) + " len " + std::to_string(len);
+  EXPECT_TRUE(all_finite(out) && d_out.guards_intact() && part.guards_intact()) << what;
+  EXPECT_LE(rel_l2(out, ref), 1e-5) << what;
+  // Merge fusion (the last split block of each KV head merges): the same bits, twice in a row
+  // (the counters must be left zero), into a fresh poisoned output.
+  DevBuf<unsigned> ctr(std::vector<unsigned>(size_t(n_kv), 0u));
+  for (int rep = 0; rep < 2; ++rep) {
+    DevBuf<float> d_out2(q.size()), part2(attn_scratch_floats(n_head, hd, a.n_splits));
+    AttnArgs b = a;
+    b.out = d_out2.p();
+    b.partial = part2.p();
+    b.counters = ctr.p();
+    attention_decode(b);
+    const auto out2 = d_out2.get();
+    EXPECT_TRUE(d_out2.guards_intact() && part2.guards_intact() && ctr.guards_intact()) << what << " fused";
+    EXPECT_TRUE(std::memcmp(out2.data(), out.data(), out.size() * sizeof(float)) == 0)
+        << what << " fused merge differs, rel_l2 " << rel_l2(out2, out);
+    EXPECT_TRUE(ctr.get() == std::vector<unsigned>(size_t(n_kv), 0u)) << what << " counters not reset";
+  }
 }
 
 }  // namespace

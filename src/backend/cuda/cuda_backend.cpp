@@ -96,6 +96,7 @@ struct GraphState {
   float* qkv_raw = nullptr;     // QKV epilogue scratch [q_dim + 2 kv_dim]
   float* gateup_tmp = nullptr;  // unfused fallback over an interleaved weight [2 n_ff]
   float* attn_partial = nullptr;
+  unsigned* attn_counters = nullptr;  // merge fusion: n_kv_head counters, zero between launches
   int attn_splits = 1;
   cudaGraphExec_t exec = nullptr;
   int runs = 0;
@@ -185,6 +186,7 @@ class CudaBackend final : public Backend {
     cudaFree(st.qkv_raw);
     cudaFree(st.gateup_tmp);
     cudaFree(st.attn_partial);
+    cudaFree(st.attn_counters);
     st = GraphState{};
   }
   float* ptr(const GraphState& st, const Graph& g, int t) const {
@@ -256,6 +258,7 @@ class CudaBackend final : public Backend {
   bool qkv_epilogue_in_gemv_ = true;
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
+  bool attn_merge_fusion_ = false;           // decode: the last split block merges (no merge kernel)
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
   cuda::PrefillTuner tuner_;     // measured routes (prefill_tune.h)
@@ -410,6 +413,8 @@ void CudaBackend::prepare(Graph& g) {
   // per SM it wins on every size (docs/PERF.md, session 7: 0.6B +5.0 %, 4B +1.3 %, 8B +1.9 %).
   // launch_pdl still honours set_programmatic_launch.
   qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, true);
+  // Same arithmetic as the merge kernel (bitwise: cuda_op_tests CudaAttention); one launch fewer.
+  attn_merge_fusion_ = fusion && tri_resolve(k.attn_merge_fusion, true);
 }
 
 void CudaBackend::prepare_prefill(Graph& g) {
@@ -498,6 +503,8 @@ void CudaBackend::finalize(Graph& g) {
   st.attn_splits = cuda::attn_plan_splits(int(hp.n_head_kv), opts_.n_ctx);
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.attn_partial),
                         cuda::attn_scratch_floats(int(hp.n_head), int(hp.head_dim), st.attn_splits) * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.attn_counters), size_t(hp.n_head_kv) * sizeof(unsigned)));
+  CUDA_CHECK(cudaMemset(st.attn_counters, 0, size_t(hp.n_head_kv) * sizeof(unsigned)));
 }
 
 void CudaBackend::matmul(const Weight* w, const float* x, float* y, const float* bias) {
@@ -581,6 +588,7 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       a.out = OUT(0);
       a.n_splits = st.attn_splits;
       a.partial = st.attn_partial;
+      if (attn_merge_fusion_) a.counters = st.attn_counters;
       if (qkv_epilogue_in_attention_)
         for (const auto& grp : g.groups)
           if (grp.kind == GroupKind::QKV && grp.layer == op.layer && grp.accepted) {

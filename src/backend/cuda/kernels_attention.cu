@@ -21,6 +21,10 @@ size_t attn_scratch_floats(int n_head, int head_dim, int n_splits) {
 }
 
 namespace {
+// Splits a fused merge can take: its weights use the split block's sm_acc (1024 * GMAX floats for
+// every head_dim) for 2 * G * used floats.
+constexpr int kMaxFusedSplits = 512;
+
 template <int HD, int GMAX>
 void launch(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
   if (p.raw)
@@ -29,7 +33,8 @@ void launch(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
   else
     dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX, false>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32),
                     0, s, p);
-  dev::launch_pdl(&dev::attn_merge_kernel<HD>, dim3(p.n_head), dim3(HD), dev::attn_merge_smem(p.n_splits), s, p);
+  if (!p.counters)
+    dev::launch_pdl(&dev::attn_merge_kernel<HD>, dim3(p.n_head), dim3(HD), dev::attn_merge_smem(p.n_splits), s, p);
 }
 template <int HD>
 void launch_g(const dev::AttnParams& p, int G, int n_kv, cudaStream_t s) {
@@ -70,6 +75,7 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.theta = a.theta;
   p.tl = a.tl;
   p.early = dev::pdl_early_trigger();
+  p.counters = a.n_splits <= kMaxFusedSplits ? a.counters : nullptr;
   // POST appends this token's k, v: the caches are the backend's device buffers (writable).
   p.k_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.k_cache));
   p.v_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.v_cache));

@@ -62,6 +62,9 @@ struct AttnParams {
   __half* v_w;
   unsigned long long* tl;  // launch timeline: split slot, merge slot (kTlWords apart) or null
   bool early;  // trigger the next kernel before the PDL wait (pdl_wait_trigger)
+  // Merge fusion (or null: the separate merge kernel): n_kv counters, zero before the launch and
+  // left zero after it; the last split block of each KV head merges (attn_merge_heads).
+  unsigned* counters;
 };
 
 // Head `src` [HD] -> out [HD] (shared memory) for one warp: optional RMSNorm (gamma), then RoPE
@@ -109,6 +112,82 @@ __device__ __forceinline__ void head_post_warp(const float* src, const float* ga
   __syncwarp();
 }
 
+// The merge (pass 2) of the G query heads of KV head kvh over its `used` splits, run by the last
+// split block of that KV head (merge fusion, AttnParams::counters): the same expressions and
+// order as attn_merge_kernel (M over the splits with l_s > 0, w_s = l_s e^(m_s - M), den += w_s,
+// num = fma(o_s, w_s, num) in split order, out = num / den), so both paths give the same bits.
+// smem: 2 * G * used floats (the split block's sm_acc, free by now; attn_decode checks the size).
+// Each thread owns up to NI outputs and keeps kFusedMergeBatch part_o loads of each in flight.
+constexpr int kFusedMergeBatch = 8;
+template <int HD, int GMAX>
+__device__ __forceinline__ void attn_merge_heads(const AttnParams& p, int kvh, int G, int used, float* smem) {
+  constexpr int NT = kAttnWarps * 32;
+  constexpr int NI = (GMAX * HD + NT - 1) / NT;
+  constexpr int MB = kFusedMergeBatch;
+  __shared__ float sm_M2[GMAX];
+  const int tid = threadIdx.x;
+  float* sw = smem;               // [G][used]: m_s, then w_s
+  float* sl = smem + G * used;    // [G][used]: l_s
+  for (int i = tid; i < G * used; i += NT) {
+    const int g = i / used, s = i % used;
+    const float* ml = p.part_ml + (size_t(kvh * G + g) * p.n_splits + s) * 2;
+    sw[i] = __ldcg(ml);
+    sl[i] = __ldcg(ml + 1);
+  }
+  float v[NI][MB];
+  auto load = [&](int s0) {
+#pragma unroll
+    for (int i = 0; i < NI; ++i) {
+      const int idx = tid + NT * i;
+      if (idx >= G * HD) break;
+      const float* po = p.part_o + size_t(kvh * G + idx / HD) * p.n_splits * HD + idx % HD;
+#pragma unroll
+      for (int j = 0; j < MB; ++j) v[i][j] = s0 + j < used ? __ldcg(po + size_t(s0 + j) * HD) : 0.f;
+    }
+  };
+  load(0);  // the first batch while the weights are worked out
+  __syncthreads();
+  if (tid < G) {
+    float M = -INFINITY;
+    for (int s = 0; s < used; ++s)
+      if (sl[tid * used + s] > 0.f) M = fmaxf(M, sw[tid * used + s]);
+    sm_M2[tid] = M;
+  }
+  __syncthreads();
+  for (int i = tid; i < G * used; i += NT) {
+    const float M = sm_M2[i / used];
+    sw[i] = sl[i] > 0.f ? sl[i] * __expf(sw[i] - M) : 0.f;
+  }
+  __syncthreads();
+  float num[NI], den[NI];
+#pragma unroll
+  for (int i = 0; i < NI; ++i) {
+    num[i] = den[i] = 0.f;
+    const int idx = tid + NT * i;
+    if (idx < G * HD)
+      for (int s = 0; s < used; ++s) den[i] += sw[(idx / HD) * used + s];
+  }
+  for (int s0 = 0;;) {
+#pragma unroll
+    for (int i = 0; i < NI; ++i) {
+      const int idx = tid + NT * i;
+      if (idx >= G * HD) break;
+      const float* w = sw + (idx / HD) * used;
+#pragma unroll
+      for (int j = 0; j < MB; ++j)
+        if (s0 + j < used) num[i] = fmaf(v[i][j], w[s0 + j], num[i]);
+    }
+    s0 += MB;
+    if (s0 >= used) break;
+    load(s0);
+  }
+#pragma unroll
+  for (int i = 0; i < NI; ++i) {
+    const int idx = tid + NT * i;
+    if (idx < G * HD) p.out[size_t(kvh * G) * HD + idx] = num[i] / den[i];
+  }
+}
+
 template <int HD, int GMAX, bool POST>
 __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __grid_constant__ AttnParams p) {
   constexpr int LPT = HD / 8;     // lanes per timestep
@@ -133,6 +212,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   const int L = *p.pos + 1;
   const int chunk = attn_slice<HD>(L, p.n_splits);
   const int start = split * chunk, end = min(L, start + chunk);
+  const int used = min(p.n_splits, (L + chunk - 1) / chunk);
+  const bool direct = p.counters && used == 1;  // merge fusion, one split: write the output
   if (start >= L) {  // unused split: the merge does not read it
     tl_end(p.tl);
     return;
@@ -306,12 +387,34 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
       num = fmaf(sm_acc[s][g][d], w, num);
     }
     const int h = kvh * G + g;
+    const float o = den > 0.f ? num / den : 0.f;
+    if (direct) {  // the only split: its normalized result is the output (the merge's copy)
+      p.out[size_t(h) * HD + d] = o;
+      continue;
+    }
     const size_t ps = size_t(h) * p.n_splits + split;
-    p.part_o[ps * HD + d] = den > 0.f ? num / den : 0.f;
+    p.part_o[ps * HD + d] = o;
     if (d == 0) {
       p.part_ml[ps * 2] = sm_M[g];
       p.part_ml[ps * 2 + 1] = den;
     }
+  }
+  if (!p.counters || direct) {
+    tl_end(p.tl);
+    return;
+  }
+  // Merge fusion: the last block of this KV head to finish merges its used splits (the merge
+  // kernel's arithmetic, attn_merge_heads), so no second launch. Classic last-block pattern:
+  // publish the partials, count, and the block that sees used - 1 reads them through L2.
+  __shared__ bool sm_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) sm_last = atomicAdd(&p.counters[kvh], 1u) == unsigned(used - 1);
+  __syncthreads();
+  if (sm_last) {
+    __threadfence();
+    attn_merge_heads<HD, GMAX>(p, kvh, G, used, &sm_acc[0][0][0]);
+    if (threadIdx.x == 0) p.counters[kvh] = 0;  // ready for the next launch
   }
   tl_end(p.tl);
 }

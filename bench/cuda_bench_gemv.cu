@@ -194,7 +194,7 @@ constexpr const char* kChainNames[kChainLaunches] = {"qkv gemv (norm)", "qkv epi
 
 // timeline: instead of the timing line, the per-launch timeline of the same graph (see
 // timeline_graph), averaged over the layers.
-bool g_merge_fusion = true;  // the chain's attention: merge fused into the split kernel
+bool g_merge_fusion = false;  // the chain's attention: merge fused into the split kernel (knob auto: off)
 
 void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DType t, int pos,
                         bool timeline = false) {
@@ -231,7 +231,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   CUDA_CHECK(cudaMemcpy(d_pos, &pos, sizeof(int), cudaMemcpyHostToDevice));
   const int splits = attn_plan_splits(m.n_kv, n_ctx);
   float* part = dev_floats(attn_scratch_floats(m.n_head, m.hd, splits));
-  unsigned* ctr = nullptr;  // merge fusion counters (LMFUSE_ATTN_MERGE_FUSION automatic: on)
+  unsigned* ctr = nullptr;  // merge fusion counters (used when g_merge_fusion)
   CUDA_CHECK(cudaMalloc(&ctr, size_t(m.n_kv) * sizeof(unsigned)));
   CUDA_CHECK(cudaMemset(ctr, 0, size_t(m.n_kv) * sizeof(unsigned)));
   const int n_slots = m.n_layer * kChainLaunches;
@@ -417,16 +417,16 @@ int main(int argc, char** argv) {
         bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
         bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
       }
-      // The separate merge kernel (knob LMFUSE_ATTN_MERGE_FUSION=0): timeline at pos 64, then the
-      // timed chains.
-      g_merge_fusion = false;
-      std::printf("attn_merge_fusion=0:\n");
+      // The merge fused into the split kernel (knob LMFUSE_ATTN_MERGE_FUSION=1): timeline at pos
+      // 64, then the timed chains.
+      g_merge_fusion = true;
+      std::printf("attn_merge_fusion=1:\n");
       bench_decode_chain(s, copy, q8b, DType::Q4_0, 64, true);
       for (int pos : {0, 64, 1023}) {
         bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
         bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
       }
-      g_merge_fusion = true;
+      g_merge_fusion = false;
       return 0;
     }
     // `cuda_bench_gemv --chain 8b|0.6b POS`: only that Q4_0 decode chain, timed (a short run for a

@@ -26,7 +26,7 @@ const std::vector<KnobInfo>& knob_table() {
       {"qkv_post_pdl", "LMFUSE_QKV_POST_PDL", &Knobs::qkv_post_pdl,
        "CUDA decode: launch the QKV epilogue kernel with programmatic dependent launch (auto = on)"},
       {"attn_merge_fusion", "LMFUSE_ATTN_MERGE_FUSION", &Knobs::attn_merge_fusion,
-       "CUDA decode: the last attention split block of each KV head merges the splits (0 = a merge kernel)"},
+       "CUDA decode: the last attention split block of each KV head merges the splits (auto = off: a merge kernel)"},
       {"pdl_early_trigger", "LMFUSE_PDL_EARLY_TRIGGER", &Knobs::pdl_early_trigger,
        "CUDA decode: the QKV epilogue and attention kernels let the next kernel launch before their own wait"},
       {"prefill_inkernel_dequant", "LMFUSE_PREFILL_INKERNEL_DEQUANT", &Knobs::prefill_inkernel_dequant,

@@ -413,8 +413,10 @@ void CudaBackend::prepare(Graph& g) {
   // per SM it wins on every size (docs/PERF.md, session 7: 0.6B +5.0 %, 4B +1.3 %, 8B +1.9 %).
   // launch_pdl still honours set_programmatic_launch.
   qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, true);
-  // Same arithmetic as the merge kernel (bitwise: cuda_op_tests CudaAttention); one launch fewer.
-  attn_merge_fusion_ = fusion && tri_resolve(k.attn_merge_fusion, true);
+  // Same arithmetic as the merge kernel (bitwise: cuda_op_tests CudaAttention), one launch fewer,
+  // but slower (docs/PERF.md, session 8: 0.93-0.96x; the last block's fence, count and merge are
+  // a longer serial chain than the merge kernel's launch): automatic = off.
+  attn_merge_fusion_ = fusion && tri_resolve(k.attn_merge_fusion, false);
 }
 
 void CudaBackend::prepare_prefill(Graph& g) {

@@ -148,9 +148,9 @@ struct AttnArgs {
   RopeStyle rope = RopeStyle::NeoX;
   float theta = 1e6f;
   unsigned long long* tl = nullptr;  // launch timeline: two slots, split then merge (measurement)
-  // Merge fusion (knob LMFUSE_ATTN_MERGE_FUSION): n_kv_head counters, zeroed once by the caller
-  // and left zero by every launch; the last split block of each KV head merges the splits, so the
-  // merge kernel is not launched (one launch fewer per layer). Null: the separate merge kernel.
+  // Merge fusion (knob LMFUSE_ATTN_MERGE_FUSION, automatic off: measured slower): n_kv_head
+  // counters, zeroed once by the caller and left zero by every launch; the last split block of
+  // each KV head merges the splits, so the merge kernel is not launched. Null: the merge kernel.
   unsigned* counters = nullptr;
 };
 int attn_plan_splits(int n_kv_head, int64_t n_ctx);  // plan-time split count for this device

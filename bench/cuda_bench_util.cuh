@@ -51,4 +51,65 @@ inline DeviceWeight random_weight(DType t, int64_t rows, int64_t cols, uint32_t 
   return w;
 }
 
+// Runs body() once (warm-up outside capture: sets attributes, caches grids), then captures it
+// into an instantiated graph (the template graph is destroyed).
+template <class F>
+inline cudaGraphExec_t capture_graph(cudaStream_t s, F body) {
+  body();
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  body();
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  return ge;
+}
+
+// Captures body() into a graph, replays it `reps` times; returns ms per replay.
+template <class F>
+inline double time_graph(cudaStream_t s, F body, int reps = 20) {
+  cudaGraphExec_t ge = capture_graph(s, body);
+  CUDA_CHECK(cudaGraphLaunch(ge, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  CUDA_CHECK(cudaEventRecord(a, s));
+  for (int i = 0; i < reps; ++i) CUDA_CHECK(cudaGraphLaunch(ge, s));
+  CUDA_CHECK(cudaEventRecord(b, s));
+  CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  CUDA_CHECK(cudaGraphExecDestroy(ge));
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  return ms / reps;
+}
+
+// Device-to-device copy bandwidth (cudaMemcpy of 1 GiB, read + write counted), GB/s: the
+// reference ceiling every figure is reported against.
+inline double copy_bandwidth() {
+  const size_t bytes = size_t(1) << 30;
+  void *a, *b;
+  CUDA_CHECK(cudaMalloc(&a, bytes));
+  CUDA_CHECK(cudaMalloc(&b, bytes));
+  CUDA_CHECK(cudaMemset(a, 1, bytes));
+  CUDA_CHECK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  const int reps = 10;
+  CUDA_CHECK(cudaEventRecord(e0));
+  for (int i = 0; i < reps; ++i) CUDA_CHECK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+  CUDA_CHECK(cudaEventRecord(e1));
+  CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  CUDA_CHECK(cudaFree(a));
+  CUDA_CHECK(cudaFree(b));
+  return 2.0 * bytes * reps / (ms * 1e-3) / 1e9;
+}
+
 }  // namespace lmf::cuda::bench

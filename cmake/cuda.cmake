@@ -36,6 +36,13 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/bench/cuda_bench_gemv.cu)
   target_link_libraries(cuda_bench_gemv PRIVATE lmfuse_backend_cuda lmfuse_format)
 endif()
 
+# Streaming-read limits at the decode GEMVs' sizes: register loads vs the GEMV's load pattern vs
+# per-warp bulk copies (docs/PERF.md, session 8).
+if(EXISTS ${CMAKE_SOURCE_DIR}/bench/cuda_bench_stream.cu)
+  add_executable(cuda_bench_stream ${CMAKE_SOURCE_DIR}/bench/cuda_bench_stream.cu)
+  target_link_libraries(cuda_bench_stream PRIVATE lmfuse_backend_cuda lmfuse_format)
+endif()
+
 # The prefill routing sweep (in-kernel vs outer dequant vs GEMV per token; docs/PERF.md).
 if(EXISTS ${CMAKE_SOURCE_DIR}/bench/cuda_bench_prefill.cu)
   add_executable(cuda_bench_prefill ${CMAKE_SOURCE_DIR}/bench/cuda_bench_prefill.cu)

@@ -1,0 +1,268 @@
+// Streaming-read limits of this GPU at the decode GEMVs' sizes (no gtest: runs on the bare GPU
+// machine). How long does one kernel take to read N bytes that are not in L2, by
+//  (a) 16-byte register loads as the GEMVs load weights (ld.global.nc, L1 no-allocate, L2
+//      evict-first), 4 per lane issued before any is used (ptxas keeps about 4 in flight however
+//      many the source batches, SASS), B = 1, 2, 4, 8 blocks of 8 warps per SM: 16 KB x B in
+//      flight per SM; the buffer dealt grid-stride (each warp instruction reads 512 contiguous
+//      bytes);
+//  (b) the GEMV's own load pattern without its arithmetic: warps own row groups of 4 rows dealt
+//      round-robin over the grid (as gemv_kernel), lane l reads one 16-byte piece per row per
+//      step (512 contiguous bytes per row), batches of 2 steps, the next batch in flight while
+//      one is used (ping-pong);
+//  (c) per-warp bulk copies (cp.async.bulk into a shared-memory ring of S slots of C bytes, one
+//      mbarrier per slot, lane 0 refilling a slot as soon as the warp has read it), one block of
+//      W warps per SM.
+// Every launch reads its own region of a 2 GiB buffer (no L2 reuse); launches are replayed back
+// to back in a CUDA graph (plain stream order, so each pays one launch joint). Prints µs per
+// launch, GB/s and % of the copy bandwidth measured in the same run: how much of a GEMV's time
+// over its bytes is the load path itself (docs/PERF.md, session 8).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/common.cuh"
+#include "cuda_bench_util.cuh"
+
+using namespace lmf;
+using namespace lmf::cuda;
+
+namespace {
+
+constexpr unsigned kMagic = 0x9e3779b9u;  // an XOR that never comes out: keeps the loads alive
+
+// The loads and their uses as volatile asm, so they stay in source order: all K loads of a batch
+// are issued before the first use (ptxas otherwise interleaves them, ~5 in flight at K = 16).
+__device__ __forceinline__ uint4 ld16(const void* p, uint64_t pol) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(pol));
+  return v;
+}
+__device__ __forceinline__ void use16(unsigned& acc, const uint4& v) {
+  asm volatile("lop3.b32 %0, %1, %2, %0, 0x96;" : "+r"(acc) : "r"(v.x), "r"(v.y));
+  asm volatile("lop3.b32 %0, %1, %2, %0, 0x96;" : "+r"(acc) : "r"(v.z), "r"(v.w));
+}
+
+template <int K>
+__global__ void __launch_bounds__(256) ldg_stream(const uint4* __restrict__ p, size_t n16, unsigned* sink) {
+  const uint64_t pol = dev::evict_first_policy();
+  const size_t T = size_t(gridDim.x) * blockDim.x;
+  const size_t tid = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  const size_t full = n16 / (K * T) * (K * T);  // whole batches: loads without predicates
+  unsigned acc = 0;
+  for (size_t i0 = tid; i0 < full; i0 += K * T) {
+    uint4 v[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j) v[j] = ld16(p + i0 + j * T, pol);
+#pragma unroll
+    for (int j = 0; j < K; ++j) use16(acc, v[j]);
+  }
+  for (size_t i = full + tid; i < n16; i += T) use16(acc, ld16(p + i, pol));
+  if (acc == kMagic) sink[0] = acc;
+}
+
+// (b): rows x row_bytes (a multiple of 512), 8 warps per block.
+__global__ void __launch_bounds__(256) rows_stream(const uint8_t* __restrict__ p, int rows, int row_bytes,
+                                                   unsigned* sink) {
+  const uint64_t pol = dev::evict_first_policy();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_rg = rows / 4, steps = row_bytes / 512, bpr = (steps + 1) / 2;  // batches per row group
+  const int w0 = int(blockIdx.x) + int(gridDim.x) * warp, wstep = int(gridDim.x) * 8;
+  auto rg_of = [&](int b) { return w0 + (b / bpr) * wstep; };
+  auto load = [&](uint4 (&v)[2][4], int b) {
+    const int rg = rg_of(b), g = (b % bpr) * 2;
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        v[u][r] = g + u < steps ? ld16(p + size_t(rg * 4 + r) * row_bytes + (g + u) * 512 + lane * 16, pol)
+                                : make_uint4(0, 0, 0, 0);
+  };
+  unsigned acc = 0;
+  auto use = [&](const uint4 (&v)[2][4]) {
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) use16(acc, v[u][r]);
+  };
+  uint4 A[2][4], B[2][4];
+  if (rg_of(0) < n_rg) load(A, 0);
+  if (rg_of(1) < n_rg) load(B, 1);
+  for (int b = 0;; b += 2) {
+    if (rg_of(b) >= n_rg) break;
+    use(A);
+    if (rg_of(b + 2) < n_rg) load(A, b + 2);
+    if (rg_of(b + 1) >= n_rg) break;
+    use(B);
+    if (rg_of(b + 3) < n_rg) load(B, b + 3);
+  }
+  if (acc == kMagic) sink[0] = acc;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {  // inits visible to the copy engine
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait_parity(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t pol) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(pol)
+      : "memory");
+}
+
+// (c): warp gw of the grid owns items [i0, i1) of C bytes (bytes % C == 0); slot s of its ring
+// holds items i0 + s, i0 + s + S, ... (phase k of the slot's mbarrier = its k-th item).
+template <int S, int C>
+__global__ void bulk_stream(const uint8_t* __restrict__ p, size_t bytes, unsigned* sink) {
+  extern __shared__ __align__(128) uint8_t ring[];  // [W][S][C], then [W][S] mbarriers
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = int(blockDim.x >> 5);
+  uint8_t* my = ring + size_t(warp) * S * C;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(ring + size_t(W) * S * C) + warp * S;
+  const size_t nw = size_t(gridDim.x) * W, gw = blockIdx.x * size_t(W) + warp, items = bytes / C;
+  const size_t i0 = items * gw / nw, i1 = items * (gw + 1) / nw;
+  const uint64_t pol = dev::evict_first_policy();
+  if (lane == 0) {
+    for (int s = 0; s < S; ++s) mbar_init(&bars[s], 1);
+    mbar_init_fence();
+    for (int s = 0; s < S && i0 + s < i1; ++s) {
+      mbar_arrive_expect_tx(&bars[s], C);
+      bulk_load(my + s * C, p + (i0 + s) * C, C, &bars[s], pol);
+    }
+  }
+  __syncwarp();
+  unsigned acc = 0;
+  for (size_t i = i0; i < i1; ++i) {
+    const int s = int((i - i0) % S);
+    mbar_wait_parity(&bars[s], uint32_t(((i - i0) / S) & 1));
+    const uint4* q = reinterpret_cast<const uint4*>(my + s * C);
+#pragma unroll 4
+    for (int k = lane; k < C / 16; k += 32) {
+      use16(acc, q[k]);
+    }
+    __syncwarp();  // every lane has read the slot
+    if (lane == 0 && i + S < i1) {
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the reads before the refill
+      mbar_arrive_expect_tx(&bars[s], C);
+      bulk_load(my + s * C, p + (i + S) * C, C, &bars[s], pol);
+    }
+  }
+  if (acc == kMagic) sink[0] = acc;
+}
+
+struct Size {
+  const char* name;
+  size_t bytes;  // Q4_0 quant bytes of the shape (rows x cols / 2)
+  int rows, row_bytes;
+};
+
+constexpr size_t kPool = size_t(2) << 30;
+constexpr size_t kRegionAlign = size_t(2) << 20;
+
+// µs per launch of body(region) over `regions` distinct regions of the pool, replayed as a graph.
+template <class F>
+double per_launch_us(cudaStream_t s, size_t bytes, F body) {
+  const size_t stride = (bytes + kRegionAlign - 1) / kRegionAlign * kRegionAlign;
+  const int regions = int(std::min<size_t>(32, kPool / stride));
+  const double ms = bench::time_graph(s, [&] {
+    for (int r = 0; r < regions; ++r) body(size_t(r) * stride);
+  }, 10);
+  return ms * 1e3 / regions;
+}
+
+void report(const char* what, const Size& z, size_t bytes, double us, double copy) {
+  const double gbs = bytes / (us * 1e-6) / 1e9;
+  std::printf("| %s | %s | %.1f | %.2f | %.0f | %.1f %% |\n", what, z.name, bytes / 1e6, us, gbs, 100.0 * gbs / copy);
+}
+
+}  // namespace
+
+int main() {
+  try {
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const double copy = bench::copy_bandwidth();
+    const int sms = device_sm_count();
+    std::printf("copy bandwidth (D2D 1 GiB, read+write): %.1f GB/s, %d SMs\n", copy, sms);
+    uint8_t* pool = nullptr;
+    unsigned* sink = nullptr;
+    CUDA_CHECK(cudaMalloc(&pool, kPool));
+    CUDA_CHECK(cudaMalloc(&sink, 4));
+    bench::fill_bits<<<1024, 256>>>(reinterpret_cast<uint32_t*>(pool), kPool / 4, 7, 0xFFFFFFFFu, 0);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    // The Qwen3-8B decode GEMVs' Q4_0 quant bytes (the scales add 1/8).
+    const Size sizes[] = {{"8b.o 4096x4096", size_t(4096) * 2048, 4096, 2048},
+                          {"8b.qkv 6144x4096", size_t(6144) * 2048, 6144, 2048},
+                          {"8b.down 4096x12288", size_t(4096) * 6144, 4096, 6144},
+                          {"8b.gateup 24576x4096", size_t(24576) * 2048, 24576, 2048}};
+    std::printf("| loads | shape | MB | µs per launch | GB/s | of copy |\n| --- | --- | ---: | ---: | ---: | ---: |\n");
+    char what[96];
+    for (const Size& z : sizes) {
+      const size_t n16 = z.bytes / 16;
+      for (int blocks : {1, 2, 4, 8}) {
+        const double us = per_launch_us(s, z.bytes, [&](size_t off) {
+          ldg_stream<4><<<sms * blocks, 256, 0, s>>>(reinterpret_cast<const uint4*>(pool + off), n16, sink);
+        });
+        std::snprintf(what, sizeof what, "(a) registers, 4 x 16 B per lane, %d x 8 warps per SM", blocks);
+        report(what, z, z.bytes, us, copy);
+      }
+      for (int blocks : {1, 2}) {
+        const int n_rg = z.rows / 4;
+        const int grid = std::max(1, std::min(n_rg, sms * blocks));
+        const double us = per_launch_us(s, z.bytes, [&](size_t off) {
+          rows_stream<<<grid, 256, 0, s>>>(pool + off, z.rows, z.row_bytes, sink);
+        });
+        std::snprintf(what, sizeof what, "(b) GEMV pattern, %d x 8 warps per SM", blocks);
+        report(what, z, z.bytes, us, copy);
+      }
+      auto run_bulk = [&](auto kernel, int S, int C, int warps) {
+        const size_t smem = size_t(warps) * S * C + size_t(warps) * S * 8;
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        const size_t bytes = z.bytes / C * C;
+        const double us = per_launch_us(s, bytes, [&](size_t off) {
+          kernel<<<sms, warps * 32, smem, s>>>(pool + off, bytes, sink);
+        });
+        std::snprintf(what, sizeof what, "(c) bulk copies, %d warps x %d slots x %d B per SM", warps, S, C);
+        report(what, z, bytes, us, copy);
+      };
+      run_bulk(bulk_stream<4, 4096>, 4, 4096, 8);
+      run_bulk(bulk_stream<6, 4096>, 6, 4096, 8);
+      run_bulk(bulk_stream<3, 4096>, 3, 4096, 16);
+      run_bulk(bulk_stream<6, 8192>, 6, 8192, 4);
+      run_bulk(bulk_stream<3, 8192>, 3, 8192, 8);
+    }
+    const double empty = per_launch_us(s, 1, [&](size_t) { ldg_stream<4><<<sms, 256, 0, s>>>(
+                                                          reinterpret_cast<const uint4*>(pool), 0, sink); });
+    std::printf("a launch reading nothing (%d x 8 warps): %.2f µs\n", sms, empty);
+    CUDA_CHECK(cudaFree(pool));
+    CUDA_CHECK(cudaFree(sink));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

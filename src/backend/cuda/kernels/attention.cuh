@@ -116,7 +116,8 @@ __device__ __forceinline__ void head_post_warp(const float* src, const float* ga
 // split block of that KV head (merge fusion, AttnParams::counters): the same expressions and
 // order as attn_merge_kernel (M over the splits with l_s > 0, w_s = l_s e^(m_s - M), den += w_s,
 // num = fma(o_s, w_s, num) in split order, out = num / den), so both paths give the same bits.
-// smem: 2 * G * used floats (the split block's sm_acc, free by now; attn_decode checks the size).
+// smem: 2 * G * used floats (the split block's sm_acc, free by now; attention_decode passes the
+// counters only for n_splits <= kMaxFusedSplits, which fits).
 // Each thread owns up to NI outputs and keeps kFusedMergeBatch part_o loads of each in flight.
 constexpr int kFusedMergeBatch = 8;
 template <int HD, int GMAX>

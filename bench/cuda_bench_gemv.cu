@@ -62,15 +62,17 @@ __global__ void timer_tick(unsigned long long* out) {
 
 // Launch timeline of one replay of body() (which passes slot k of `slots` to its k-th launch):
 // captures it, replays it twice to warm up, then `reps` times, each on idle slots and followed by
-// a copy back. Returns the per-slot mean of {start, wait, end, phase} relative to the first start.
+// a copy back. Returns the per-slot mean of {first start, first wait return, last end, last
+// first-phase end, mark 0, mark 1, last start} relative to the first start of the replay, and
+// [7] the mean first-phase duration per block (ns).
 template <class F>
-std::vector<std::array<double, 6>> timeline_graph(cudaStream_t s, F body, unsigned long long* slots, int n_slots,
+std::vector<std::array<double, 8>> timeline_graph(cudaStream_t s, F body, unsigned long long* slots, int n_slots,
                                                   int reps = 5) {
   const size_t words = size_t(n_slots) * dev::kTlWords;
   std::vector<unsigned long long> init(words, 0), got(words);
   for (int k = 0; k < n_slots; ++k) init[size_t(k) * dev::kTlWords] = init[size_t(k) * dev::kTlWords + 1] = ~0ull;
   cudaGraphExec_t ge = capture_graph(s, body);
-  std::vector<std::array<double, 6>> mean(size_t(n_slots), {0.0, 0.0, 0.0, 0.0, 0.0, 0.0});
+  std::vector<std::array<double, 8>> mean(size_t(n_slots), std::array<double, 8>{});
   for (int r = -2; r < reps; ++r) {
     CUDA_CHECK(cudaMemcpyAsync(slots, init.data(), words * 8, cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaGraphLaunch(ge, s));
@@ -78,11 +80,14 @@ std::vector<std::array<double, 6>> timeline_graph(cudaStream_t s, F body, unsign
     CUDA_CHECK(cudaStreamSynchronize(s));
     if (r < 0) continue;
     const unsigned long long t0 = got[0];
-    for (int k = 0; k < n_slots; ++k)
-      for (int j = 0; j < 6; ++j) {
-        const unsigned long long v = got[size_t(k) * dev::kTlWords + size_t(j)];  // 0 / ~0: not stamped
+    for (int k = 0; k < n_slots; ++k) {
+      const unsigned long long* w = got.data() + size_t(k) * dev::kTlWords;
+      for (int j = 0; j < 7; ++j) {
+        const unsigned long long v = w[j];  // 0 / ~0: not stamped
         mean[size_t(k)][size_t(j)] += (v == ~0ull || v == 0 ? 0.0 : double(v) - double(t0)) / reps;
       }
+      if (w[8] > 0) mean[size_t(k)][7] += double(w[7]) / double(w[8]) / reps;
+    }
   }
   CUDA_CHECK(cudaGraphExecDestroy(ge));
   return mean;
@@ -252,9 +257,11 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
     // resident before the previous kernel's last warp exits), release = wait - previous end
     // (the PDL dependency's latency), after = end - wait (its work once released).
     const auto tl = timeline_graph(s, body, slots, n_slots);
-    // phase = latest end of a block's first phase (GEMV: x staged; others: the wait) - wait.
+    // phase = latest end of a block's first phase (GEMV: x staged; others: the wait) - wait;
+    // late = the last block's start - previous end; phase_mean = the first phase per block.
     double adds[kChainLaunches] = {}, early[kChainLaunches] = {}, rel[kChainLaunches] = {}, after[kChainLaunches] = {},
-           phase[kChainLaunches] = {}, mk0[kChainLaunches] = {}, mk1[kChainLaunches] = {};
+           phase[kChainLaunches] = {}, mk0[kChainLaunches] = {}, mk1[kChainLaunches] = {}, late[kChainLaunches] = {},
+           phase_mean[kChainLaunches] = {};
     // A launch that did not run (the merge kernel under the merge fusion) has no stamps: it is
     // skipped, and the one after it is measured against the launch before it.
     bool ran[kChainLaunches];
@@ -271,25 +278,28 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
         rel[k] += (c[1] - p[2]) / 1e3 / (m.n_layer - 1);
         after[k] += (c[2] - c[1]) / 1e3 / (m.n_layer - 1);
         phase[k] += (c[3] - c[1]) / 1e3 / (m.n_layer - 1);
+        late[k] += (c[6] - p[2]) / 1e3 / (m.n_layer - 1);
+        phase_mean[k] += c[7] / 1e3 / (m.n_layer - 1);
         if (c[4] > 0) mk0[k] += (c[4] - c[1]) / 1e3 / (m.n_layer - 1);
         if (c[5] > 0) mk1[k] += (c[5] - c[1]) / 1e3 / (m.n_layer - 1);
       }
     std::printf("timeline %s %s pos %d: step %.1f us (first start to last end, mean of 5 replays); per layer (us):\n",
                 m.name, dtype_name(t), pos, tl.back()[2] / 1e3);
     std::printf("| launch | adds to the step | resident before prev end | released after prev end | end - release | "
-                "last phase-1 end - release | last mark 0 / 1 - release |\n");
-    std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+                "last phase-1 end - release | phase 1 per block (mean) | last block start - prev end | "
+                "last mark 0 / 1 - release |\n");
+    std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     double sum = 0;
     for (int k = 0; k < kChainLaunches; ++k) {
       if (!ran[k]) {
-        std::printf("| %s | not launched | | | | | |\n", kChainNames[k]);
+        std::printf("| %s | not launched | | | | | | | |\n", kChainNames[k]);
         continue;
       }
-      std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f / %.2f |\n", kChainNames[k], adds[k], early[k], rel[k],
-                  after[k], phase[k], mk0[k], mk1[k]);
+      std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f / %.2f |\n", kChainNames[k], adds[k],
+                  early[k], rel[k], after[k], phase[k], phase_mean[k], late[k], mk0[k], mk1[k]);
       sum += adds[k];
     }
-    std::printf("| layer | %.2f | | | | | |\n", sum);
+    std::printf("| layer | %.2f | | | | | | | |\n", sum);
   }
   const double ms = timeline ? 0.0 : time_graph(s, body, 10);
   if (!timeline) {

@@ -123,21 +123,37 @@ __device__ __forceinline__ void rope_cs(int pos, int i, int d, float theta, floa
 // return from the PDL wait [1], the latest warp exit [2] and the latest end of a block's first
 // phase after the wait [3] (GEMV: x staged; others: the wait itself). Null slot = off (one uniform branch).
 // The slot is re-read from the kernel parameters at each stamp, so it holds no register.
-// Words [4], [5]: the latest time any block passed the kernel's marks 0 and 1 (tl_mark).
-constexpr int kTlWords = 6;
+// Words [4], [5]: the latest time any block passed the kernel's marks 0 and 1 (tl_mark); [6] the
+// latest block start; [7] the sum over blocks of (own first-phase end - own wait return) and [8]
+// the number of blocks in it (a mean per block, where [3] is only the slowest).
+constexpr int kTlWords = 9;
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
 __device__ __forceinline__ void tl_start(unsigned long long* slot) {
-  if (slot && threadIdx.x == 0) atomicMin(slot, global_ns());
+  if (slot && threadIdx.x == 0) {
+    const unsigned long long t = global_ns();
+    atomicMin(slot, t);
+    atomicMax(slot + 6, t);
+  }
 }
-__device__ __forceinline__ void tl_waited(unsigned long long* slot) {
-  if (slot && threadIdx.x == 0) atomicMin(slot + 1, global_ns());
+// Returns the time of the wait's return to thread 0 (0 elsewhere or without a slot), for tl_phase.
+__device__ __forceinline__ unsigned long long tl_waited(unsigned long long* slot) {
+  if (!slot || threadIdx.x != 0) return 0;
+  const unsigned long long t = global_ns();
+  atomicMin(slot + 1, t);
+  return t;
 }
-__device__ __forceinline__ void tl_phase(unsigned long long* slot) {
-  if (slot && threadIdx.x == 0) atomicMax(slot + 3, global_ns());
+// t_wait: where thread 0 keeps tl_waited's value (read only with a slot, by thread 0).
+__device__ __forceinline__ void tl_phase(unsigned long long* slot, const unsigned long long* t_wait) {
+  if (slot && threadIdx.x == 0) {
+    const unsigned long long t = global_ns();
+    atomicMax(slot + 3, t);
+    atomicAdd(slot + 7, t - *t_wait);
+    atomicAdd(slot + 8, 1ull);
+  }
 }
 __device__ __forceinline__ void tl_mark(unsigned long long* slot, int k) {
   if (slot && threadIdx.x == 0) atomicMax(slot + 4 + k, global_ns());

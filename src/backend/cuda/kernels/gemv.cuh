@@ -486,7 +486,11 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   // and outputs written (PDL, see pdl_launch.cuh).
   pdl_wait();
   pdl_launch_dependents();
-  if constexpr (kTl) tl_waited(p.tl);
+  __shared__ unsigned long long tl_w;  // thread 0's wait return (timeline)
+  if constexpr (kTl) {
+    const unsigned long long t = tl_waited(p.tl);
+    if (p.tl && threadIdx.x == 0) tl_w = t;
+  }
 
   // Residual epilogue: lane r < kRows holds y_residual of row r of the warp's current row group,
   // loaded when the group starts (here for the first, in the epilogue for the next) so the add
@@ -502,7 +506,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
 
   gemv_stage_x<T, PRO>(p, xs4, red);
   __syncthreads();
-  if constexpr (kTl) tl_phase(p.tl);
+  if constexpr (kTl) tl_phase(p.tl, &tl_w);
 
   float acc[kRows];
 #pragma unroll

@@ -350,6 +350,12 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaMemcpy(&h, tick, 8, cudaMemcpyDeviceToHost));
       CUDA_CHECK(cudaFree(tick));
       std::printf("globaltimer: smallest step seen %llu ns\n", h);
+      auto timed_chains = [&] {  // both models at positions 0, 64, 1023, timed
+        for (int pos : {0, 64, 1023}) {
+          bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
+          bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
+        }
+      };
       for (int pos : {0, 64, 1023}) {
         bench_decode_chain(s, copy, q8b, DType::Q4_0, pos, true);
         bench_decode_chain(s, copy, q06, DType::Q4_0, pos, true);
@@ -361,25 +367,16 @@ int main(int argc, char** argv) {
       bench_decode_chain(s, copy, q8b, DType::Q4_0, 0, true);
       bench_decode_chain(s, copy, q06, DType::Q4_0, 0, true);
       bench_decode_chain(s, copy, q8b, DType::Q4_0, 64, true);
-      for (int pos : {0, 64, 1023}) {
-        bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
-        bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
-      }
+      timed_chains();
       set_pdl_early_trigger(true);
       std::printf("pdl_early_trigger=1:\n");
-      for (int pos : {0, 64, 1023}) {
-        bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
-        bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
-      }
+      timed_chains();
       // The merge fused into the split kernel (knob LMFUSE_ATTN_MERGE_FUSION=1): timeline at pos
       // 64, then the timed chains.
       g_merge_fusion = true;
       std::printf("attn_merge_fusion=1:\n");
       bench_decode_chain(s, copy, q8b, DType::Q4_0, 64, true);
-      for (int pos : {0, 64, 1023}) {
-        bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
-        bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
-      }
+      timed_chains();
       g_merge_fusion = false;
       return 0;
     }

@@ -35,10 +35,7 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
     inv_freq = dev::rope_inv_freq(i, hd, a.theta);
   }
   if (a.pdl) dev::pdl_wait_trigger(a.early);  // uniform; raw comes from the previous kernel
-  {
-    const unsigned long long tw = dev::tl_waited(a.tl);
-    dev::tl_phase(a.tl, &tw);
-  }
+  dev::tl_waited_phase(a.tl);
   __shared__ float sh[32];
   __shared__ __align__(16) float vals[128];
   const int t = blockIdx.y, pos = *a.pos + t;

@@ -257,10 +257,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   load_batch(t_first, false);
 
   pdl_wait_trigger(p.early);  // q and the cache row at pos come from the previous kernel
-  {
-    const unsigned long long tw = tl_waited(p.tl);
-    tl_phase(p.tl, &tw);
-  }
+  tl_waited_phase(p.tl);
   if constexpr (POST) {
     for (int g = warp; g < G; g += kAttnWarps)
       head_post_warp<HD>(p.raw + size_t(kvh * G + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, pos,
@@ -437,10 +434,7 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
   unsigned long long* tl = p.tl ? p.tl + kTlWords : nullptr;
   tl_start(tl);
   pdl_wait_trigger(p.early);
-  {
-    const unsigned long long tw = tl_waited(tl);
-    tl_phase(tl, &tw);
-  }
+  tl_waited_phase(tl);
   const int h = blockIdx.x, d = threadIdx.x;
   const float* ml = p.part_ml + size_t(h) * p.n_splits * 2;
   const float* po = p.part_o + size_t(h) * p.n_splits * HD + d;

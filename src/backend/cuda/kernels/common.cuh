@@ -155,6 +155,11 @@ __device__ __forceinline__ void tl_phase(unsigned long long* slot, const unsigne
     atomicAdd(slot + 8, 1ull);
   }
 }
+// For kernels whose first phase is the wait itself (attention, the QKV epilogue kernel).
+__device__ __forceinline__ void tl_waited_phase(unsigned long long* slot) {
+  const unsigned long long tw = tl_waited(slot);
+  tl_phase(slot, &tw);
+}
 __device__ __forceinline__ void tl_mark(unsigned long long* slot, int k) {
   if (slot && threadIdx.x == 0) atomicMax(slot + 4 + k, global_ns());
 }

@@ -484,8 +484,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
     for (int line = int(threadIdx.x); line * 32 < p.cols; line += kGemvThreads) prefetch_l1(p.gamma + line * 32);
   // Everything above reads only weights; from here on inputs of the previous kernel are read
   // and outputs written (PDL, see pdl_launch.cuh).
-  pdl_wait();
-  pdl_launch_dependents();
+  pdl_wait_trigger(false);
   __shared__ unsigned long long tl_w;  // thread 0's wait return (timeline)
   if constexpr (kTl) {
     const unsigned long long t = tl_waited(p.tl);

@@ -64,16 +64,15 @@ __global__ void timer_tick(unsigned long long* out) {
 // captures it, replays it twice to warm up, then `reps` times, each on idle slots and followed by
 // a copy back. Returns the per-slot mean of {first start, first wait return, last end, last
 // first-phase end, mark 0, mark 1, last start} relative to the first start of the replay, and
-// [7] the mean first-phase duration per block (ns), [8..11] the mean per block of block mark k -
-// its wait return (ns; GEMV: x arrived, normed, staged, first batch used).
+// [7] the mean first-phase duration per block (ns).
 template <class F>
-std::vector<std::array<double, 13>> timeline_graph(cudaStream_t s, F body, unsigned long long* slots, int n_slots,
+std::vector<std::array<double, 8>> timeline_graph(cudaStream_t s, F body, unsigned long long* slots, int n_slots,
                                                   int reps = 5) {
   const size_t words = size_t(n_slots) * dev::kTlWords;
   std::vector<unsigned long long> init(words, 0), got(words);
   for (int k = 0; k < n_slots; ++k) init[size_t(k) * dev::kTlWords] = init[size_t(k) * dev::kTlWords + 1] = ~0ull;
   cudaGraphExec_t ge = capture_graph(s, body);
-  std::vector<std::array<double, 13>> mean(size_t(n_slots), std::array<double, 13>{});
+  std::vector<std::array<double, 8>> mean(size_t(n_slots), std::array<double, 8>{});
   for (int r = -2; r < reps; ++r) {
     CUDA_CHECK(cudaMemcpyAsync(slots, init.data(), words * 8, cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaGraphLaunch(ge, s));
@@ -87,10 +86,7 @@ std::vector<std::array<double, 13>> timeline_graph(cudaStream_t s, F body, unsig
         const unsigned long long v = w[j];  // 0 / ~0: not stamped
         mean[size_t(k)][size_t(j)] += (v == ~0ull || v == 0 ? 0.0 : double(v) - double(t0)) / reps;
       }
-      if (w[8] > 0) {
-        mean[size_t(k)][7] += double(w[7]) / double(w[8]) / reps;
-        for (int j = 0; j < 5; ++j) mean[size_t(k)][size_t(8 + j)] += double(w[9 + j]) / double(w[8]) / reps;
-      }
+      if (w[8] > 0) mean[size_t(k)][7] += double(w[7]) / double(w[8]) / reps;
     }
   }
   CUDA_CHECK(cudaGraphExecDestroy(ge));
@@ -265,7 +261,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
     // late = the last block's start - previous end; phase_mean = the first phase per block.
     double adds[kChainLaunches] = {}, early[kChainLaunches] = {}, rel[kChainLaunches] = {}, after[kChainLaunches] = {},
            phase[kChainLaunches] = {}, mk0[kChainLaunches] = {}, mk1[kChainLaunches] = {}, late[kChainLaunches] = {},
-           phase_mean[kChainLaunches] = {}, bm[kChainLaunches][5] = {};
+           phase_mean[kChainLaunches] = {};
     // A launch that did not run (the merge kernel under the merge fusion) has no stamps: it is
     // skipped, and the one after it is measured against the launch before it.
     bool ran[kChainLaunches];
@@ -284,7 +280,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
         phase[k] += (c[3] - c[1]) / 1e3 / (m.n_layer - 1);
         late[k] += (c[6] - p[2]) / 1e3 / (m.n_layer - 1);
         phase_mean[k] += c[7] / 1e3 / (m.n_layer - 1);
-        for (int j = 0; j < 5; ++j) bm[k][j] += c[size_t(8 + j)] / 1e3 / (m.n_layer - 1);
         if (c[4] > 0) mk0[k] += (c[4] - c[1]) / 1e3 / (m.n_layer - 1);
         if (c[5] > 0) mk1[k] += (c[5] - c[1]) / 1e3 / (m.n_layer - 1);
       }
@@ -292,20 +287,19 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
                 m.name, dtype_name(t), pos, tl.back()[2] / 1e3);
     std::printf("| launch | adds to the step | resident before prev end | released after prev end | end - release | "
                 "last phase-1 end - release | phase 1 per block (mean) | last block start - prev end | "
-                "last mark 0 / 1 - release | per block after its wait: x arrived / normed / staged / batch 1 used / staged again |\n");
-    std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+                "last mark 0 / 1 - release |\n");
+    std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     double sum = 0;
     for (int k = 0; k < kChainLaunches; ++k) {
       if (!ran[k]) {
-        std::printf("| %s | not launched | | | | | | | | |\n", kChainNames[k]);
+        std::printf("| %s | not launched | | | | | | | |\n", kChainNames[k]);
         continue;
       }
-      std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f / %.2f | %.2f / %.2f / %.2f / %.2f / %.2f |\n",
-                  kChainNames[k], adds[k], early[k], rel[k], after[k], phase[k], phase_mean[k], late[k], mk0[k], mk1[k],
-                  bm[k][0], bm[k][1], bm[k][2], bm[k][3], bm[k][4]);
+      std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f / %.2f |\n", kChainNames[k], adds[k],
+                  early[k], rel[k], after[k], phase[k], phase_mean[k], late[k], mk0[k], mk1[k]);
       sum += adds[k];
     }
-    std::printf("| layer | %.2f | | | | | | | | |\n", sum);
+    std::printf("| layer | %.2f | | | | | | | |\n", sum);
   }
   const double ms = timeline ? 0.0 : time_graph(s, body, 10);
   if (!timeline) {

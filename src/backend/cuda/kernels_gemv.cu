@@ -1,5 +1,4 @@
 // GEMV dispatch: argument validation, grid sizing, and the per-type instance launchers.
-#include <cstdlib>
 #include <atomic>
 #include <mutex>
 #include <map>
@@ -133,7 +132,6 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.bias = a.bias;
   p.qkv = a.qkv;
   p.tl = a.tl;  // ignored by the Epilogue::QKV instances
-  { static const int reps = [] { const char* e = std::getenv("LMFUSE_TMP_TWICE"); return e && *e == '1' ? 2 : 1; }(); p.stage_reps = reps; }
   bool ok = false;
   switch (w.type) {
     case DType::Q4_0: ok = dev::launch_gemv_q4_0(pro, epi, p, s); break;

@@ -125,10 +125,8 @@ __device__ __forceinline__ void rope_cs(int pos, int i, int d, float theta, floa
 // The slot is re-read from the kernel parameters at each stamp, so it holds no register.
 // Words [4], [5]: the latest time any block passed the kernel's marks 0 and 1 (tl_mark); [6] the
 // latest block start; [7] the sum over blocks of (own first-phase end - own wait return) and [8]
-// the number of blocks in it (a mean per block, where [3] is only the slowest); [9 + k], k < 4:
-// the sum over blocks of (own pass of block mark k - own wait return) (tl_block_mark; GEMV only);
-// [13] the same for mark 4.
-constexpr int kTlWords = 14;
+// the number of blocks in it (a mean per block, where [3] is only the slowest).
+constexpr int kTlWords = 9;
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -164,19 +162,6 @@ __device__ __forceinline__ void tl_waited_phase(unsigned long long* slot) {
 }
 __device__ __forceinline__ void tl_mark(unsigned long long* slot, int k) {
   if (slot && threadIdx.x == 0) atomicMax(slot + 4 + k, global_ns());
-}
-// Block mark k (thread 0): the time after `dep` is known (the stamp waits for it) minus thread
-// 0's wait return t_wait, summed into word 9 + k (divided by word 8's block count on the host).
-__device__ __forceinline__ void tl_block_mark(unsigned long long* slot, int k, const unsigned long long* t_wait,
-                                              float dep) {
-  if (slot && threadIdx.x == 0) {
-    __shared__ volatile float sink;  // the store needs dep, the fence orders the stamp after it
-    sink = dep;
-    asm volatile("fence.cta;" ::: "memory");
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-    atomicAdd(slot + 9 + k, t - *t_wait);
-  }
 }
 __device__ __forceinline__ void tl_end(unsigned long long* slot) {
   if (slot && (threadIdx.x & 31) == 0) atomicMax(slot + 2, global_ns());

@@ -103,7 +103,6 @@ struct GemvParams {
   QkvParams qkv;
   int ksplit;  // warps per row group: 1, 2, 4 or 8 (gemv_ksplit)
   unsigned long long* tl;  // launch timeline slot or null
-  int stage_reps;  // TMP experiment: stage x this many times (cold vs warm code)
 };
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a
@@ -331,29 +330,10 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
   }
 }
 
-// a / b rounded to nearest, for a, b and a / b normal and far from overflow (in_div_range): the
-// reciprocal refined by Newton's step and the remainder correction, the same sequence the
-// compiler emits for a / b on its fast path, without the range check and slow-path call that
-// end a straight-line block.
-__device__ __forceinline__ bool in_div_range(float x) { return x > 0x1p-100f && x < 0x1p100f; }
-__device__ __forceinline__ float div_rn_normal(float a, float b) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
-  r = fmaf(r, fmaf(-b, r, 1.f), r);
-  const float q = __fmul_rn(a, r);
-  return fmaf(r, fmaf(-b, q, a), q);
-}
-// __float2int_rn(x) for |x| < 2^22, as one add: x + 1.5 * 2^23 rounds x to an integer (nearest,
-// ties to even) in the low mantissa bits (F2I runs at a quarter of FADD's rate).
-__device__ __forceinline__ int round_rn_small(float x) {
-  return __float_as_int(__fadd_rn(x, 12582912.f)) - 0x4b400000;
-}
-
 // Stages x (after the prologue) in shared memory: the layout of the header comment. All
 // kGemvThreads threads of the block call it; the caller synchronizes before reading xs4.
 template <DType T, Prologue PRO>
-__device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red,
-                                             const unsigned long long* tw) {
+__device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red) {
   // Thread t takes float4 t of each 1024-element slice. The loads of kXBatch slices are issued
   // together into registers before any of them is used: x was just written by the previous
   // kernel, so each load is an L2 round trip, and a load-use chain per slice cost one round trip
@@ -392,7 +372,6 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
     for (int base = 0; base < n4; base += kXBatch * kGemvThreads) {
       float4 h[kXBatch];
       load_h(base, h);
-      if (base == 0) tl_block_mark(tw ? p.tl : nullptr, 0, tw, h[0].x);
 #pragma unroll
       for (int j = 0; j < kXBatch; ++j) {
         const int i4 = base + j * kGemvThreads + int(threadIdx.x);
@@ -404,13 +383,10 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
       }
     }
     rn = rms_scale(block_sum(ss, red), p.cols, p.eps);
-    tl_block_mark(tw ? p.tl : nullptr, 1, tw, rn);
   }
   for (int base = 0; base < n4; base += kXBatch * kGemvThreads) {  // uniform trip count: shuffles are safe
     float4 h[kXBatch], gm[kXBatch];
     load_h(base, h);
-    if constexpr (PRO == Prologue::None)
-      if (base == 0) tl_block_mark(tw ? p.tl : nullptr, 0, tw, h[0].x);
     if constexpr (PRO != Prologue::None) {
 #pragma unroll
       for (int j = 0; j < kXBatch; ++j) {
@@ -418,78 +394,38 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
         gm[j] = i4 < n4 ? __ldg(gam4 + i4) : zero;
       }
     }
-    // The slices as straight-line code, kG at a time, one step at a time across them (slices past
-    // the end hold zeros and store nothing), so their latency chains (shuffles, division,
-    // rounding) overlap instead of running one slice after another. kG < kXBatch only for the
-    // plain prologue, whose 6 loads in flight are for the L2 round trip (6 chains spilled).
-    constexpr int kG = PRO == Prologue::None ? 3 : kXBatch;
-    float4 v[kXBatch];
 #pragma unroll
     for (int j = 0; j < kXBatch; ++j) {
-      if constexpr (PRO != Prologue::None)
-        v[j] = norm_apply4(h[j], rn, gm[j]);
-      else
-        v[j] = h[j];
-    }
-    if constexpr (kInt8x<T>) {
-#pragma unroll
-      for (int g0 = 0; g0 < kXBatch; g0 += kG) {
+      const int i4 = base + j * kGemvThreads + int(threadIdx.x);
+      if (base + j * kGemvThreads >= n4) break;  // uniform: no slice left for any thread
+      const bool ok = i4 < n4;
+      float4 v = h[j];
+      if constexpr (PRO != Prologue::None) v = norm_apply4(v, rn, gm[j]);
+      const int c = i4 >> 3, f = i4 & 7;
+      if constexpr (kInt8x<T>) {
         // The normalized vector is quantized, exactly as the unfused path quantizes the output
-        // of rmsnorm_rows: am = max |v| over the 32-element block (8 lanes), q = rn(v * 127 / am).
-        float am[kG], id[kG];
-#pragma unroll
-        for (int j = 0; j < kG; ++j) {
-          const float4& w = v[g0 + j];
-          am[j] = fmaxf(fmaxf(fabsf(w.x), fabsf(w.y)), fmaxf(fabsf(w.z), fabsf(w.w)));
+        // of rmsnorm_rows.
+        float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
+        const float id = am > 0.f ? 127.f / am : 0.f;
+        const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id),
+                  q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
+        int sq = (q0 + q1) + (q2 + q3);
+        sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+        sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+        sq += __shfl_xor_sync(0xffffffffu, sq, 4);
+        if (ok) {
+          const uint32_t word = (uint32_t(q0) & 0xffu) | ((uint32_t(q1) & 0xffu) << 8) |
+                                ((uint32_t(q2) & 0xffu) << 16) | (uint32_t(q3) << 24);
+          uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
+          xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = word;
+          if (f == 0)
+            reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk))[c] = make_int2(__float_as_int(am / 127.f), sq);
         }
-#pragma unroll
-        for (int m = 1; m < 8; m <<= 1)
-#pragma unroll
-          for (int j = 0; j < kG; ++j) am[j] = fmaxf(am[j], __shfl_xor_sync(0xffffffffu, am[j], m));
-        bool exact = true;  // every division below was in div_rn_normal's range
-#pragma unroll
-        for (int j = 0; j < kG; ++j) {
-          id[j] = am[j] > 0.f ? div_rn_normal(127.f, am[j]) : 0.f;
-          exact &= am[j] == 0.f || in_div_range(am[j]);
-        }
-        if (!exact)
-#pragma unroll
-          for (int j = 0; j < kG; ++j) id[j] = am[j] > 0.f ? 127.f / am[j] : 0.f;
-        int sq[kG];
-        uint32_t word[kG];
-#pragma unroll
-        for (int j = 0; j < kG; ++j) {
-          const float4& w = v[g0 + j];
-          const int q0 = round_rn_small(__fmul_rn(w.x, id[j])), q1 = round_rn_small(__fmul_rn(w.y, id[j])),
-                    q2 = round_rn_small(__fmul_rn(w.z, id[j])), q3 = round_rn_small(__fmul_rn(w.w, id[j]));
-          sq[j] = (q0 + q1) + (q2 + q3);
-          word[j] = (uint32_t(q0) & 0xffu) | ((uint32_t(q1) & 0xffu) << 8) | ((uint32_t(q2) & 0xffu) << 16) |
-                    (uint32_t(q3) << 24);
-        }
-#pragma unroll
-        for (int m = 1; m < 8; m <<= 1)
-#pragma unroll
-          for (int j = 0; j < kG; ++j) sq[j] += __shfl_xor_sync(0xffffffffu, sq[j], m);
-        uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
-#pragma unroll
-        for (int j = 0; j < kG; ++j) {
-          const int i4 = base + (g0 + j) * kGemvThreads + int(threadIdx.x);
-          if (i4 < n4) {
-            const int c = i4 >> 3, f = i4 & 7;
-            xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = word[j];
-            if (f == 0) {
-              const float d = in_div_range(am[j]) ? div_rn_normal(am[j], 127.f) : am[j] / 127.f;
-              reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk))[c] = make_int2(__float_as_int(d), sq[j]);
-            }
-          }
-        }
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kXBatch; ++j) {
-        const int i4 = base + j * kGemvThreads + int(threadIdx.x);
-        const int c = i4 >> 3, f = i4 & 7;
-        if (i4 < n4) xs4[c * 8 + (f ^ (c & 7))] = v[j];
+      } else {
+        if (ok) xs4[c * 8 + (f ^ (c & 7))] = v;
       }
     }
   }
@@ -567,16 +503,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   };
   load_yres(a.rg);
 
-  gemv_stage_x<T, PRO>(p, xs4, red, kTl ? &tl_w : nullptr);
-  if constexpr (kTl) tl_block_mark(p.tl, 2, &tl_w, 0.f);
-  if constexpr (kTl) {
-#pragma unroll 1
-    for (int rep = 1; rep < p.stage_reps; ++rep) {
-      __syncthreads();
-      gemv_stage_x<T, PRO>(p, xs4, red, nullptr);
-      tl_block_mark(p.tl, 4, &tl_w, 0.f);
-    }
-  }
+  gemv_stage_x<T, PRO>(p, xs4, red);
   __syncthreads();
   if constexpr (kTl) tl_phase(p.tl, &tl_w);
 
@@ -665,15 +592,9 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   // newer batch would wait for its loads, ncu showed 19 % of the 8B down GEMV's stall samples
   // there). cur holds position a, nxt position b = next(a); each is refilled, two batches ahead,
   // right after it is consumed.
-  bool first = true;
   for (;;) {
     if (a.rg >= n_rg) break;
     step(cur, a, b);
-    if constexpr (kTl)
-      if (first) {
-        tl_block_mark(p.tl, 3, &tl_w, acc[0]);
-        first = false;
-      }
     const Pos a2 = next_pos(b);
     load_batch(cur, a2);
     if (b.rg >= n_rg) break;

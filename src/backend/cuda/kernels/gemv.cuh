@@ -42,6 +42,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl_launch.cuh"
+#include "util/round_fadd.h"
 
 namespace lmf::cuda::dev {
 
@@ -410,17 +411,14 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
         am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
         am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
         const float id = am > 0.f ? 127.f / am : 0.f;
-        // q = rn(v * id) (|v * id| <= 127): v * id + 1.5 * 2^23 holds q, rounded to nearest with
-        // ties to even like F2I, in its low mantissa bits, i.e. bits = 0x4b400000 + q. One FADD
-        // instead of an F2I (quarter rate; 4 per slice in this instruction-bound staging:
-        // docs/PERF.md session 9, +1.2 % on the 8B chain). The low byte of bits is q's byte; the
-        // sum subtracts the offset once per value. Same codes as F2I for finite inputs (a NaN in
-        // v gives a different garbage code than F2I's 0).
-        const uint32_t b0 = __float_as_uint(__fadd_rn(__fmul_rn(v.x, id), 12582912.f)),
-                       b1 = __float_as_uint(__fadd_rn(__fmul_rn(v.y, id), 12582912.f)),
-                       b2 = __float_as_uint(__fadd_rn(__fmul_rn(v.z, id), 12582912.f)),
-                       b3 = __float_as_uint(__fadd_rn(__fmul_rn(v.w, id), 12582912.f));
-        int sq = int(((b0 + b1) + (b2 + b3)) - 4u * 0x4b400000u);
+        // q = rn(v * id), |v * id| <= 127, by one FADD each (util/round_fadd.h) instead of F2I
+        // (quarter rate; 4 per slice in this instruction-bound staging: docs/PERF.md session 9,
+        // +1.2 % on the 8B chain). The word's low byte is q's byte, and the block sum takes the
+        // bias off once per value. The same codes as F2I for finite inputs (a NaN in v gives a
+        // different meaningless code than F2I's 0). v * id is rounded before the add (no FMA).
+        const uint32_t b0 = round_fadd_bits(__fmul_rn(v.x, id)), b1 = round_fadd_bits(__fmul_rn(v.y, id)),
+                       b2 = round_fadd_bits(__fmul_rn(v.z, id)), b3 = round_fadd_bits(__fmul_rn(v.w, id));
+        int sq = int(((b0 + b1) + (b2 + b3)) - 4u * kRoundFaddBias);
         sq += __shfl_xor_sync(0xffffffffu, sq, 1);
         sq += __shfl_xor_sync(0xffffffffu, sq, 2);
         sq += __shfl_xor_sync(0xffffffffu, sq, 4);

@@ -380,6 +380,28 @@ int main(int argc, char** argv) {
       g_merge_fusion = false;
       return 0;
     }
+    // `cuda_bench_gemv --bulk`: both Q4_0 chains at positions 64 and 1023 with the GEMVs' x staged
+    // from registers and from bulk copies in shared memory (set_gemv_bulk_stage; knob
+    // LMFUSE_GEMV_BULK_STAGE), three alternating rounds, then both timelines at pos 64.
+    if (argc > 1 && std::string(argv[1]) == "--bulk") {
+      for (int rep = 0; rep < 3; ++rep)
+        for (bool on : {false, true}) {
+          set_gemv_bulk_stage(on);
+          std::printf("gemv bulk stage %d:\n", int(on));
+          for (int pos : {64, 1023}) {
+            bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
+            bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
+          }
+        }
+      for (bool on : {false, true}) {
+        set_gemv_bulk_stage(on);
+        std::printf("gemv bulk stage %d, timeline:\n", int(on));
+        bench_decode_chain(s, copy, q8b, DType::Q4_0, 64, true);
+        bench_decode_chain(s, copy, q06, DType::Q4_0, 64, true);
+      }
+      set_gemv_bulk_stage(false);
+      return 0;
+    }
     // `cuda_bench_gemv --chain 8b|0.6b POS`: only that Q4_0 decode chain, timed (a short run for a
     // profiler, e.g. scripts/gpu_ncu.sh on the attention kernels).
     if (argc > 3 && std::string(argv[1]) == "--chain") {

@@ -25,7 +25,7 @@ cmake --build "$BUILD" --target cuda_op_tests cuda_bench_gemv cuda_bench_stream 
 echo "build ok"
 
 rc=0
-"$BUILD/cuda_op_tests" "$@" 2>&1 | tee "$OUT/tests.log" | grep -E "FAILED|failed:|exception|==========" | head -80
+timeout 900 "$BUILD/cuda_op_tests" "$@" 2>&1 | tee "$OUT/tests.log" | grep -E "FAILED|failed:|exception|==========" | head -80
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 if [ "${BENCH:-1}" = 1 ]; then "$BUILD/cuda_bench_gemv" 2>&1 | tee "$OUT/bench.log" || rc=1; fi
 exit $rc

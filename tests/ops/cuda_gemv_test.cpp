@@ -212,6 +212,67 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
   set_gemv_split_k(false);
 }
 
+// Staging from bulk-copied shared memory (set_gemv_bulk_stage; knob LMFUSE_GEMV_BULK_STAGE): the
+// outputs must be bitwise those of the register staging for every type, prologue and epilogue,
+// on real and odd shapes (one 32-element block; a block count that leaves most threads of the
+// one-thread-per-block quantization idle; more blocks than threads), AddNorm's residual_out too.
+// Inputs offset by 4 floats (16-byte aligned, not 128) exercise the copy's alignment floor; an
+// unaligned input must fall back to the register staging and still give the same outputs.
+TEST(CudaGemv, BulkStagingBitwiseEqualsRegisterStaging) {
+  uint32_t seed = 1100;
+  for (DType t : kTypes)
+    for (Prologue pro : {Prologue::None, Prologue::Norm, Prologue::AddNorm})
+      for (Epilogue epi : {Epilogue::Store, Epilogue::Residual, Epilogue::SiluMul})
+        for (Shape s : {Shape{8, 32}, Shape{96, 1056}, Shape{1024, 4096}, Shape{512, 12288}}) {
+          if (epi == Epilogue::Residual && pro != Prologue::None) continue;  // not an instance
+          std::mt19937 rng(seed++);
+          auto wq = random_rows(t, s.rows, s.cols, rng);
+          DeviceWeight dw = upload_weight(repack_rows(t, wq.data(), s.rows, s.cols));
+          auto in = randn(s.cols + 5, rng), res = randn(s.cols + 5, rng), gamma = randn(s.cols + 5, rng, 0.5f),
+               yres = randn(s.rows, rng);
+          DevBuf<float> d_in(in), d_res(res), d_gamma(gamma), d_yres(yres);
+          const int64_t ny = epi == Epilogue::SiluMul ? s.rows / 2 : s.rows;
+          std::vector<float> ref_y, ref_rout;
+          for (int variant = 0; variant < 3; ++variant) {  // register staging, bulk, bulk unaligned (falls back)
+            const int off = variant == 2 ? 1 : 4;
+            set_gemv_bulk_stage(variant > 0);
+            DevBuf<float> d_rout(s.cols), d_y(s.rows);
+            // The reference and the aligned bulk run read the same values (offset 4); the
+            // unaligned run reads them from offset 1 of copies shifted by 3.
+            std::vector<float> in2(in), res2(res), gamma2(gamma);
+            if (variant == 2)
+              for (auto* v : {&in2, &res2, &gamma2}) std::copy(v->begin() + 4, v->begin() + 4 + s.cols, v->begin() + 1);
+            DevBuf<float> d_in2(in2), d_res2(res2), d_gamma2(gamma2);
+            GemvArgs a;
+            a.w = &dw;
+            a.in = (variant == 2 ? d_in2.p() : d_in.p()) + off;
+            a.residual = (variant == 2 ? d_res2.p() : d_res.p()) + off;
+            a.residual_out = d_rout.p();
+            a.gamma = (variant == 2 ? d_gamma2.p() : d_gamma.p()) + off;
+            a.y = d_y.p();
+            a.y_residual = d_yres.p();
+            gemv(pro, epi, a);
+            auto y = d_y.get();
+            y.resize(size_t(ny));
+            EXPECT_TRUE(all_finite(y)) << dtype_name(t) << " variant " << variant;
+            if (variant == 0) {
+              ref_y = y;
+              if (pro == Prologue::AddNorm) ref_rout = d_rout.get();
+              continue;
+            }
+            int64_t diff = 0;
+            for (int64_t i = 0; i < ny; ++i) diff += std::memcmp(&y[size_t(i)], &ref_y[size_t(i)], sizeof(float)) != 0;
+            EXPECT_EQ(diff, int64_t(0)) << dtype_name(t) << " pro " << int(pro) << " epi " << int(epi) << " "
+                                        << s.rows << "x" << s.cols << " variant " << variant;
+            if (pro == Prologue::AddNorm)
+              EXPECT_EQ(std::memcmp(d_rout.get().data(), ref_rout.data(), ref_rout.size() * sizeof(float)), 0)
+                  << "residual_out, variant " << variant;
+          }
+          free_weight(dw);
+        }
+  set_gemv_bulk_stage(false);
+}
+
 TEST(CudaGemv, BadArgumentsFail) {
   std::mt19937 rng(5);
   auto wq = random_rows(DType::Q4_0, 32, 64, rng);

@@ -25,21 +25,21 @@ bool launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
 // still gives every row group its own warp and a warp's whole row group is in the batches it
 // loads before the PDL wait (short_shape: 8B and 4B o_proj; 0.6B qkv, o, down). Automatic = one per SM
 // for exactly those (session 6: +1.7 % on 8B, +2.7 % on 4B end to end).
-int gemv_grid(const void* func, int rows, size_t smem, bool short_shape) {
+int gemv_occupancy(const void* func, size_t smem) {
   static std::mutex mu;
   static std::map<std::pair<const void*, size_t>, int> occ_cache;
-  int occ;
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    auto it = occ_cache.find({func, smem});
-    if (it == occ_cache.end()) {
-      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, func, kGemvThreads, smem));
-      if (occ < 1) occ = 1;
-      occ_cache[{func, smem}] = occ;
-    } else {
-      occ = it->second;
-    }
-  }
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = occ_cache.find({func, smem});
+  if (it != occ_cache.end()) return it->second;
+  int occ = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, func, kGemvThreads, smem));
+  if (occ < 1) occ = 1;
+  occ_cache[{func, smem}] = occ;
+  return occ;
+}
+
+int gemv_grid(const void* func, int rows, size_t smem, bool short_shape) {
+  const int occ = gemv_occupancy(func, smem);
   const int n_rg = (rows + kRows - 1) / kRows;
   const int sms = device_sm_count();
   const Tri mode = gemv_coresident_mode();
@@ -54,7 +54,10 @@ std::atomic<bool> g_pdl{true};
 std::atomic<bool> g_split_k{false};
 std::atomic<int> g_coresident{int(Tri::Auto)};
 std::atomic<bool> g_pdl_early{true};
+std::atomic<bool> g_bulk_stage{false};
 }  // namespace
+bool dev::gemv_bulk_stage_enabled() { return g_bulk_stage.load(std::memory_order_relaxed); }
+void set_gemv_bulk_stage(bool on) { g_bulk_stage.store(on, std::memory_order_relaxed); }
 bool dev::pdl_early_trigger() { return g_pdl_early.load(std::memory_order_relaxed); }
 void set_pdl_early_trigger(bool on) { g_pdl_early.store(on, std::memory_order_relaxed); }
 bool dev::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }

@@ -29,6 +29,14 @@
 // fused and unfused paths give bit-identical outputs. Two passes over h (sum of squares, then
 // scale + stage); the second pass reads h from L1/L2.
 //
+// Staging from shared memory (BULK instances, knob LMFUSE_GEMV_BULK_STAGE). x (and the residual
+// for AddNorm) are bulk-copied into shared memory right after the PDL wait, gamma before it,
+// completing on an mbarrier: register loads of x would share a scoreboard with the weight batches
+// issued before the wait and so wait for them (SASS, docs/PERF.md session 9). The int8 codes are
+// then computed one thread per 32-element block from shared memory (max and code sum in registers,
+// one division pair per block) instead of 8 lanes per block with shuffles: the same values, ~4x
+// fewer instructions for a job every block repeats.
+//
 // Split-K inside a block (ksplit). Short-and-wide shapes (o/down at 8B: 1024 row groups for
 // ~2112 warp slots) leave half the warps idle and so half the loads in flight. With ksplit = k,
 // k warps of a block share a row group, warp `sub` taking column batches sub, sub+k, ...; at the
@@ -40,6 +48,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels/bulk_copy.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl_launch.cuh"
 #include "util/round_fadd.h"
@@ -331,6 +340,24 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
   }
 }
 
+// Dynamic shared memory per block: the staged x (layouts in the header comment).
+template <DType T>
+__host__ __device__ inline size_t gemv_smem_bytes(int cols) {
+  return kInt8x<T> ? size_t(cols / 32) * (32 + 8) : size_t(cols / 32) * (8 * 16);
+}
+// BULK instances: the staged x, then (128-byte aligned) the raw fp32 copies of x, the residual
+// (AddNorm) and gamma (Norm, AddNorm).
+template <DType T>
+__host__ __device__ inline size_t gemv_smem_raw_offset(int cols) {
+  return (gemv_smem_bytes<T>(cols) + 127) / 128 * 128;
+}
+template <DType T, Prologue PRO>
+__host__ __device__ inline size_t gemv_smem_bytes_bulk(int cols) {
+  const int copies = 1 + (PRO == Prologue::AddNorm) + (PRO != Prologue::None);
+  return gemv_smem_raw_offset<T>(cols) + size_t(copies) * size_t(cols) * sizeof(float);
+}
+
+
 // Stages x (after the prologue) in shared memory: the layout of the header comment. All
 // kGemvThreads threads of the block call it; the caller synchronizes before reading xs4.
 template <DType T, Prologue PRO>
@@ -437,7 +464,77 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   }
 }
 
-template <DType T, Prologue PRO, Epilogue EPI>
+// gemv_stage_x for the BULK instances: the same staged values from the raw copies in shared
+// memory (rx = x, rr = residual for AddNorm, rg = gamma for Norm/AddNorm), which every thread
+// may read once the copies' mbarrier phase completed.
+template <DType T, Prologue PRO>
+__device__ __forceinline__ void gemv_stage_x_smem(const GemvParams& p, float4* xs4, const float4* rx,
+                                                  const float4* rr, const float4* rg, float* red) {
+  const int nblk = p.cols >> 5, n4 = p.cols >> 2, t = int(threadIdx.x);
+  auto h_at = [&](int i4) {  // in (+ residual), as gemv_stage_x's load_h
+    float4 h = rx[i4];
+    if constexpr (PRO == Prologue::AddNorm) {
+      const float4 r = rr[i4];
+      h = make_float4(h.x + r.x, h.y + r.y, h.z + r.z, h.w + r.w);
+    }
+    return h;
+  };
+  float rn = 1.f;
+  if constexpr (PRO != Prologue::None) {
+    // Sum of squares in rmsnorm_rows' order (thread t: float4 t, t + 256, ...).
+    float ss = 0.f;
+    for (int i4 = t; i4 < n4; i4 += kGemvThreads) {
+      const float4 h = h_at(i4);
+      if constexpr (PRO == Prologue::AddNorm)
+        if (blockIdx.x == 0) reinterpret_cast<float4*>(p.residual_out)[i4] = h;
+      ss = sumsq4(h, ss);
+    }
+    rn = rms_scale(block_sum(ss, red), p.cols, p.eps);
+  }
+  auto x_at = [&](int i4) {  // the prologue's output
+    if constexpr (PRO != Prologue::None)
+      return norm_apply4(h_at(i4), rn, rg[i4]);
+    else
+      return h_at(i4);
+  };
+  if constexpr (kInt8x<T>) {
+    // Thread t quantizes blocks t, t + 256, ...: two passes over the block's 8 float4 (the max,
+    // then the codes), each visiting float4 (k + t) & 7 at step k so the 8 threads of a
+    // quarter-warp read 8 different bank groups. Max and integer sum are exact in any order.
+    const int rot = t & 7;
+    uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
+    int2* xd = reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk));
+    for (int c = t; c < nblk; c += kGemvThreads) {
+      float m[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const float4 v = x_at(c * 8 + ((k + rot) & 7));
+        m[k] = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+      }
+      const float am = fmaxf(fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3])), fmaxf(fmaxf(m[4], m[5]), fmaxf(m[6], m[7])));
+      const float id = am > 0.f ? 127.f / am : 0.f;
+      uint32_t sum = 0;  // of the biased code words (round_fadd_bits), mod 2^32
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int f = (k + rot) & 7;
+        const float4 v = x_at(c * 8 + f);
+        const uint32_t b0 = round_fadd_bits(__fmul_rn(v.x, id)), b1 = round_fadd_bits(__fmul_rn(v.y, id)),
+                       b2 = round_fadd_bits(__fmul_rn(v.z, id)), b3 = round_fadd_bits(__fmul_rn(v.w, id));
+        sum += (b0 + b1) + (b2 + b3);
+        xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] =
+            (b0 & 0xffu) | ((b1 & 0xffu) << 8) | ((b2 & 0xffu) << 16) | (b3 << 24);
+      }
+      xd[c] = make_int2(__float_as_int(am / 127.f), int(sum - 32u * kRoundFaddBias));
+    }
+  } else {
+    for (int i4 = t; i4 < n4; i4 += kGemvThreads) {
+      const int c = i4 >> 3, f = i4 & 7;
+      xs4[c * 8 + (f ^ (c & 7))] = x_at(i4);
+    }
+  }
+}
+
+template <DType T, Prologue PRO, Epilogue EPI, bool BULK>
 __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
     gemv_kernel(const __grid_constant__ GemvParams p) {
   // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
@@ -484,13 +581,38 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (b.g + u < ngroups) nxt[u].load(p, b.rg, b.g + u, nblk, lane, pol);
-  // The Norm prologue's second pass reads gamma after the block reduction: its lines are
-  // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
-  if constexpr (PRO != Prologue::None)
+  // BULK: raw copies of x (+ residual, gamma) land in shared memory after the staged x.
+  float4* const rx = reinterpret_cast<float4*>(reinterpret_cast<char*>(xs4) + gemv_smem_raw_offset<T>(p.cols));
+  float4* const rr = rx + (PRO == Prologue::AddNorm ? p.cols / 4 : 0);
+  float4* const rgam = rr + (PRO == Prologue::AddNorm ? p.cols / 4 : 0);
+  __shared__ alignas(8) uint64_t xbar;  // BULK: completes when all copies landed
+  const uint32_t raw_bytes = uint32_t(p.cols) * uint32_t(sizeof(float));
+  if constexpr (BULK) {
+    if (threadIdx.x == 0) {
+      mbar_init(&xbar, 1);
+      mbar_init_fence();
+    }
+    __syncthreads();  // the barrier initialized before any thread waits on it
+    if (threadIdx.x == 0) {
+      const int copies = 1 + (PRO == Prologue::AddNorm) + (PRO != Prologue::None);
+      mbar_arrive_expect_tx(&xbar, uint32_t(copies) * raw_bytes);
+      if constexpr (PRO != Prologue::None) bulk_load(rgam, p.gamma, raw_bytes, &xbar);  // a weight
+    }
+  } else if constexpr (PRO != Prologue::None) {
+    // The Norm prologue's second pass reads gamma after the block reduction: its lines are
+    // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
     for (int line = int(threadIdx.x); line * 32 < p.cols; line += kGemvThreads) prefetch_l1(p.gamma + line * 32);
+  }
   // Everything above reads only weights; from here on inputs of the previous kernel are read
   // and outputs written (PDL, see pdl_launch.cuh).
   pdl_wait_trigger(false);
+  if constexpr (BULK) {
+    if (threadIdx.x == 0) {
+      asm volatile("fence.proxy.async;" ::: "memory");  // the previous kernel's x, to the copy engine
+      bulk_load(rx, p.in, raw_bytes, &xbar);
+      if constexpr (PRO == Prologue::AddNorm) bulk_load(rr, p.residual, raw_bytes, &xbar);
+    }
+  }
   __shared__ unsigned long long tl_w;  // thread 0's wait return (timeline)
   if constexpr (kTl) {
     const unsigned long long t = tl_waited(p.tl);
@@ -509,7 +631,12 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   };
   load_yres(a.rg);
 
-  gemv_stage_x<T, PRO>(p, xs4, red);
+  if constexpr (BULK) {
+    mbar_wait_parity(&xbar, 0);
+    gemv_stage_x_smem<T, PRO>(p, xs4, rx, rr, rgam, red);
+  } else {
+    gemv_stage_x<T, PRO>(p, xs4, red);
+  }
   __syncthreads();
   if constexpr (kTl) tl_phase(p.tl, &tl_w);
 
@@ -611,11 +738,6 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
     b = b2;
   }
   if constexpr (kTl) tl_end(p.tl);
-}
-
-template <DType T>
-inline size_t gemv_smem_bytes(int cols) {
-  return kInt8x<T> ? size_t(cols / 32) * (32 + 8) : size_t(cols / 32) * (8 * 16);
 }
 
 }  // namespace lmf::cuda::dev

@@ -28,17 +28,50 @@ int gemv_grid(const void* func, int rows, size_t smem, bool short_shape);  // ke
 bool gemv_split_k_enabled();                              // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
 
+bool gemv_bulk_stage_enabled();                           // kernels_gemv.cu (set_gemv_bulk_stage)
+int gemv_occupancy(const void* func, size_t smem);        // kernels_gemv.cu
+
+// Opts an instance in to more than 48 KB of dynamic shared memory, once (the first call per
+// instance happens before any graph capture). Always: the 48 KB default limit counts the static
+// shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
+template <DType T, Prologue PRO, Epilogue EPI, bool BULK>
+const void* gemv_kernel_opted_in() {
+  auto* k = &gemv_kernel<T, PRO, EPI, BULK>;
+  static const bool attr_set = [&] {
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    return true;
+  }();
+  (void)attr_set;
+  return reinterpret_cast<const void*>(k);
+}
+
+template <DType T, Prologue PRO, Epilogue EPI, bool BULK>
+void launch_gemv_kernel(const GemvParams& p, cudaStream_t s);
+
+// The BULK instance (staging from bulk-copied shared memory) where enabled and possible: the
+// copied inputs 16-byte aligned, and its larger shared memory still fitting as many blocks per
+// SM as the plain instance.
 template <DType T, Prologue PRO, Epilogue EPI>
 void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {
-  auto* k = &gemv_kernel<T, PRO, EPI>;
-  const size_t smem = gemv_smem_bytes<T>(p.cols);
-  // First call per instance happens before any graph capture. Always opted in: the 48 KB default
-  // limit counts the static shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
-  static bool attr_set = false;
-  if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
-    attr_set = true;
+  if (gemv_bulk_stage_enabled()) {
+    auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
+    bool ok = aligned(p.in) && (PRO != Prologue::AddNorm || aligned(p.residual)) &&
+              (PRO == Prologue::None || aligned(p.gamma));
+    if (ok) {
+      const int plain = gemv_occupancy(gemv_kernel_opted_in<T, PRO, EPI, false>(), gemv_smem_bytes<T>(p.cols));
+      const int bulk = gemv_occupancy(gemv_kernel_opted_in<T, PRO, EPI, true>(), gemv_smem_bytes_bulk<T, PRO>(p.cols));
+      ok = bulk >= plain;
+    }
+    if (ok) return launch_gemv_kernel<T, PRO, EPI, true>(p, s);
   }
+  launch_gemv_kernel<T, PRO, EPI, false>(p, s);
+}
+
+template <DType T, Prologue PRO, Epilogue EPI, bool BULK>
+void launch_gemv_kernel(const GemvParams& p, cudaStream_t s) {
+  auto* k = &gemv_kernel<T, PRO, EPI, BULK>;
+  gemv_kernel_opted_in<T, PRO, EPI, BULK>();
+  const size_t smem = BULK ? gemv_smem_bytes_bulk<T, PRO>(p.cols) : gemv_smem_bytes<T>(p.cols);
   // Short shape: a row group's column batches all fit the two batches loaded before the wait.
   const bool short_shape = (p.cols / 32 + 31) / 32 <= 2 * kSteps<T>;
   const int grid = gemv_grid(reinterpret_cast<const void*>(k), p.rows, smem, short_shape);

@@ -33,13 +33,12 @@ int gemv_occupancy(const void* func, size_t smem) {
   if (it != occ_cache.end()) return it->second;
   int occ = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, func, kGemvThreads, smem));
-  if (occ < 1) occ = 1;
   occ_cache[{func, smem}] = occ;
   return occ;
 }
 
 int gemv_grid(const void* func, int rows, size_t smem, bool short_shape) {
-  const int occ = gemv_occupancy(func, smem);
+  const int occ = std::max(1, gemv_occupancy(func, smem));
   const int n_rg = (rows + kRows - 1) / kRows;
   const int sms = device_sm_count();
   const Tri mode = gemv_coresident_mode();

@@ -2,6 +2,9 @@
 // are instantiated for every weight type. Each kernels_gemv_<type>.cu includes this and expands
 // LMF_GEMV_ALLOW_LIST for its type, so instances compile in parallel, one file per type.
 #pragma once
+#include <algorithm>
+#include <cstdint>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/gemv.cuh"
 
@@ -29,7 +32,8 @@ bool gemv_split_k_enabled();                              // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
 
 bool gemv_bulk_stage_enabled();                           // kernels_gemv.cu (set_gemv_bulk_stage)
-int gemv_occupancy(const void* func, size_t smem);        // kernels_gemv.cu
+int gemv_occupancy(const void* func, size_t smem);        // kernels_gemv.cu: blocks per SM, 0 = does not fit
+constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
 
 // Opts an instance in to more than 48 KB of dynamic shared memory, once (the first call per
 // instance happens before any graph capture). Always: the 48 KB default limit counts the static
@@ -38,7 +42,7 @@ template <DType T, Prologue PRO, Epilogue EPI, bool BULK>
 const void* gemv_kernel_opted_in() {
   auto* k = &gemv_kernel<T, PRO, EPI, BULK>;
   static const bool attr_set = [&] {
-    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxSmem)));
     return true;
   }();
   (void)attr_set;
@@ -57,10 +61,11 @@ void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {
     auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
     bool ok = aligned(p.in) && (PRO != Prologue::AddNorm || aligned(p.residual)) &&
               (PRO == Prologue::None || aligned(p.gamma));
+    ok = ok && gemv_smem_bytes_bulk<T, PRO>(p.cols) <= kGemvMaxSmem;
     if (ok) {
       const int plain = gemv_occupancy(gemv_kernel_opted_in<T, PRO, EPI, false>(), gemv_smem_bytes<T>(p.cols));
       const int bulk = gemv_occupancy(gemv_kernel_opted_in<T, PRO, EPI, true>(), gemv_smem_bytes_bulk<T, PRO>(p.cols));
-      ok = bulk >= plain;
+      ok = bulk >= std::max(plain, 1);
     }
     if (ok) return launch_gemv_kernel<T, PRO, EPI, true>(p, s);
   }

@@ -47,6 +47,8 @@
 #pragma once
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels/bulk_copy.cuh"
 #include "backend/cuda/kernels/common.cuh"
@@ -498,34 +500,56 @@ __device__ __forceinline__ void gemv_stage_x_smem(const GemvParams& p, float4* x
       return h_at(i4);
   };
   if constexpr (kInt8x<T>) {
-    // Thread t quantizes blocks t, t + 256, ...: two passes over the block's 8 float4 (the max,
-    // then the codes), each visiting float4 (k + t) & 7 at step k so the 8 threads of a
-    // quarter-warp read 8 different bank groups. Max and integer sum are exact in any order.
-    const int rot = t & 7;
-    uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
-    int2* xd = reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk));
-    for (int c = t; c < nblk; c += kGemvThreads) {
-      float m[8];
+    // L consecutive threads quantize one 32-element block, each F = 8 / L of its float4s, L the
+    // fewest that still give every thread a block (1 from 256 blocks on: 8B down; 2 for 128:
+    // 4,096 columns; 8 for 1,024), in rounds of 256 / L blocks so every warp runs the same
+    // shuffles. Two passes over a thread's float4s (the max, then the codes), visiting float4
+    // (k + c) mod F at step k so the 8 threads of a quarter-warp read 8 different bank groups.
+    // Max and integer sum are exact in any order: the codes of gemv_stage_x.
+    auto quantize = [&](auto l_const) {
+      constexpr int L = decltype(l_const)::value, F = 8 / L;
+      const int part = t % L;
+      uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
+      int2* xd = reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk));
+      for (int c0 = 0; c0 < nblk; c0 += kGemvThreads / L) {
+        const int c = c0 + t / L;
+        const bool live = c < nblk;
+        const int cc = live ? c : 0;  // dead lanes compute on block 0 and store nothing
+        float m = 0.f;
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const float4 v = x_at(c * 8 + ((k + rot) & 7));
-        m[k] = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-      }
-      const float am = fmaxf(fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3])), fmaxf(fmaxf(m[4], m[5]), fmaxf(m[6], m[7])));
-      const float id = am > 0.f ? 127.f / am : 0.f;
-      uint32_t sum = 0;  // of the biased code words (round_fadd_bits), mod 2^32
+        for (int k = 0; k < F; ++k) {
+          const float4 v = x_at(cc * 8 + part * F + ((k + cc) & (F - 1)));
+          m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+        }
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const int f = (k + rot) & 7;
-        const float4 v = x_at(c * 8 + f);
-        const uint32_t b0 = round_fadd_bits(__fmul_rn(v.x, id)), b1 = round_fadd_bits(__fmul_rn(v.y, id)),
-                       b2 = round_fadd_bits(__fmul_rn(v.z, id)), b3 = round_fadd_bits(__fmul_rn(v.w, id));
-        sum += (b0 + b1) + (b2 + b3);
-        xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] =
-            (b0 & 0xffu) | ((b1 & 0xffu) << 8) | ((b2 & 0xffu) << 16) | (b3 << 24);
+        for (int o = 1; o < L; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float am = m;
+        const float id = am > 0.f ? 127.f / am : 0.f;
+        uint32_t sum = 0;  // of the biased code words (round_fadd_bits), mod 2^32
+#pragma unroll
+        for (int k = 0; k < F; ++k) {
+          const int f = part * F + ((k + cc) & (F - 1));
+          const float4 v = x_at(cc * 8 + f);
+          const uint32_t b0 = round_fadd_bits(__fmul_rn(v.x, id)), b1 = round_fadd_bits(__fmul_rn(v.y, id)),
+                         b2 = round_fadd_bits(__fmul_rn(v.z, id)), b3 = round_fadd_bits(__fmul_rn(v.w, id));
+          sum += (b0 + b1) + (b2 + b3);
+          if (live)
+            xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] =
+                (b0 & 0xffu) | ((b1 & 0xffu) << 8) | ((b2 & 0xffu) << 16) | (b3 << 24);
+        }
+#pragma unroll
+        for (int o = 1; o < L; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (live && part == 0) xd[c] = make_int2(__float_as_int(am / 127.f), int(sum - 32u * kRoundFaddBias));
       }
-      xd[c] = make_int2(__float_as_int(am / 127.f), int(sum - 32u * kRoundFaddBias));
-    }
+    };
+    if (nblk >= kGemvThreads)
+      quantize(std::integral_constant<int, 1>{});
+    else if (nblk >= kGemvThreads / 2)
+      quantize(std::integral_constant<int, 2>{});
+    else if (nblk >= kGemvThreads / 4)
+      quantize(std::integral_constant<int, 4>{});
+    else
+      quantize(std::integral_constant<int, 8>{});
   } else {
     for (int i4 = t; i4 < n4; i4 += kGemvThreads) {
       const int c = i4 >> 3, f = i4 & 7;

@@ -214,8 +214,8 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
 
 // Staging from bulk-copied shared memory (set_gemv_bulk_stage; knob LMFUSE_GEMV_BULK_STAGE): the
 // outputs must be bitwise those of the register staging for every type, prologue and epilogue,
-// on real and odd shapes (one 32-element block; a block count that leaves most threads of the
-// one-thread-per-block quantization idle; more blocks than threads), AddNorm's residual_out too.
+// on real and odd shapes (one 32-element block; 33; and 64, 128, 384 blocks: each of the 8, 4, 2
+// and 1 threads-per-block quantizations), AddNorm's residual_out too.
 // Inputs offset by 4 floats (16-byte aligned, not 128) exercise the copy's alignment floor; an
 // unaligned input must fall back to the register staging and still give the same outputs.
 TEST(CudaGemv, BulkStagingBitwiseEqualsRegisterStaging) {
@@ -223,7 +223,7 @@ TEST(CudaGemv, BulkStagingBitwiseEqualsRegisterStaging) {
   for (DType t : kTypes)
     for (Prologue pro : {Prologue::None, Prologue::Norm, Prologue::AddNorm})
       for (Epilogue epi : {Epilogue::Store, Epilogue::Residual, Epilogue::SiluMul})
-        for (Shape s : {Shape{8, 32}, Shape{96, 1056}, Shape{1024, 4096}, Shape{512, 12288}}) {
+        for (Shape s : {Shape{8, 32}, Shape{96, 1056}, Shape{64, 2048}, Shape{1024, 4096}, Shape{512, 12288}}) {
           if (epi == Epilogue::Residual && pro != Prologue::None) continue;  // not an instance
           std::mt19937 rng(seed++);
           auto wq = random_rows(t, s.rows, s.cols, rng);

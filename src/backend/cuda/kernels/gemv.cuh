@@ -33,9 +33,9 @@
 // for AddNorm) are bulk-copied into shared memory right after the PDL wait, gamma before it,
 // completing on an mbarrier: register loads of x would share a scoreboard with the weight batches
 // issued before the wait and so wait for them (SASS, docs/PERF.md session 9). The int8 codes are
-// then computed one thread per 32-element block from shared memory (max and code sum in registers,
-// one division pair per block) instead of 8 lanes per block with shuffles: the same values, ~4x
-// fewer instructions for a job every block repeats.
+// then computed by 1-8 threads per 32-element block from shared memory (each thread's part of the
+// max and code sum in registers, one division pair per block) instead of 8 lanes per block with
+// 6 shuffles per 4 values: the same values, ~2.5x fewer instructions for a job every block repeats.
 //
 // Split-K inside a block (ksplit). Short-and-wide shapes (o/down at 8B: 1024 row groups for
 // ~2112 warp slots) leave half the warps idle and so half the loads in flight. With ksplit = k,
@@ -358,7 +358,6 @@ __host__ __device__ inline size_t gemv_smem_bytes_bulk(int cols) {
   const int copies = 1 + (PRO == Prologue::AddNorm) + (PRO != Prologue::None);
   return gemv_smem_raw_offset<T>(cols) + size_t(copies) * size_t(cols) * sizeof(float);
 }
-
 
 // Stages x (after the prologue) in shared memory: the layout of the header comment. All
 // kGemvThreads threads of the block call it; the caller synchronizes before reading xs4.

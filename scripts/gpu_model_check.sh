@@ -25,7 +25,7 @@ if has correct; then
 fi
 if has sanitize; then
   # compute-sanitizer on a short run (prefill + decode steps) of a tiny golden model.
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck synccheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 "$L" logits -m tests/data/golden/qwen3-tiny-q4_0.gguf \
       --device cuda --tokens 1,2,3,4,5 --all --prefill 2 -o /tmp/san.bin --knob cuda_graph=0 >"$OUT/sanitize_$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitize_$tool.log") clean summaries)" | tee -a "$OUT/golden.md"

@@ -300,9 +300,8 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       sum += adds[k];
     }
     std::printf("| layer | %.2f | | | | | | | |\n", sum);
-  }
-  const double ms = timeline ? 0.0 : time_graph(s, body, 10);
-  if (!timeline) {
+  } else {
+    const double ms = time_graph(s, body, 10);
     const double gbs = (bytes + kv_bytes) / (ms * 1e-3) / 1e9;
     std::printf("decode chain %-10s %-5s pos %5d: %d launches, %8.3f ms/token (%7.1f tok/s), %8.1f GB/s, %5.1f %% of "
                 "copy (weights %.1f MB, kv %.1f MB)\n",

@@ -206,9 +206,9 @@ void set_gemv_split_k(bool on);
 // Auto (default) = Off, measured slower end to end (docs/PERF.md, session 5); On: every GEMV
 // (knob LMFUSE_GEMV_CORESIDENT). Set before capture.
 void set_gemv_coresident(Tri mode);
-// Decode GEMVs stage x from bulk copies in shared memory, one thread per 32-element block for the
-// int8 codes (gemv.cuh, "Staging from shared memory"; knob LMFUSE_GEMV_BULK_STAGE, automatic off
-// until measured). Same outputs bit for bit. Set before capture.
+// Decode GEMVs stage x from bulk copies in shared memory, 1-8 threads per 32-element block for
+// the int8 codes (gemv.cuh, "Staging from shared memory"; knob LMFUSE_GEMV_BULK_STAGE, automatic
+// off until measured). Same outputs bit for bit. Set before capture.
 void set_gemv_bulk_stage(bool on);
 
 }  // namespace lmf::cuda

@@ -16,15 +16,8 @@ bool launch_gemv_q8_0(Prologue, Epilogue, const GemvParams&, cudaStream_t);
 bool launch_gemv_f16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
 bool launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
 
-// Blocks for a launch: one per row group up to what is resident at once (row groups are dealt
-// round-robin over blocks, so every SM gets an equal share and small matrices still spread over
-// all SMs; warps of a block without a row group only help stage x). One block per SM instead
-// (set_gemv_coresident On) leaves room for the next PDL kernel's block. Measured (docs/PERF.md,
-// session 5): one per SM for every GEMV is slower end to end (gate/up and down lose half their
-// loads in flight) but faster in isolation for the short shapes, those where one block per SM
-// still gives every row group its own warp and a warp's whole row group is in the batches it
-// loads before the PDL wait (short_shape: 8B and 4B o_proj; 0.6B qkv, o, down). Automatic = one per SM
-// for exactly those (session 6: +1.7 % on 8B, +2.7 % on 4B end to end).
+// Blocks of an instance resident per SM with `smem` bytes of dynamic shared memory (0: does not
+// fit), cached per (instance, smem).
 int gemv_occupancy(const void* func, size_t smem) {
   static std::mutex mu;
   static std::map<std::pair<const void*, size_t>, int> occ_cache;
@@ -37,6 +30,15 @@ int gemv_occupancy(const void* func, size_t smem) {
   return occ;
 }
 
+// Blocks for a launch: one per row group up to what is resident at once (row groups are dealt
+// round-robin over blocks, so every SM gets an equal share and small matrices still spread over
+// all SMs; warps of a block without a row group only help stage x). One block per SM instead
+// (set_gemv_coresident On) leaves room for the next PDL kernel's block. Measured (docs/PERF.md,
+// session 5): one per SM for every GEMV is slower end to end (gate/up and down lose half their
+// loads in flight) but faster in isolation for the short shapes, those where one block per SM
+// still gives every row group its own warp and a warp's whole row group is in the batches it
+// loads before the PDL wait (short_shape: 8B and 4B o_proj; 0.6B qkv, o, down). Automatic = one per SM
+// for exactly those (session 6: +1.7 % on 8B, +2.7 % on 4B end to end).
 int gemv_grid(const void* func, int rows, size_t smem, bool short_shape) {
   const int occ = std::max(1, gemv_occupancy(func, smem));
   const int n_rg = (rows + kRows - 1) / kRows;

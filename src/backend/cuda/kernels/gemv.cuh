@@ -353,10 +353,16 @@ template <DType T>
 __host__ __device__ inline size_t gemv_smem_raw_offset(int cols) {
   return (gemv_smem_bytes<T>(cols) + 127) / 128 * 128;
 }
+template <Prologue PRO>
+constexpr int kRawCopies = 1 + (PRO == Prologue::AddNorm) + (PRO != Prologue::None);  // x, residual, gamma
 template <DType T, Prologue PRO>
 __host__ __device__ inline size_t gemv_smem_bytes_bulk(int cols) {
-  const int copies = 1 + (PRO == Prologue::AddNorm) + (PRO != Prologue::None);
-  return gemv_smem_raw_offset<T>(cols) + size_t(copies) * size_t(cols) * sizeof(float);
+  return gemv_smem_raw_offset<T>(cols) + size_t(kRawCopies<PRO>) * size_t(cols) * sizeof(float);
+}
+
+// The staged int8 word of 4 codes from their round_fadd_bits words (low byte = the code's byte).
+__device__ __forceinline__ uint32_t code_word(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b3) {
+  return (b0 & 0xffu) | ((b1 & 0xffu) << 8) | ((b2 & 0xffu) << 16) | (b3 << 24);
 }
 
 // Stages x (after the prologue) in shared memory: the layout of the header comment. All
@@ -451,10 +457,8 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
         sq += __shfl_xor_sync(0xffffffffu, sq, 2);
         sq += __shfl_xor_sync(0xffffffffu, sq, 4);
         if (ok) {
-          const uint32_t word = (uint32_t(b0) & 0xffu) | ((uint32_t(b1) & 0xffu) << 8) |
-                                ((uint32_t(b2) & 0xffu) << 16) | (uint32_t(b3) << 24);
           uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
-          xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = word;
+          xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = code_word(b0, b1, b2, b3);
           if (f == 0)
             reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk))[c] = make_int2(__float_as_int(am / 127.f), sq);
         }
@@ -533,8 +537,7 @@ __device__ __forceinline__ void gemv_stage_x_smem(const GemvParams& p, float4* x
                          b2 = round_fadd_bits(__fmul_rn(v.z, id)), b3 = round_fadd_bits(__fmul_rn(v.w, id));
           sum += (b0 + b1) + (b2 + b3);
           if (live)
-            xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] =
-                (b0 & 0xffu) | ((b1 & 0xffu) << 8) | ((b2 & 0xffu) << 16) | (b3 << 24);
+            xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = code_word(b0, b1, b2, b3);
         }
 #pragma unroll
         for (int o = 1; o < L; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -617,8 +620,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
     }
     __syncthreads();  // the barrier initialized before any thread waits on it
     if (threadIdx.x == 0) {
-      const int copies = 1 + (PRO == Prologue::AddNorm) + (PRO != Prologue::None);
-      mbar_arrive_expect_tx(&xbar, uint32_t(copies) * raw_bytes);
+      mbar_arrive_expect_tx(&xbar, uint32_t(kRawCopies<PRO>) * raw_bytes);
       if constexpr (PRO != Prologue::None) bulk_load(rgam, p.gamma, raw_bytes, &xbar);  // a weight
     }
   } else if constexpr (PRO != Prologue::None) {

@@ -21,10 +21,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/bulk_copy.cuh"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/gemv.cuh"
 #include "cuda_bench_util.cuh"
 
 using namespace lmf;
@@ -150,6 +155,89 @@ struct Size {
   int rows, row_bytes;
 };
 
+// Every block reads the same `bytes` from L2 (distinct = false; the GEMVs' x staging) or its own
+// `bytes` (distinct = true), float4 __ldg loads, kB per thread issued before any use; records
+// per block %globaltimer at start and end (after block barriers): stamps[2 * block + 0/1].
+template <int kB>
+__global__ void bcast_read(const float4* __restrict__ p, int n4, bool distinct, unsigned long long* stamps,
+                           unsigned* sink) {
+  __syncthreads();
+  unsigned long long t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const float4* src = p + (distinct ? size_t(blockIdx.x) * n4 : 0);
+  float acc = 0.f;
+  for (int base = 0; base < n4; base += kB * int(blockDim.x)) {
+    float4 v[kB];
+#pragma unroll
+    for (int j = 0; j < kB; ++j) {
+      const int i = base + j * int(blockDim.x) + int(threadIdx.x);
+      v[j] = i < n4 ? __ldg(src + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int j = 0; j < kB; ++j) acc += v[j].x + v[j].y + v[j].z + v[j].w;
+  }
+  if (__float_as_uint(acc) == kMagic) *sink = 1;
+  __syncthreads();
+  unsigned long long t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  if (threadIdx.x == 0) {
+    stamps[2 * blockIdx.x] = t0;
+    stamps[2 * blockIdx.x + 1] = t1;
+  }
+}
+
+// The GEMVs' x staging alone (gemv_stage_x, Q4_0 int8 codes), no weights: per-block stamps.
+// V = 0: gemv_stage_x (registers, 8 lanes per block); 1: gemv_stage_x_smem's quantization
+// reading global memory directly (1-8 threads per block); 2: bulk copies + gemv_stage_x_smem.
+template <Prologue PRO, int V>
+__global__ void __launch_bounds__(kGemvThreads) stage_only(const __grid_constant__ GemvParams p,
+                                                          unsigned long long* stamps) {
+  extern __shared__ float4 xs4[];
+  __shared__ float red[32];
+  __shared__ alignas(8) uint64_t bar;
+  constexpr DType T = DType::Q4_0;
+  float4* const rx = reinterpret_cast<float4*>(reinterpret_cast<char*>(xs4) + gemv_smem_raw_offset<T>(p.cols));
+  float4* const rr = rx + (PRO == Prologue::AddNorm ? p.cols / 4 : 0);
+  float4* const rg = rr + (PRO == Prologue::AddNorm ? p.cols / 4 : 0);
+  if (V == 2 && threadIdx.x == 0) {
+    mbar_init(&bar, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  unsigned long long t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  if constexpr (V == 0) {
+    gemv_stage_x<T, PRO>(p, xs4, red);
+  } else if constexpr (V == 1) {
+    gemv_stage_x_smem<T, PRO>(p, xs4, reinterpret_cast<const float4*>(p.in), reinterpret_cast<const float4*>(p.residual),
+                              reinterpret_cast<const float4*>(p.gamma), red);
+  } else if constexpr (V == 3) {
+    const int n4 = p.cols / 4;
+    copy_to_smem<4>(rx, reinterpret_cast<const float4*>(p.in), n4);
+    if constexpr (PRO == Prologue::AddNorm) copy_to_smem<4>(rr, reinterpret_cast<const float4*>(p.residual), n4);
+    if constexpr (PRO != Prologue::None) copy_to_smem<4>(rg, reinterpret_cast<const float4*>(p.gamma), n4);
+    __syncthreads();
+    gemv_stage_x_smem<T, PRO>(p, xs4, rx, rr, rg, red);
+  } else {
+    const uint32_t raw = uint32_t(p.cols) * 4;
+    if (threadIdx.x == 0) {
+      mbar_arrive_expect_tx(&bar, uint32_t(kRawCopies<PRO>) * raw);
+      bulk_load(rx, p.in, raw, &bar);
+      if constexpr (PRO == Prologue::AddNorm) bulk_load(rr, p.residual, raw, &bar);
+      if constexpr (PRO != Prologue::None) bulk_load(rg, p.gamma, raw, &bar);
+    }
+    mbar_wait_parity(&bar, 0);
+    gemv_stage_x_smem<T, PRO>(p, xs4, rx, rr, rg, red);
+  }
+  __syncthreads();
+  unsigned long long t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  if (threadIdx.x == 0) {
+    stamps[2 * blockIdx.x] = t0;
+    stamps[2 * blockIdx.x + 1] = t1;
+  }
+}
+
 constexpr size_t kPool = size_t(2) << 30;
 constexpr size_t kRegionAlign = size_t(2) << 20;
 
@@ -171,7 +259,7 @@ void report(const char* what, const Size& z, size_t bytes, double us, double cop
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   try {
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -185,6 +273,98 @@ int main() {
     bench::fill_bits<<<1024, 256>>>(reinterpret_cast<uint32_t*>(pool), kPool / 4, 7, 0xFFFFFFFFu, 0);
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaDeviceSynchronize());
+    // `cuda_bench_stream --broadcast`: how long G blocks take to read the same N bytes from L2
+    // (the GEMVs' x staging without its arithmetic) or N bytes each; median over launches 5..24.
+    if (argc > 1 && std::string(argv[1]) == "--broadcast") {
+      unsigned long long* stamps = nullptr;
+      const int gmax = 4 * sms;
+      CUDA_CHECK(cudaMalloc(&stamps, size_t(2) * gmax * 8));
+      std::vector<unsigned long long> h(size_t(2) * gmax);
+      std::printf("| threads | blocks | KB per block | distinct | block mean µs | first start to last end µs | GB/s to SMs |\n"
+                  "| ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
+      for (int kb : {16, 48})
+        for (bool distinct : {false, true})
+          for (auto [threads, blocks] : {std::pair{256, sms}, {256, 2 * sms}, {256, 4 * sms}, {512, sms}, {1024, sms}}) {
+            const int n4 = kb * 1024 / 16;
+            std::vector<double> mean, span;
+            for (int it = 0; it < 25; ++it) {
+              bcast_read<4><<<blocks, threads, 0, s>>>(reinterpret_cast<const float4*>(pool), n4, distinct, stamps, sink);
+              CUDA_CHECK(cudaGetLastError());
+              CUDA_CHECK(cudaMemcpyAsync(h.data(), stamps, size_t(2) * blocks * 8, cudaMemcpyDeviceToHost, s));
+              CUDA_CHECK(cudaStreamSynchronize(s));
+              if (it < 5) continue;
+              unsigned long long lo = ~0ull, hi = 0;
+              double sum = 0;
+              for (int b = 0; b < blocks; ++b) {
+                lo = std::min(lo, h[2 * b]);
+                hi = std::max(hi, h[2 * b + 1]);
+                sum += double(h[2 * b + 1] - h[2 * b]);
+              }
+              mean.push_back(sum / blocks / 1e3);
+              span.push_back(double(hi - lo) / 1e3);
+            }
+            std::sort(mean.begin(), mean.end());
+            std::sort(span.begin(), span.end());
+            const double sp = span[span.size() / 2];
+            std::printf("| %d | %d | %d | %s | %.2f | %.2f | %.0f |\n", threads, blocks, kb, distinct ? "yes" : "no",
+                        mean[mean.size() / 2], sp, double(blocks) * kb * 1024 / (sp * 1e-6) / 1e9);
+          }
+      // The staging itself (Q4_0 int8 codes) for the 8B shapes' x: down (12288, no prologue),
+      // qkv/gate-up (4096, RMSNorm prologue), o (4096, none).
+      // x and gamma as activations look (random sign, magnitude in [1, 2)), not random bits: a
+      // huge block maximum would send 127 / max down the division's slow path.
+      bench::fill_bits<<<256, 256>>>(reinterpret_cast<uint32_t*>(pool), (size_t(2) << 20) / 4, 11, 0x807FFFFFu, 0x3F800000u);
+      CUDA_CHECK(cudaGetLastError());
+      std::printf("| staging | blocks | block mean µs | first start to last end µs |\n| --- | ---: | ---: | ---: |\n");
+      for (auto [cols, norm] : {std::pair{12288, false}, {4096, true}, {4096, false}})
+        for (int v : {0, 1, 2, 3})
+        for (int blocks : {sms, 2 * sms}) {
+          GemvParams p{};
+          p.cols = cols;
+          p.in = reinterpret_cast<const float*>(pool);
+          p.gamma = reinterpret_cast<const float*>(pool + (1 << 20));
+          p.eps = 1e-6f;
+          const size_t smem = norm ? gemv_smem_bytes_bulk<DType::Q4_0, Prologue::Norm>(cols)
+                                   : gemv_smem_bytes_bulk<DType::Q4_0, Prologue::None>(cols);
+          auto launch = [&](auto kernel) {
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+            kernel<<<blocks, kGemvThreads, smem, s>>>(p, stamps);
+          };
+          std::vector<double> mean, span;
+          for (int it = 0; it < 25; ++it) {
+            auto run_v = [&](auto pro) {
+              constexpr Prologue P = decltype(pro)::value;
+              if (v == 0) launch(stage_only<P, 0>);
+              if (v == 1) launch(stage_only<P, 1>);
+              if (v == 2) launch(stage_only<P, 2>);
+              if (v == 3) launch(stage_only<P, 3>);
+            };
+            if (norm)
+              run_v(std::integral_constant<Prologue, Prologue::Norm>{});
+            else
+              run_v(std::integral_constant<Prologue, Prologue::None>{});
+            CUDA_CHECK(cudaGetLastError());
+            CUDA_CHECK(cudaMemcpyAsync(h.data(), stamps, size_t(2) * blocks * 8, cudaMemcpyDeviceToHost, s));
+            CUDA_CHECK(cudaStreamSynchronize(s));
+            if (it < 5) continue;
+            unsigned long long lo = ~0ull, hi = 0;
+            double sum = 0;
+            for (int b = 0; b < blocks; ++b) {
+              lo = std::min(lo, h[2 * b]);
+              hi = std::max(hi, h[2 * b + 1]);
+              sum += double(h[2 * b + 1] - h[2 * b]);
+            }
+            mean.push_back(sum / blocks / 1e3);
+            span.push_back(double(hi - lo) / 1e3);
+          }
+          std::sort(mean.begin(), mean.end());
+          std::sort(span.begin(), span.end());
+          std::printf("| v%d %d cols%s | %d | %.2f | %.2f |\n", v, cols, norm ? " + norm" : "", blocks, mean[mean.size() / 2],
+                      span[span.size() / 2]);
+        }
+      CUDA_CHECK(cudaFree(stamps));
+      return 0;
+    }
     // The Qwen3-8B decode GEMVs' Q4_0 quant bytes (the scales add 1/8).
     const Size sizes[] = {{"8b.o 4096x4096", size_t(4096) * 2048, 4096, 2048},
                           {"8b.qkv 6144x4096", size_t(6144) * 2048, 6144, 2048},

@@ -469,6 +469,25 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   }
 }
 
+// Copies n4 float4 from global src to shared dst by all kGemvThreads threads, kBatch coalesced
+// loads per thread in flight (the caller synchronizes before anyone reads dst).
+template <int kBatch>
+__device__ __forceinline__ void copy_to_smem(float4* dst, const float4* src, int n4) {
+  for (int base = 0; base < n4; base += kBatch * kGemvThreads) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kGemvThreads + int(threadIdx.x);
+      if (i < n4) v[j] = __ldg(src + i);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kGemvThreads + int(threadIdx.x);
+      if (i < n4) dst[i] = v[j];
+    }
+  }
+}
+
 // gemv_stage_x for the BULK instances: the same staged values from the raw copies in shared
 // memory (rx = x, rr = residual for AddNorm, rg = gamma for Norm/AddNorm), which every thread
 // may read once the copies' mbarrier phase completed.

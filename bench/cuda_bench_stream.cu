@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kGemvThreads) stage_only(const __grid_constant
   constexpr DType T = DType::Q4_0;
   float4* const rx = reinterpret_cast<float4*>(reinterpret_cast<char*>(xs4) + gemv_smem_raw_offset<T>(p.cols));
   float4* const rr = rx + (PRO == Prologue::AddNorm ? p.cols / 4 : 0);
-  float4* const rg = rr + (PRO == Prologue::AddNorm ? p.cols / 4 : 0);
+  float4* const rg = rr + (PRO != Prologue::None ? p.cols / 4 : 0);
   if (V == 2 && threadIdx.x == 0) {
     mbar_init(&bar, 1);
     mbar_init_fence();
@@ -324,8 +324,8 @@ int main(int argc, char** argv) {
           p.in = reinterpret_cast<const float*>(pool);
           p.gamma = reinterpret_cast<const float*>(pool + (1 << 20));
           p.eps = 1e-6f;
-          const size_t smem = norm ? gemv_smem_bytes_bulk<DType::Q4_0, Prologue::Norm>(cols)
-                                   : gemv_smem_bytes_bulk<DType::Q4_0, Prologue::None>(cols);
+          const size_t smem = norm ? gemv_smem_bytes_copy<DType::Q4_0, Prologue::Norm>(cols)
+                                   : gemv_smem_bytes_copy<DType::Q4_0, Prologue::None>(cols);
           auto launch = [&](auto kernel) {
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
             kernel<<<blocks, kGemvThreads, smem, s>>>(p, stamps);

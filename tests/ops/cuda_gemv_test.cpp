@@ -4,6 +4,7 @@
 // same int8 quantization of x, and loosely (kActQuantTol) against the exact fp reference.
 #include "cuda_test.h"
 #include "cuda_test_util.h"
+#include <limits>
 
 using namespace lmfct_cuda;
 using namespace lmf::cuda;
@@ -212,13 +213,13 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
   set_gemv_split_k(false);
 }
 
-// Staging from bulk-copied shared memory (set_gemv_bulk_stage; knob LMFUSE_GEMV_BULK_STAGE): the
-// outputs must be bitwise those of the register staging for every type, prologue and epilogue,
-// on real and odd shapes (one 32-element block; 33; and 64, 128, 384 blocks: each of the 8, 4, 2
-// and 1 threads-per-block quantizations), AddNorm's residual_out too.
-// Inputs offset by 4 floats (16-byte aligned, not 128) exercise the copy's alignment floor; an
-// unaligned input must fall back to the register staging and still give the same outputs.
-TEST(CudaGemv, BulkStagingBitwiseEqualsRegisterStaging) {
+// Blockwise staging (set_gemv_block_stage; knob LMFUSE_GEMV_BLOCK_STAGE): the outputs must be
+// bitwise those of the lane staging for every type, prologue and epilogue, on real and odd shapes
+// (one 32-element block; 33; and 64, 128, 384 blocks: each of the 8, 4, 2 and 1 threads-per-block
+// quantizations), x read straight from global memory and from the shared-memory copy (forced
+// both ways by the copy threshold), AddNorm's residual_out too. Inputs offset by 4 floats
+// (16-byte aligned, not 128) exercise the alignment floor.
+TEST(CudaGemv, BlockwiseStagingBitwiseEqualsLaneStaging) {
   uint32_t seed = 1100;
   for (DType t : kTypes)
     for (Prologue pro : {Prologue::None, Prologue::Norm, Prologue::AddNorm})
@@ -228,27 +229,20 @@ TEST(CudaGemv, BulkStagingBitwiseEqualsRegisterStaging) {
           std::mt19937 rng(seed++);
           auto wq = random_rows(t, s.rows, s.cols, rng);
           DeviceWeight dw = upload_weight(repack_rows(t, wq.data(), s.rows, s.cols));
-          auto in = randn(s.cols + 5, rng), res = randn(s.cols + 5, rng), gamma = randn(s.cols + 5, rng, 0.5f),
+          auto in = randn(s.cols + 4, rng), res = randn(s.cols + 4, rng), gamma = randn(s.cols + 4, rng, 0.5f),
                yres = randn(s.rows, rng);
           DevBuf<float> d_in(in), d_res(res), d_gamma(gamma), d_yres(yres);
           const int64_t ny = epi == Epilogue::SiluMul ? s.rows / 2 : s.rows;
           std::vector<float> ref_y, ref_rout;
-          for (int variant = 0; variant < 3; ++variant) {  // register staging, bulk, bulk unaligned (falls back)
-            const int off = variant == 2 ? 1 : 4;
-            set_gemv_bulk_stage(variant > 0);
+          for (int variant = 0; variant < 3; ++variant) {  // lanes, blockwise from global, blockwise from a copy
+            set_gemv_block_stage(variant > 0, variant == 2 ? 0 : std::numeric_limits<int>::max());
             DevBuf<float> d_rout(s.cols), d_y(s.rows);
-            // The reference and the aligned bulk run read the same values (offset 4); the
-            // unaligned run reads them from offset 1 of copies shifted by 3.
-            std::vector<float> in2(in), res2(res), gamma2(gamma);
-            if (variant == 2)
-              for (auto* v : {&in2, &res2, &gamma2}) std::copy(v->begin() + 4, v->begin() + 4 + s.cols, v->begin() + 1);
-            DevBuf<float> d_in2(in2), d_res2(res2), d_gamma2(gamma2);
             GemvArgs a;
             a.w = &dw;
-            a.in = (variant == 2 ? d_in2.p() : d_in.p()) + off;
-            a.residual = (variant == 2 ? d_res2.p() : d_res.p()) + off;
+            a.in = d_in.p() + 4;
+            a.residual = d_res.p() + 4;
             a.residual_out = d_rout.p();
-            a.gamma = (variant == 2 ? d_gamma2.p() : d_gamma.p()) + off;
+            a.gamma = d_gamma.p() + 4;
             a.y = d_y.p();
             a.y_residual = d_yres.p();
             gemv(pro, epi, a);
@@ -270,7 +264,7 @@ TEST(CudaGemv, BulkStagingBitwiseEqualsRegisterStaging) {
           }
           free_weight(dw);
         }
-  set_gemv_bulk_stage(false);
+  set_gemv_block_stage(false);
 }
 
 TEST(CudaGemv, BadArgumentsFail) {
@@ -292,6 +286,15 @@ TEST(CudaGemv, BadArgumentsFail) {
     threw = true;
   }
   EXPECT_TRUE(threw) << "aliasing residual_out accepted";
+  threw = false;
+  a.residual_out = y.p();
+  a.in = x.p() + 1;  // 4-byte aligned: the staging reads float4
+  try {
+    gemv(Prologue::None, Epilogue::Store, a);
+  } catch (const lmf::Error&) {
+    threw = true;
+  }
+  EXPECT_TRUE(threw) << "misaligned input accepted";
   threw = false;
   try {
     repack_rows(DType::Q4_0, wq.data(), 1, 48);

@@ -55,10 +55,15 @@ std::atomic<bool> g_pdl{true};
 std::atomic<bool> g_split_k{false};
 std::atomic<int> g_coresident{int(Tri::Auto)};
 std::atomic<bool> g_pdl_early{true};
-std::atomic<bool> g_bulk_stage{false};
+std::atomic<bool> g_block_stage{false};
+std::atomic<int> g_block_stage_copy_cols{kGemvBlockStageCopyCols};
 }  // namespace
-bool dev::gemv_bulk_stage_enabled() { return g_bulk_stage.load(std::memory_order_relaxed); }
-void set_gemv_bulk_stage(bool on) { g_bulk_stage.store(on, std::memory_order_relaxed); }
+bool dev::gemv_block_stage_enabled() { return g_block_stage.load(std::memory_order_relaxed); }
+int dev::gemv_block_stage_copy_cols() { return g_block_stage_copy_cols.load(std::memory_order_relaxed); }
+void set_gemv_block_stage(bool on, int copy_from_cols) {
+  g_block_stage.store(on, std::memory_order_relaxed);
+  g_block_stage_copy_cols.store(copy_from_cols, std::memory_order_relaxed);
+}
 bool dev::pdl_early_trigger() { return g_pdl_early.load(std::memory_order_relaxed); }
 void set_pdl_early_trigger(bool on) { g_pdl_early.store(on, std::memory_order_relaxed); }
 bool dev::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
@@ -107,6 +112,11 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
     if (a.residual_out == a.in || a.residual_out == a.residual)
       LMF_FAIL("cuda gemv: residual_out must not alias the inputs (other blocks still read them)");
   }
+  // The staging reads the inputs (and AddNorm writes residual_out) as float4.
+  auto misaligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) != 0; };
+  if (misaligned(a.in) || (pro != Prologue::None && misaligned(a.gamma)) ||
+      (pro == Prologue::AddNorm && (misaligned(a.residual) || misaligned(a.residual_out))))
+    LMF_FAIL("cuda gemv: input, gamma, residual and residual_out must be 16-byte aligned");
   if (epi == Epilogue::Residual && !a.y_residual) LMF_FAIL("cuda gemv: Residual needs y_residual");
   if (epi == Epilogue::SiluMul && w.rows % dev::kRows != 0)
     LMF_FAIL("cuda gemv: SiluMul needs rows % ", dev::kRows, " == 0, got ", w.rows);

@@ -29,13 +29,16 @@
 // fused and unfused paths give bit-identical outputs. Two passes over h (sum of squares, then
 // scale + stage); the second pass reads h from L1/L2.
 //
-// Staging from shared memory (BULK instances, knob LMFUSE_GEMV_BULK_STAGE). x (and the residual
-// for AddNorm) are bulk-copied into shared memory right after the PDL wait, gamma before it,
-// completing on an mbarrier: register loads of x would share a scoreboard with the weight batches
-// issued before the wait and so wait for them (SASS, docs/PERF.md session 9). The int8 codes are
-// then computed by 1-8 threads per 32-element block from shared memory (each thread's part of the
-// max and code sum in registers, one division pair per block) instead of 8 lanes per block with
-// 6 shuffles per 4 values: the same values, ~2.5x fewer instructions for a job every block repeats.
+// Blockwise staging (BLOCKWISE instances, knob LMFUSE_GEMV_BLOCK_STAGE). The int8 codes are
+// computed by 1-8 threads per 32-element block (each thread's part of the max and code sum in
+// registers, one division pair per block) instead of 8 lanes per block with 6 shuffles per 4
+// values: the same values, fewer instructions for a job every block repeats. The threads read x
+// either straight from global memory (each warp load then touches 32 lines: fine up to ~4K
+// columns) or, from GemvParams::stage_copy on (wide x: 8B down), from a coalesced register copy
+// of x (+ residual) in shared memory made right after the PDL wait, gamma copied before it.
+// Measured in isolation per block (docs/PERF.md session 10): 8B down 3.76 -> 2.86 µs (copy),
+// qkv/gate-up 2.26 -> 1.64, o 1.44 -> 0.97 (direct). A bulk-copy (cp.async.bulk) variant lost
+// 14-19 % end to end: 264 blocks bulk-copying the same x is slower than register loads.
 //
 // Split-K inside a block (ksplit). Short-and-wide shapes (o/down at 8B: 1024 row groups for
 // ~2112 warp slots) leave half the warps idle and so half the loads in flight. With ksplit = k,
@@ -50,7 +53,6 @@
 #include <type_traits>
 
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/kernels/bulk_copy.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl_launch.cuh"
 #include "util/round_fadd.h"
@@ -114,6 +116,7 @@ struct GemvParams {
   const float* bias;
   QkvParams qkv;
   int ksplit;  // warps per row group: 1, 2, 4 or 8 (gemv_ksplit)
+  bool stage_copy;  // BLOCKWISE instances: x staged from a shared-memory copy (else from global)
   unsigned long long* tl;  // launch timeline slot or null
 };
 
@@ -347,8 +350,8 @@ template <DType T>
 __host__ __device__ inline size_t gemv_smem_bytes(int cols) {
   return kInt8x<T> ? size_t(cols / 32) * (32 + 8) : size_t(cols / 32) * (8 * 16);
 }
-// BULK instances: the staged x, then (128-byte aligned) the raw fp32 copies of x, the residual
-// (AddNorm) and gamma (Norm, AddNorm).
+// BLOCKWISE instances with stage_copy: the staged x, then (128-byte aligned) the raw fp32 copies
+// of x, the residual (AddNorm) and gamma (Norm, AddNorm).
 template <DType T>
 __host__ __device__ inline size_t gemv_smem_raw_offset(int cols) {
   return (gemv_smem_bytes<T>(cols) + 127) / 128 * 128;
@@ -356,7 +359,7 @@ __host__ __device__ inline size_t gemv_smem_raw_offset(int cols) {
 template <Prologue PRO>
 constexpr int kRawCopies = 1 + (PRO == Prologue::AddNorm) + (PRO != Prologue::None);  // x, residual, gamma
 template <DType T, Prologue PRO>
-__host__ __device__ inline size_t gemv_smem_bytes_bulk(int cols) {
+__host__ __device__ inline size_t gemv_smem_bytes_copy(int cols) {
   return gemv_smem_raw_offset<T>(cols) + size_t(kRawCopies<PRO>) * size_t(cols) * sizeof(float);
 }
 
@@ -488,9 +491,9 @@ __device__ __forceinline__ void copy_to_smem(float4* dst, const float4* src, int
   }
 }
 
-// gemv_stage_x for the BULK instances: the same staged values from the raw copies in shared
-// memory (rx = x, rr = residual for AddNorm, rg = gamma for Norm/AddNorm), which every thread
-// may read once the copies' mbarrier phase completed.
+// gemv_stage_x for the BLOCKWISE instances: the same staged values from rx = x, rr = residual
+// (AddNorm), rg = gamma (Norm/AddNorm), either the inputs themselves in global memory or their
+// copies in shared memory (visible to every thread: the caller synchronized after copying).
 template <DType T, Prologue PRO>
 __device__ __forceinline__ void gemv_stage_x_smem(const GemvParams& p, float4* xs4, const float4* rx,
                                                   const float4* rr, const float4* rg, float* red) {
@@ -563,7 +566,10 @@ __device__ __forceinline__ void gemv_stage_x_smem(const GemvParams& p, float4* x
         if (live && part == 0) xd[c] = make_int2(__float_as_int(am / 127.f), int(sum - 32u * kRoundFaddBias));
       }
     };
-    if (nblk >= kGemvThreads)
+    // One thread per block holds 8 float4 of x (and 8 of gamma with a norm prologue: 64
+    // registers beside the two weight batches in flight, which spilled into the weight loop), so
+    // L = 1 only without a prologue.
+    if (PRO == Prologue::None && nblk >= kGemvThreads)
       quantize(std::integral_constant<int, 1>{});
     else if (nblk >= kGemvThreads / 2)
       quantize(std::integral_constant<int, 2>{});
@@ -579,7 +585,7 @@ __device__ __forceinline__ void gemv_stage_x_smem(const GemvParams& p, float4* x
   }
 }
 
-template <DType T, Prologue PRO, Epilogue EPI, bool BULK>
+template <DType T, Prologue PRO, Epilogue EPI, bool BLOCKWISE>
 __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
     gemv_kernel(const __grid_constant__ GemvParams p) {
   // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
@@ -626,37 +632,24 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (b.g + u < ngroups) nxt[u].load(p, b.rg, b.g + u, nblk, lane, pol);
-  // BULK: raw copies of x (+ residual, gamma) land in shared memory after the staged x.
+  // BLOCKWISE with stage_copy: raw copies of x (+ residual, gamma) in shared memory after the
+  // staged x.
   float4* const rx = reinterpret_cast<float4*>(reinterpret_cast<char*>(xs4) + gemv_smem_raw_offset<T>(p.cols));
   float4* const rr = rx + (PRO == Prologue::AddNorm ? p.cols / 4 : 0);
-  float4* const rgam = rr + (PRO == Prologue::AddNorm ? p.cols / 4 : 0);
-  __shared__ alignas(8) uint64_t xbar;  // BULK: completes when all copies landed
-  const uint32_t raw_bytes = uint32_t(p.cols) * uint32_t(sizeof(float));
-  if constexpr (BULK) {
-    if (threadIdx.x == 0) {
-      mbar_init(&xbar, 1);
-      mbar_init_fence();
+  float4* const rgam = rr + (PRO != Prologue::None ? p.cols / 4 : 0);  // x, gamma or x, residual, gamma
+  const int n4 = p.cols >> 2;
+  if constexpr (PRO != Prologue::None) {
+    if (BLOCKWISE && p.stage_copy) {
+      copy_to_smem<2>(rgam, reinterpret_cast<const float4*>(p.gamma), n4);  // a weight
+    } else {
+      // The Norm prologue's second pass reads gamma after the block reduction: its lines are
+      // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
+      for (int line = int(threadIdx.x); line * 32 < p.cols; line += kGemvThreads) prefetch_l1(p.gamma + line * 32);
     }
-    __syncthreads();  // the barrier initialized before any thread waits on it
-    if (threadIdx.x == 0) {
-      mbar_arrive_expect_tx(&xbar, uint32_t(kRawCopies<PRO>) * raw_bytes);
-      if constexpr (PRO != Prologue::None) bulk_load(rgam, p.gamma, raw_bytes, &xbar);  // a weight
-    }
-  } else if constexpr (PRO != Prologue::None) {
-    // The Norm prologue's second pass reads gamma after the block reduction: its lines are
-    // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
-    for (int line = int(threadIdx.x); line * 32 < p.cols; line += kGemvThreads) prefetch_l1(p.gamma + line * 32);
   }
   // Everything above reads only weights; from here on inputs of the previous kernel are read
   // and outputs written (PDL, see pdl_launch.cuh).
   pdl_wait_trigger(false);
-  if constexpr (BULK) {
-    if (threadIdx.x == 0) {
-      asm volatile("fence.proxy.async;" ::: "memory");  // the previous kernel's x, to the copy engine
-      bulk_load(rx, p.in, raw_bytes, &xbar);
-      if constexpr (PRO == Prologue::AddNorm) bulk_load(rr, p.residual, raw_bytes, &xbar);
-    }
-  }
   __shared__ unsigned long long tl_w;  // thread 0's wait return (timeline)
   if constexpr (kTl) {
     const unsigned long long t = tl_waited(p.tl);
@@ -675,9 +668,17 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   };
   load_yres(a.rg);
 
-  if constexpr (BULK) {
-    mbar_wait_parity(&xbar, 0);
-    gemv_stage_x_smem<T, PRO>(p, xs4, rx, rr, rgam, red);
+  if constexpr (BLOCKWISE) {
+    const float4* in4 = reinterpret_cast<const float4*>(p.in);
+    const float4* res4 = reinterpret_cast<const float4*>(p.residual);
+    if (p.stage_copy) {
+      copy_to_smem<4>(rx, in4, n4);
+      if constexpr (PRO == Prologue::AddNorm) copy_to_smem<4>(rr, res4, n4);
+      __syncthreads();
+      gemv_stage_x_smem<T, PRO>(p, xs4, rx, rr, rgam, red);
+    } else {
+      gemv_stage_x_smem<T, PRO>(p, xs4, in4, res4, reinterpret_cast<const float4*>(p.gamma), red);
+    }
   } else {
     gemv_stage_x<T, PRO>(p, xs4, red);
   }

@@ -31,16 +31,17 @@ int gemv_grid(const void* func, int rows, size_t smem, bool short_shape);  // ke
 bool gemv_split_k_enabled();                              // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
 
-bool gemv_bulk_stage_enabled();                           // kernels_gemv.cu (set_gemv_bulk_stage)
+bool gemv_block_stage_enabled();                          // kernels_gemv.cu (set_gemv_block_stage)
+int gemv_block_stage_copy_cols();                         // kernels_gemv.cu (set_gemv_block_stage)
 int gemv_occupancy(const void* func, size_t smem);        // kernels_gemv.cu: blocks per SM, 0 = does not fit
 constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
 
 // Opts an instance in to more than 48 KB of dynamic shared memory, once (the first call per
 // instance happens before any graph capture). Always: the 48 KB default limit counts the static
 // shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
-template <DType T, Prologue PRO, Epilogue EPI, bool BULK>
+template <DType T, Prologue PRO, Epilogue EPI, bool BLOCKWISE>
 const void* gemv_kernel_opted_in() {
-  auto* k = &gemv_kernel<T, PRO, EPI, BULK>;
+  auto* k = &gemv_kernel<T, PRO, EPI, BLOCKWISE>;
   static const bool attr_set = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxSmem)));
     return true;
@@ -49,34 +50,32 @@ const void* gemv_kernel_opted_in() {
   return reinterpret_cast<const void*>(k);
 }
 
-template <DType T, Prologue PRO, Epilogue EPI, bool BULK>
+template <DType T, Prologue PRO, Epilogue EPI, bool BLOCKWISE>
 void launch_gemv_kernel(const GemvParams& p, cudaStream_t s);
 
-// The BULK instance (staging from bulk-copied shared memory) where enabled and possible: the
-// copied inputs 16-byte aligned, and its larger shared memory still fitting as many blocks per
-// SM as the plain instance.
+// The BLOCKWISE instance where enabled, x staged from a shared-memory copy from
+// gemv_block_stage_copy_cols() columns on, where that copy fits the opt-in limit and keeps as
+// many blocks per SM as the plain instance (else staged straight from global memory).
 template <DType T, Prologue PRO, Epilogue EPI>
 void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {
-  if (gemv_bulk_stage_enabled()) {
-    auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
-    bool ok = aligned(p.in) && (PRO != Prologue::AddNorm || aligned(p.residual)) &&
-              (PRO == Prologue::None || aligned(p.gamma));
-    ok = ok && gemv_smem_bytes_bulk<T, PRO>(p.cols) <= kGemvMaxSmem;
-    if (ok) {
+  if (gemv_block_stage_enabled()) {
+    GemvParams q = p;
+    q.stage_copy = p.cols >= gemv_block_stage_copy_cols() && gemv_smem_bytes_copy<T, PRO>(p.cols) <= kGemvMaxSmem;
+    if (q.stage_copy) {
       const int plain = gemv_occupancy(gemv_kernel_opted_in<T, PRO, EPI, false>(), gemv_smem_bytes<T>(p.cols));
-      const int bulk = gemv_occupancy(gemv_kernel_opted_in<T, PRO, EPI, true>(), gemv_smem_bytes_bulk<T, PRO>(p.cols));
-      ok = bulk >= std::max(plain, 1);
+      const int copy = gemv_occupancy(gemv_kernel_opted_in<T, PRO, EPI, true>(), gemv_smem_bytes_copy<T, PRO>(p.cols));
+      q.stage_copy = copy >= std::max(plain, 1);
     }
-    if (ok) return launch_gemv_kernel<T, PRO, EPI, true>(p, s);
+    return launch_gemv_kernel<T, PRO, EPI, true>(q, s);
   }
   launch_gemv_kernel<T, PRO, EPI, false>(p, s);
 }
 
-template <DType T, Prologue PRO, Epilogue EPI, bool BULK>
+template <DType T, Prologue PRO, Epilogue EPI, bool BLOCKWISE>
 void launch_gemv_kernel(const GemvParams& p, cudaStream_t s) {
-  auto* k = &gemv_kernel<T, PRO, EPI, BULK>;
-  gemv_kernel_opted_in<T, PRO, EPI, BULK>();
-  const size_t smem = BULK ? gemv_smem_bytes_bulk<T, PRO>(p.cols) : gemv_smem_bytes<T>(p.cols);
+  auto* k = &gemv_kernel<T, PRO, EPI, BLOCKWISE>;
+  gemv_kernel_opted_in<T, PRO, EPI, BLOCKWISE>();
+  const size_t smem = BLOCKWISE && p.stage_copy ? gemv_smem_bytes_copy<T, PRO>(p.cols) : gemv_smem_bytes<T>(p.cols);
   // Short shape: a row group's column batches all fit the two batches loaded before the wait.
   const bool short_shape = (p.cols / 32 + 31) / 32 <= 2 * kSteps<T>;
   const int grid = gemv_grid(reinterpret_cast<const void*>(k), p.rows, smem, short_shape);

@@ -15,7 +15,6 @@
 
 #include <array>
 #include <cstdio>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -380,44 +379,12 @@ int main(int argc, char** argv) {
       g_merge_fusion = false;
       return 0;
     }
-    // `cuda_bench_gemv --block`: both Q4_0 chains at positions 64 and 1023 with the GEMVs' x
-    // quantized by the lane staging, the blockwise staging from global memory everywhere, and the
-    // blockwise staging with the shared-memory copy from kGemvBlockStageCopyCols (the knob's
-    // choice) and everywhere; three rounds, then the timelines of the lanes and the knob's choice.
-    if (argc > 1 && std::string(argv[1]) == "--block") {
-      struct Mode {
-        const char* name;
-        bool on;
-        int copy_cols;
-      };
-      const Mode modes[] = {{"lanes", false, 0},
-                            {"blockwise, direct", true, std::numeric_limits<int>::max()},
-                            {"blockwise, copy from 8192 cols", true, kGemvBlockStageCopyCols},
-                            {"blockwise, copy", true, 0}};
-      for (int rep = 0; rep < 3; ++rep)
-        for (const Mode& m : modes) {
-          set_gemv_block_stage(m.on, m.copy_cols);
-          std::printf("gemv staging %s:\n", m.name);
-          for (int pos : {64, 1023}) {
-            bench_decode_chain(s, copy, q8b, DType::Q4_0, pos);
-            bench_decode_chain(s, copy, q06, DType::Q4_0, pos);
-          }
-        }
-      for (int k : {0, 2}) {
-        set_gemv_block_stage(modes[k].on, modes[k].copy_cols);
-        std::printf("gemv staging %s, timeline:\n", modes[k].name);
-        bench_decode_chain(s, copy, q8b, DType::Q4_0, 64, true);
-        bench_decode_chain(s, copy, q06, DType::Q4_0, 64, true);
-      }
-      set_gemv_block_stage(false);
-      return 0;
-    }
-    // `cuda_bench_gemv --chain 8b|0.6b POS [block]`: only that Q4_0 decode chain, timed (a short
-    // run for a profiler, e.g. scripts/gpu_ncu.sh on the attention kernels); `block`: with the
-    // blockwise staging (set_gemv_block_stage).
+    // `cuda_bench_gemv --chain 8b|0.6b POS [timeline]`: only that Q4_0 decode chain, timed (a
+    // short run for a profiler, e.g. scripts/gpu_ncu.sh on the attention kernels), or its launch
+    // timeline (POS up to 4095).
     if (argc > 3 && std::string(argv[1]) == "--chain") {
-      if (argc > 4 && std::string(argv[4]) == "block") set_gemv_block_stage(true);
-      bench_decode_chain(s, copy, std::string(argv[2]) == "8b" ? q8b : q06, DType::Q4_0, std::atoi(argv[3]));
+      bench_decode_chain(s, copy, std::string(argv[2]) == "8b" ? q8b : q06, DType::Q4_0, std::atoi(argv[3]),
+                         argc > 4 && std::string(argv[4]) == "timeline");
       return 0;
     }
     // `cuda_bench_gemv SUBSTR`: only the Q4_0 plain GEMVs whose shape name contains SUBSTR (a short

@@ -16,20 +16,21 @@
 // to back in a CUDA graph (plain stream order, so each pays one launch joint). Prints µs per
 // launch, GB/s and % of the copy bandwidth measured in the same run: how much of a GEMV's time
 // over its bytes is the load path itself (docs/PERF.md, session 8).
+// `--broadcast` instead: G blocks reading the same (or each its own) N bytes from L2, and the
+// GEMVs' x staging alone, timed per block by %globaltimer (docs/PERF.md, session 10).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/kernels/bulk_copy.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
+#include "bulk_copy.cuh"
 #include "cuda_bench_util.cuh"
 
 using namespace lmf;
@@ -187,48 +188,16 @@ __global__ void bcast_read(const float4* __restrict__ p, int n4, bool distinct, 
 }
 
 // The GEMVs' x staging alone (gemv_stage_x, Q4_0 int8 codes), no weights: per-block stamps.
-// V = 0: gemv_stage_x (registers, 8 lanes per block); 1: gemv_stage_x_smem's quantization
-// reading global memory directly (1-8 threads per block); 2: bulk copies + gemv_stage_x_smem.
-template <Prologue PRO, int V>
+// (The blockwise variants of docs/PERF.md session 10's table are in commit 6e1b3a6.)
+template <Prologue PRO>
 __global__ void __launch_bounds__(kGemvThreads) stage_only(const __grid_constant__ GemvParams p,
                                                           unsigned long long* stamps) {
   extern __shared__ float4 xs4[];
   __shared__ float red[32];
-  __shared__ alignas(8) uint64_t bar;
-  constexpr DType T = DType::Q4_0;
-  float4* const rx = reinterpret_cast<float4*>(reinterpret_cast<char*>(xs4) + gemv_smem_raw_offset<T>(p.cols));
-  float4* const rr = rx + (PRO == Prologue::AddNorm ? p.cols / 4 : 0);
-  float4* const rg = rr + (PRO != Prologue::None ? p.cols / 4 : 0);
-  if (V == 2 && threadIdx.x == 0) {
-    mbar_init(&bar, 1);
-    mbar_init_fence();
-  }
   __syncthreads();
   unsigned long long t0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  if constexpr (V == 0) {
-    gemv_stage_x<T, PRO>(p, xs4, red);
-  } else if constexpr (V == 1) {
-    gemv_stage_x_smem<T, PRO>(p, xs4, reinterpret_cast<const float4*>(p.in), reinterpret_cast<const float4*>(p.residual),
-                              reinterpret_cast<const float4*>(p.gamma), red);
-  } else if constexpr (V == 3) {
-    const int n4 = p.cols / 4;
-    copy_to_smem<4>(rx, reinterpret_cast<const float4*>(p.in), n4);
-    if constexpr (PRO == Prologue::AddNorm) copy_to_smem<4>(rr, reinterpret_cast<const float4*>(p.residual), n4);
-    if constexpr (PRO != Prologue::None) copy_to_smem<4>(rg, reinterpret_cast<const float4*>(p.gamma), n4);
-    __syncthreads();
-    gemv_stage_x_smem<T, PRO>(p, xs4, rx, rr, rg, red);
-  } else {
-    const uint32_t raw = uint32_t(p.cols) * 4;
-    if (threadIdx.x == 0) {
-      mbar_arrive_expect_tx(&bar, uint32_t(kRawCopies<PRO>) * raw);
-      bulk_load(rx, p.in, raw, &bar);
-      if constexpr (PRO == Prologue::AddNorm) bulk_load(rr, p.residual, raw, &bar);
-      if constexpr (PRO != Prologue::None) bulk_load(rg, p.gamma, raw, &bar);
-    }
-    mbar_wait_parity(&bar, 0);
-    gemv_stage_x_smem<T, PRO>(p, xs4, rx, rr, rg, red);
-  }
+  gemv_stage_x<DType::Q4_0, PRO>(p, xs4, red);
   __syncthreads();
   unsigned long long t1;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
@@ -280,87 +249,63 @@ int main(int argc, char** argv) {
       const int gmax = 4 * sms;
       CUDA_CHECK(cudaMalloc(&stamps, size_t(2) * gmax * 8));
       std::vector<unsigned long long> h(size_t(2) * gmax);
+      // Median over launches 5..24 of launch(): {mean block duration, first start to last end}, µs.
+      auto stamped = [&](int blocks, auto launch) {
+        std::vector<double> mean, span;
+        for (int it = 0; it < 25; ++it) {
+          launch();
+          CUDA_CHECK(cudaGetLastError());
+          CUDA_CHECK(cudaMemcpyAsync(h.data(), stamps, size_t(2) * blocks * 8, cudaMemcpyDeviceToHost, s));
+          CUDA_CHECK(cudaStreamSynchronize(s));
+          if (it < 5) continue;
+          unsigned long long lo = ~0ull, hi = 0;
+          double sum = 0;
+          for (int b = 0; b < blocks; ++b) {
+            lo = std::min(lo, h[2 * b]);
+            hi = std::max(hi, h[2 * b + 1]);
+            sum += double(h[2 * b + 1] - h[2 * b]);
+          }
+          mean.push_back(sum / blocks / 1e3);
+          span.push_back(double(hi - lo) / 1e3);
+        }
+        std::sort(mean.begin(), mean.end());
+        std::sort(span.begin(), span.end());
+        return std::pair{mean[mean.size() / 2], span[span.size() / 2]};
+      };
       std::printf("| threads | blocks | KB per block | distinct | block mean µs | first start to last end µs | GB/s to SMs |\n"
                   "| ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
       for (int kb : {16, 48})
         for (bool distinct : {false, true})
           for (auto [threads, blocks] : {std::pair{256, sms}, {256, 2 * sms}, {256, 4 * sms}, {512, sms}, {1024, sms}}) {
             const int n4 = kb * 1024 / 16;
-            std::vector<double> mean, span;
-            for (int it = 0; it < 25; ++it) {
+            const auto [mean, span] = stamped(blocks, [&] {
               bcast_read<4><<<blocks, threads, 0, s>>>(reinterpret_cast<const float4*>(pool), n4, distinct, stamps, sink);
-              CUDA_CHECK(cudaGetLastError());
-              CUDA_CHECK(cudaMemcpyAsync(h.data(), stamps, size_t(2) * blocks * 8, cudaMemcpyDeviceToHost, s));
-              CUDA_CHECK(cudaStreamSynchronize(s));
-              if (it < 5) continue;
-              unsigned long long lo = ~0ull, hi = 0;
-              double sum = 0;
-              for (int b = 0; b < blocks; ++b) {
-                lo = std::min(lo, h[2 * b]);
-                hi = std::max(hi, h[2 * b + 1]);
-                sum += double(h[2 * b + 1] - h[2 * b]);
-              }
-              mean.push_back(sum / blocks / 1e3);
-              span.push_back(double(hi - lo) / 1e3);
-            }
-            std::sort(mean.begin(), mean.end());
-            std::sort(span.begin(), span.end());
-            const double sp = span[span.size() / 2];
-            std::printf("| %d | %d | %d | %s | %.2f | %.2f | %.0f |\n", threads, blocks, kb, distinct ? "yes" : "no",
-                        mean[mean.size() / 2], sp, double(blocks) * kb * 1024 / (sp * 1e-6) / 1e9);
+            });
+            std::printf("| %d | %d | %d | %s | %.2f | %.2f | %.0f |\n", threads, blocks, kb, distinct ? "yes" : "no", mean,
+                        span, double(blocks) * kb * 1024 / (span * 1e-6) / 1e9);
           }
       // The staging itself (Q4_0 int8 codes) for the 8B shapes' x: down (12288, no prologue),
-      // qkv/gate-up (4096, RMSNorm prologue), o (4096, none).
-      // x and gamma as activations look (random sign, magnitude in [1, 2)), not random bits: a
-      // huge block maximum would send 127 / max down the division's slow path.
+      // qkv/gate-up (4096, RMSNorm prologue), o (4096, none). x and gamma as activations look
+      // (random sign, magnitude in [1, 2)), not random bits: a huge block maximum would send
+      // 127 / max down the division's slow path.
       bench::fill_bits<<<256, 256>>>(reinterpret_cast<uint32_t*>(pool), (size_t(2) << 20) / 4, 11, 0x807FFFFFu, 0x3F800000u);
       CUDA_CHECK(cudaGetLastError());
       std::printf("| staging | blocks | block mean µs | first start to last end µs |\n| --- | ---: | ---: | ---: |\n");
       for (auto [cols, norm] : {std::pair{12288, false}, {4096, true}, {4096, false}})
-        for (int v : {0, 1, 2, 3})
         for (int blocks : {sms, 2 * sms}) {
           GemvParams p{};
           p.cols = cols;
           p.in = reinterpret_cast<const float*>(pool);
           p.gamma = reinterpret_cast<const float*>(pool + (1 << 20));
           p.eps = 1e-6f;
-          const size_t smem = norm ? gemv_smem_bytes_copy<DType::Q4_0, Prologue::Norm>(cols)
-                                   : gemv_smem_bytes_copy<DType::Q4_0, Prologue::None>(cols);
-          auto launch = [&](auto kernel) {
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-            kernel<<<blocks, kGemvThreads, smem, s>>>(p, stamps);
-          };
-          std::vector<double> mean, span;
-          for (int it = 0; it < 25; ++it) {
-            auto run_v = [&](auto pro) {
-              constexpr Prologue P = decltype(pro)::value;
-              if (v == 0) launch(stage_only<P, 0>);
-              if (v == 1) launch(stage_only<P, 1>);
-              if (v == 2) launch(stage_only<P, 2>);
-              if (v == 3) launch(stage_only<P, 3>);
-            };
+          const size_t smem = gemv_smem_bytes<DType::Q4_0>(cols);
+          const auto [mean, span] = stamped(blocks, [&] {
             if (norm)
-              run_v(std::integral_constant<Prologue, Prologue::Norm>{});
+              stage_only<Prologue::Norm><<<blocks, kGemvThreads, smem, s>>>(p, stamps);
             else
-              run_v(std::integral_constant<Prologue, Prologue::None>{});
-            CUDA_CHECK(cudaGetLastError());
-            CUDA_CHECK(cudaMemcpyAsync(h.data(), stamps, size_t(2) * blocks * 8, cudaMemcpyDeviceToHost, s));
-            CUDA_CHECK(cudaStreamSynchronize(s));
-            if (it < 5) continue;
-            unsigned long long lo = ~0ull, hi = 0;
-            double sum = 0;
-            for (int b = 0; b < blocks; ++b) {
-              lo = std::min(lo, h[2 * b]);
-              hi = std::max(hi, h[2 * b + 1]);
-              sum += double(h[2 * b + 1] - h[2 * b]);
-            }
-            mean.push_back(sum / blocks / 1e3);
-            span.push_back(double(hi - lo) / 1e3);
-          }
-          std::sort(mean.begin(), mean.end());
-          std::sort(span.begin(), span.end());
-          std::printf("| v%d %d cols%s | %d | %.2f | %.2f |\n", v, cols, norm ? " + norm" : "", blocks, mean[mean.size() / 2],
-                      span[span.size() / 2]);
+              stage_only<Prologue::None><<<blocks, kGemvThreads, smem, s>>>(p, stamps);
+          });
+          std::printf("| %d cols%s | %d | %.2f | %.2f |\n", cols, norm ? " + norm" : "", blocks, mean, span);
         }
       CUDA_CHECK(cudaFree(stamps));
       return 0;

@@ -29,8 +29,6 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode: the last attention split block of each KV head merges the splits (auto = off: a merge kernel)"},
       {"pdl_early_trigger", "LMFUSE_PDL_EARLY_TRIGGER", &Knobs::pdl_early_trigger,
        "CUDA decode: the QKV epilogue and attention kernels let the next kernel launch before their own wait"},
-      {"gemv_block_stage", "LMFUSE_GEMV_BLOCK_STAGE", &Knobs::gemv_block_stage,
-       "CUDA decode GEMV: x quantized by 1-8 threads per 32-element block, wide x from a shared-memory copy (auto = off: not yet measured)"},
       {"prefill_inkernel_dequant", "LMFUSE_PREFILL_INKERNEL_DEQUANT", &Knobs::prefill_inkernel_dequant,
        "prefill: in-kernel dequant GEMM (1) vs dequant-once + vendor GEMM (0)"},
       {"prefill_route_tune", "LMFUSE_PREFILL_ROUTE_TUNE", &Knobs::prefill_route_tune,

@@ -26,7 +26,6 @@ struct Knobs {
   Tri qkv_post_pdl = Tri::Auto;     // LMFUSE_QKV_POST_PDL: the QKV epilogue kernel launched with PDL (auto = on)
   Tri attn_merge_fusion = Tri::Auto;  // LMFUSE_ATTN_MERGE_FUSION: decode attention merged by its last split block
   Tri pdl_early_trigger = Tri::Auto;  // LMFUSE_PDL_EARLY_TRIGGER: short decode kernels release the next before their wait
-  Tri gemv_block_stage = Tri::Auto;  // LMFUSE_GEMV_BLOCK_STAGE: decode GEMV x quantized 1-8 threads per 32-element block
   Tri prefill_inkernel_dequant = Tri::Auto;  // LMFUSE_PREFILL_INKERNEL_DEQUANT
   Tri prefill_route_tune = Tri::Auto;  // LMFUSE_PREFILL_ROUTE_TUNE: time the routes per shape (0 = fitted rule)
   Tri prefill_tc_attention = Tri::Auto;  // LMFUSE_PREFILL_TC_ATTENTION: tensor-core flash attention at prefill

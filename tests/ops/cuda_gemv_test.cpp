@@ -4,7 +4,6 @@
 // same int8 quantization of x, and loosely (kActQuantTol) against the exact fp reference.
 #include "cuda_test.h"
 #include "cuda_test_util.h"
-#include <limits>
 
 using namespace lmfct_cuda;
 using namespace lmf::cuda;
@@ -211,60 +210,6 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
         free_weight(dw);
       }
   set_gemv_split_k(false);
-}
-
-// Blockwise staging (set_gemv_block_stage; knob LMFUSE_GEMV_BLOCK_STAGE): the outputs must be
-// bitwise those of the lane staging for every type, prologue and epilogue, on real and odd shapes
-// (one 32-element block; 33; and 64, 128, 384 blocks: each of the 8, 4, 2 and 1 threads-per-block
-// quantizations), x read straight from global memory and from the shared-memory copy (forced
-// both ways by the copy threshold), AddNorm's residual_out too. Inputs offset by 4 floats
-// (16-byte aligned, not 128) exercise the alignment floor.
-TEST(CudaGemv, BlockwiseStagingBitwiseEqualsLaneStaging) {
-  uint32_t seed = 1100;
-  for (DType t : kTypes)
-    for (Prologue pro : {Prologue::None, Prologue::Norm, Prologue::AddNorm})
-      for (Epilogue epi : {Epilogue::Store, Epilogue::Residual, Epilogue::SiluMul})
-        for (Shape s : {Shape{8, 32}, Shape{96, 1056}, Shape{64, 2048}, Shape{1024, 4096}, Shape{512, 12288}}) {
-          if (epi == Epilogue::Residual && pro != Prologue::None) continue;  // not an instance
-          std::mt19937 rng(seed++);
-          auto wq = random_rows(t, s.rows, s.cols, rng);
-          DeviceWeight dw = upload_weight(repack_rows(t, wq.data(), s.rows, s.cols));
-          auto in = randn(s.cols + 4, rng), res = randn(s.cols + 4, rng), gamma = randn(s.cols + 4, rng, 0.5f),
-               yres = randn(s.rows, rng);
-          DevBuf<float> d_in(in), d_res(res), d_gamma(gamma), d_yres(yres);
-          const int64_t ny = epi == Epilogue::SiluMul ? s.rows / 2 : s.rows;
-          std::vector<float> ref_y, ref_rout;
-          for (int variant = 0; variant < 3; ++variant) {  // lanes, blockwise from global, blockwise from a copy
-            set_gemv_block_stage(variant > 0, variant == 2 ? 0 : std::numeric_limits<int>::max());
-            DevBuf<float> d_rout(s.cols), d_y(s.rows);
-            GemvArgs a;
-            a.w = &dw;
-            a.in = d_in.p() + 4;
-            a.residual = d_res.p() + 4;
-            a.residual_out = d_rout.p();
-            a.gamma = d_gamma.p() + 4;
-            a.y = d_y.p();
-            a.y_residual = d_yres.p();
-            gemv(pro, epi, a);
-            auto y = d_y.get();
-            y.resize(size_t(ny));
-            EXPECT_TRUE(all_finite(y)) << dtype_name(t) << " variant " << variant;
-            if (variant == 0) {
-              ref_y = y;
-              if (pro == Prologue::AddNorm) ref_rout = d_rout.get();
-              continue;
-            }
-            int64_t diff = 0;
-            for (int64_t i = 0; i < ny; ++i) diff += std::memcmp(&y[size_t(i)], &ref_y[size_t(i)], sizeof(float)) != 0;
-            EXPECT_EQ(diff, int64_t(0)) << dtype_name(t) << " pro " << int(pro) << " epi " << int(epi) << " "
-                                        << s.rows << "x" << s.cols << " variant " << variant;
-            if (pro == Prologue::AddNorm)
-              EXPECT_EQ(std::memcmp(d_rout.get().data(), ref_rout.data(), ref_rout.size() * sizeof(float)), 0)
-                  << "residual_out, variant " << variant;
-          }
-          free_weight(dw);
-        }
-  set_gemv_block_stage(false);
 }
 
 TEST(CudaGemv, BadArgumentsFail) {

@@ -829,7 +829,6 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
   cuda::set_gemv_split_k(tri_resolve(opts_.knobs.gemv_split_k, false));  // this backend's, before any capture
   cuda::set_gemv_coresident(opts_.knobs.gemv_coresident);
   cuda::set_pdl_early_trigger(tri_resolve(opts_.knobs.pdl_early_trigger, true));
-  cuda::set_gemv_block_stage(tri_resolve(opts_.knobs.gemv_block_stage, false));
   size_t ev = 0;
   for (const Op& op : g.ops) {
     if (!op.launch) continue;

@@ -206,11 +206,5 @@ void set_gemv_split_k(bool on);
 // Auto (default) = Off, measured slower end to end (docs/PERF.md, session 5); On: every GEMV
 // (knob LMFUSE_GEMV_CORESIDENT). Set before capture.
 void set_gemv_coresident(Tri mode);
-// Decode GEMVs quantize x with 1-8 threads per 32-element block (gemv.cuh, "Blockwise
-// staging"; knob LMFUSE_GEMV_BLOCK_STAGE), reading x from a shared-memory copy from
-// copy_from_cols columns on, else straight from global memory. Same outputs bit for bit. Set
-// before capture.
-constexpr int kGemvBlockStageCopyCols = 8192;  // isolated staging: copy wins at 12,288, loses at 4,096
-void set_gemv_block_stage(bool on, int copy_from_cols = kGemvBlockStageCopyCols);
 
 }  // namespace lmf::cuda

@@ -16,20 +16,6 @@ bool launch_gemv_q8_0(Prologue, Epilogue, const GemvParams&, cudaStream_t);
 bool launch_gemv_f16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
 bool launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
 
-// Blocks of an instance resident per SM with `smem` bytes of dynamic shared memory (0: does not
-// fit), cached per (instance, smem).
-int gemv_occupancy(const void* func, size_t smem) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, size_t>, int> occ_cache;
-  std::lock_guard<std::mutex> lk(mu);
-  auto it = occ_cache.find({func, smem});
-  if (it != occ_cache.end()) return it->second;
-  int occ = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, func, kGemvThreads, smem));
-  occ_cache[{func, smem}] = occ;
-  return occ;
-}
-
 // Blocks for a launch: one per row group up to what is resident at once (row groups are dealt
 // round-robin over blocks, so every SM gets an equal share and small matrices still spread over
 // all SMs; warps of a block without a row group only help stage x). One block per SM instead
@@ -40,7 +26,20 @@ int gemv_occupancy(const void* func, size_t smem) {
 // loads before the PDL wait (short_shape: 8B and 4B o_proj; 0.6B qkv, o, down). Automatic = one per SM
 // for exactly those (session 6: +1.7 % on 8B, +2.7 % on 4B end to end).
 int gemv_grid(const void* func, int rows, size_t smem, bool short_shape) {
-  const int occ = std::max(1, gemv_occupancy(func, smem));
+  static std::mutex mu;
+  static std::map<std::pair<const void*, size_t>, int> occ_cache;
+  int occ;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = occ_cache.find({func, smem});
+    if (it == occ_cache.end()) {
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, func, kGemvThreads, smem));
+      if (occ < 1) occ = 1;
+      occ_cache[{func, smem}] = occ;
+    } else {
+      occ = it->second;
+    }
+  }
   const int n_rg = (rows + kRows - 1) / kRows;
   const int sms = device_sm_count();
   const Tri mode = gemv_coresident_mode();
@@ -55,15 +54,7 @@ std::atomic<bool> g_pdl{true};
 std::atomic<bool> g_split_k{false};
 std::atomic<int> g_coresident{int(Tri::Auto)};
 std::atomic<bool> g_pdl_early{true};
-std::atomic<bool> g_block_stage{false};
-std::atomic<int> g_block_stage_copy_cols{kGemvBlockStageCopyCols};
 }  // namespace
-bool dev::gemv_block_stage_enabled() { return g_block_stage.load(std::memory_order_relaxed); }
-int dev::gemv_block_stage_copy_cols() { return g_block_stage_copy_cols.load(std::memory_order_relaxed); }
-void set_gemv_block_stage(bool on, int copy_from_cols) {
-  g_block_stage.store(on, std::memory_order_relaxed);
-  g_block_stage_copy_cols.store(copy_from_cols, std::memory_order_relaxed);
-}
 bool dev::pdl_early_trigger() { return g_pdl_early.load(std::memory_order_relaxed); }
 void set_pdl_early_trigger(bool on) { g_pdl_early.store(on, std::memory_order_relaxed); }
 bool dev::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }

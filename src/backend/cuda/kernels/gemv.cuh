@@ -29,17 +29,6 @@
 // fused and unfused paths give bit-identical outputs. Two passes over h (sum of squares, then
 // scale + stage); the second pass reads h from L1/L2.
 //
-// Blockwise staging (BLOCKWISE instances, knob LMFUSE_GEMV_BLOCK_STAGE). The int8 codes are
-// computed by 1-8 threads per 32-element block (each thread's part of the max and code sum in
-// registers, one division pair per block) instead of 8 lanes per block with 6 shuffles per 4
-// values: the same values, fewer instructions for a job every block repeats. The threads read x
-// either straight from global memory (each warp load then touches 32 lines: fine up to ~4K
-// columns) or, from GemvParams::stage_copy on (wide x: 8B down), from a coalesced register copy
-// of x (+ residual) in shared memory made right after the PDL wait, gamma copied before it.
-// Measured in isolation per block (docs/PERF.md session 10): 8B down 3.76 -> 2.86 µs (copy),
-// qkv/gate-up 2.26 -> 1.64, o 1.44 -> 0.97 (direct). A bulk-copy (cp.async.bulk) variant lost
-// 14-19 % end to end: 264 blocks bulk-copying the same x is slower than register loads.
-//
 // Split-K inside a block (ksplit). Short-and-wide shapes (o/down at 8B: 1024 row groups for
 // ~2112 warp slots) leave half the warps idle and so half the loads in flight. With ksplit = k,
 // k warps of a block share a row group, warp `sub` taking column batches sub, sub+k, ...; at the
@@ -49,8 +38,6 @@
 // (set_gemv_split_k in kernels.h: measured no gain), then k = 1.
 #pragma once
 #include <cuda_fp16.h>
-
-#include <type_traits>
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels/common.cuh"
@@ -116,7 +103,6 @@ struct GemvParams {
   const float* bias;
   QkvParams qkv;
   int ksplit;  // warps per row group: 1, 2, 4 or 8 (gemv_ksplit)
-  bool stage_copy;  // BLOCKWISE instances: x staged from a shared-memory copy (else from global)
   unsigned long long* tl;  // launch timeline slot or null
 };
 
@@ -345,29 +331,6 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
   }
 }
 
-// Dynamic shared memory per block: the staged x (layouts in the header comment).
-template <DType T>
-__host__ __device__ inline size_t gemv_smem_bytes(int cols) {
-  return kInt8x<T> ? size_t(cols / 32) * (32 + 8) : size_t(cols / 32) * (8 * 16);
-}
-// BLOCKWISE instances with stage_copy: the staged x, then (128-byte aligned) the raw fp32 copies
-// of x, the residual (AddNorm) and gamma (Norm, AddNorm).
-template <DType T>
-__host__ __device__ inline size_t gemv_smem_raw_offset(int cols) {
-  return (gemv_smem_bytes<T>(cols) + 127) / 128 * 128;
-}
-template <Prologue PRO>
-constexpr int kRawCopies = 1 + (PRO == Prologue::AddNorm) + (PRO != Prologue::None);  // x, residual, gamma
-template <DType T, Prologue PRO>
-__host__ __device__ inline size_t gemv_smem_bytes_copy(int cols) {
-  return gemv_smem_raw_offset<T>(cols) + size_t(kRawCopies<PRO>) * size_t(cols) * sizeof(float);
-}
-
-// The staged int8 word of 4 codes from their round_fadd_bits words (low byte = the code's byte).
-__device__ __forceinline__ uint32_t code_word(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b3) {
-  return (b0 & 0xffu) | ((b1 & 0xffu) << 8) | ((b2 & 0xffu) << 16) | (b3 << 24);
-}
-
 // Stages x (after the prologue) in shared memory: the layout of the header comment. All
 // kGemvThreads threads of the block call it; the caller synchronizes before reading xs4.
 template <DType T, Prologue PRO>
@@ -460,8 +423,10 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
         sq += __shfl_xor_sync(0xffffffffu, sq, 2);
         sq += __shfl_xor_sync(0xffffffffu, sq, 4);
         if (ok) {
+          const uint32_t word = (uint32_t(b0) & 0xffu) | ((uint32_t(b1) & 0xffu) << 8) |
+                                ((uint32_t(b2) & 0xffu) << 16) | (uint32_t(b3) << 24);
           uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
-          xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = code_word(b0, b1, b2, b3);
+          xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = word;
           if (f == 0)
             reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk))[c] = make_int2(__float_as_int(am / 127.f), sq);
         }
@@ -472,120 +437,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   }
 }
 
-// Copies n4 float4 from global src to shared dst by all kGemvThreads threads, kBatch coalesced
-// loads per thread in flight (the caller synchronizes before anyone reads dst).
-template <int kBatch>
-__device__ __forceinline__ void copy_to_smem(float4* dst, const float4* src, int n4) {
-  for (int base = 0; base < n4; base += kBatch * kGemvThreads) {
-    float4 v[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int i = base + j * kGemvThreads + int(threadIdx.x);
-      if (i < n4) v[j] = __ldg(src + i);
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int i = base + j * kGemvThreads + int(threadIdx.x);
-      if (i < n4) dst[i] = v[j];
-    }
-  }
-}
-
-// gemv_stage_x for the BLOCKWISE instances: the same staged values from rx = x, rr = residual
-// (AddNorm), rg = gamma (Norm/AddNorm), either the inputs themselves in global memory or their
-// copies in shared memory (visible to every thread: the caller synchronized after copying).
-template <DType T, Prologue PRO>
-__device__ __forceinline__ void gemv_stage_x_smem(const GemvParams& p, float4* xs4, const float4* rx,
-                                                  const float4* rr, const float4* rg, float* red) {
-  const int nblk = p.cols >> 5, n4 = p.cols >> 2, t = int(threadIdx.x);
-  auto h_at = [&](int i4) {  // in (+ residual), as gemv_stage_x's load_h
-    float4 h = rx[i4];
-    if constexpr (PRO == Prologue::AddNorm) {
-      const float4 r = rr[i4];
-      h = make_float4(h.x + r.x, h.y + r.y, h.z + r.z, h.w + r.w);
-    }
-    return h;
-  };
-  float rn = 1.f;
-  if constexpr (PRO != Prologue::None) {
-    // Sum of squares in rmsnorm_rows' order (thread t: float4 t, t + 256, ...).
-    float ss = 0.f;
-    for (int i4 = t; i4 < n4; i4 += kGemvThreads) {
-      const float4 h = h_at(i4);
-      if constexpr (PRO == Prologue::AddNorm)
-        if (blockIdx.x == 0) reinterpret_cast<float4*>(p.residual_out)[i4] = h;
-      ss = sumsq4(h, ss);
-    }
-    rn = rms_scale(block_sum(ss, red), p.cols, p.eps);
-  }
-  auto x_at = [&](int i4) {  // the prologue's output
-    if constexpr (PRO != Prologue::None)
-      return norm_apply4(h_at(i4), rn, rg[i4]);
-    else
-      return h_at(i4);
-  };
-  if constexpr (kInt8x<T>) {
-    // L consecutive threads quantize one 32-element block, each F = 8 / L of its float4s, L the
-    // fewest that still give every thread a block (1 from 256 blocks on: 8B down; 2 for 128:
-    // 4,096 columns; 8 for 1,024), in rounds of 256 / L blocks so every warp runs the same
-    // shuffles. Two passes over a thread's float4s (the max, then the codes), visiting float4
-    // (k + c) mod F at step k so the 8 threads of a quarter-warp read 8 different bank groups.
-    // Max and integer sum are exact in any order: the codes of gemv_stage_x.
-    auto quantize = [&](auto l_const) {
-      constexpr int L = decltype(l_const)::value, F = 8 / L;
-      const int part = t % L;
-      uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
-      int2* xd = reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk));
-      for (int c0 = 0; c0 < nblk; c0 += kGemvThreads / L) {
-        const int c = c0 + t / L;
-        const bool live = c < nblk;
-        const int cc = live ? c : 0;  // dead lanes compute on block 0 and store nothing
-        float m = 0.f;
-#pragma unroll
-        for (int k = 0; k < F; ++k) {
-          const float4 v = x_at(cc * 8 + part * F + ((k + cc) & (F - 1)));
-          m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-        }
-#pragma unroll
-        for (int o = 1; o < L; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        const float am = m;
-        const float id = am > 0.f ? 127.f / am : 0.f;
-        uint32_t sum = 0;  // of the biased code words (round_fadd_bits), mod 2^32
-#pragma unroll
-        for (int k = 0; k < F; ++k) {
-          const int f = part * F + ((k + cc) & (F - 1));
-          const float4 v = x_at(cc * 8 + f);
-          const uint32_t b0 = round_fadd_bits(__fmul_rn(v.x, id)), b1 = round_fadd_bits(__fmul_rn(v.y, id)),
-                         b2 = round_fadd_bits(__fmul_rn(v.z, id)), b3 = round_fadd_bits(__fmul_rn(v.w, id));
-          sum += (b0 + b1) + (b2 + b3);
-          if (live)
-            xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = code_word(b0, b1, b2, b3);
-        }
-#pragma unroll
-        for (int o = 1; o < L; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        if (live && part == 0) xd[c] = make_int2(__float_as_int(am / 127.f), int(sum - 32u * kRoundFaddBias));
-      }
-    };
-    // One thread per block holds 8 float4 of x (and 8 of gamma with a norm prologue: 64
-    // registers beside the two weight batches in flight, which spilled into the weight loop), so
-    // L = 1 only without a prologue.
-    if (PRO == Prologue::None && nblk >= kGemvThreads)
-      quantize(std::integral_constant<int, 1>{});
-    else if (nblk >= kGemvThreads / 2)
-      quantize(std::integral_constant<int, 2>{});
-    else if (nblk >= kGemvThreads / 4)
-      quantize(std::integral_constant<int, 4>{});
-    else
-      quantize(std::integral_constant<int, 8>{});
-  } else {
-    for (int i4 = t; i4 < n4; i4 += kGemvThreads) {
-      const int c = i4 >> 3, f = i4 & 7;
-      xs4[c * 8 + (f ^ (c & 7))] = x_at(i4);
-    }
-  }
-}
-
-template <DType T, Prologue PRO, Epilogue EPI, bool BLOCKWISE>
+template <DType T, Prologue PRO, Epilogue EPI>
 __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
     gemv_kernel(const __grid_constant__ GemvParams p) {
   // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
@@ -632,21 +484,10 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (b.g + u < ngroups) nxt[u].load(p, b.rg, b.g + u, nblk, lane, pol);
-  // BLOCKWISE with stage_copy: raw copies of x (+ residual, gamma) in shared memory after the
-  // staged x.
-  float4* const rx = reinterpret_cast<float4*>(reinterpret_cast<char*>(xs4) + gemv_smem_raw_offset<T>(p.cols));
-  float4* const rr = rx + (PRO == Prologue::AddNorm ? p.cols / 4 : 0);
-  float4* const rgam = rr + (PRO != Prologue::None ? p.cols / 4 : 0);  // x, gamma or x, residual, gamma
-  const int n4 = p.cols >> 2;
-  if constexpr (PRO != Prologue::None) {
-    if (BLOCKWISE && p.stage_copy) {
-      copy_to_smem<2>(rgam, reinterpret_cast<const float4*>(p.gamma), n4);  // a weight
-    } else {
-      // The Norm prologue's second pass reads gamma after the block reduction: its lines are
-      // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
-      for (int line = int(threadIdx.x); line * 32 < p.cols; line += kGemvThreads) prefetch_l1(p.gamma + line * 32);
-    }
-  }
+  // The Norm prologue's second pass reads gamma after the block reduction: its lines are
+  // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
+  if constexpr (PRO != Prologue::None)
+    for (int line = int(threadIdx.x); line * 32 < p.cols; line += kGemvThreads) prefetch_l1(p.gamma + line * 32);
   // Everything above reads only weights; from here on inputs of the previous kernel are read
   // and outputs written (PDL, see pdl_launch.cuh).
   pdl_wait_trigger(false);
@@ -668,20 +509,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   };
   load_yres(a.rg);
 
-  if constexpr (BLOCKWISE) {
-    const float4* in4 = reinterpret_cast<const float4*>(p.in);
-    const float4* res4 = reinterpret_cast<const float4*>(p.residual);
-    if (p.stage_copy) {
-      copy_to_smem<4>(rx, in4, n4);
-      if constexpr (PRO == Prologue::AddNorm) copy_to_smem<4>(rr, res4, n4);
-      __syncthreads();
-      gemv_stage_x_smem<T, PRO>(p, xs4, rx, rr, rgam, red);
-    } else {
-      gemv_stage_x_smem<T, PRO>(p, xs4, in4, res4, reinterpret_cast<const float4*>(p.gamma), red);
-    }
-  } else {
-    gemv_stage_x<T, PRO>(p, xs4, red);
-  }
+  gemv_stage_x<T, PRO>(p, xs4, red);
   __syncthreads();
   if constexpr (kTl) tl_phase(p.tl, &tl_w);
 
@@ -783,6 +611,11 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
     b = b2;
   }
   if constexpr (kTl) tl_end(p.tl);
+}
+
+template <DType T>
+inline size_t gemv_smem_bytes(int cols) {
+  return kInt8x<T> ? size_t(cols / 32) * (32 + 8) : size_t(cols / 32) * (8 * 16);
 }
 
 }  // namespace lmf::cuda::dev

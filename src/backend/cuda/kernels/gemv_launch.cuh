@@ -2,9 +2,6 @@
 // are instantiated for every weight type. Each kernels_gemv_<type>.cu includes this and expands
 // LMF_GEMV_ALLOW_LIST for its type, so instances compile in parallel, one file per type.
 #pragma once
-#include <algorithm>
-#include <cstdint>
-
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/gemv.cuh"
 
@@ -31,51 +28,17 @@ int gemv_grid(const void* func, int rows, size_t smem, bool short_shape);  // ke
 bool gemv_split_k_enabled();                              // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
 
-bool gemv_block_stage_enabled();                          // kernels_gemv.cu (set_gemv_block_stage)
-int gemv_block_stage_copy_cols();                         // kernels_gemv.cu (set_gemv_block_stage)
-int gemv_occupancy(const void* func, size_t smem);        // kernels_gemv.cu: blocks per SM, 0 = does not fit
-constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
-
-// Opts an instance in to more than 48 KB of dynamic shared memory, once (the first call per
-// instance happens before any graph capture). Always: the 48 KB default limit counts the static
-// shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
-template <DType T, Prologue PRO, Epilogue EPI, bool BLOCKWISE>
-const void* gemv_kernel_opted_in() {
-  auto* k = &gemv_kernel<T, PRO, EPI, BLOCKWISE>;
-  static const bool attr_set = [&] {
-    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxSmem)));
-    return true;
-  }();
-  (void)attr_set;
-  return reinterpret_cast<const void*>(k);
-}
-
-template <DType T, Prologue PRO, Epilogue EPI, bool BLOCKWISE>
-void launch_gemv_kernel(const GemvParams& p, cudaStream_t s);
-
-// The BLOCKWISE instance where enabled, x staged from a shared-memory copy from
-// gemv_block_stage_copy_cols() columns on, where that copy fits the opt-in limit and keeps as
-// many blocks per SM as the plain instance (else staged straight from global memory).
 template <DType T, Prologue PRO, Epilogue EPI>
 void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {
-  if (gemv_block_stage_enabled()) {
-    GemvParams q = p;
-    q.stage_copy = p.cols >= gemv_block_stage_copy_cols() && gemv_smem_bytes_copy<T, PRO>(p.cols) <= kGemvMaxSmem;
-    if (q.stage_copy) {
-      const int plain = gemv_occupancy(gemv_kernel_opted_in<T, PRO, EPI, false>(), gemv_smem_bytes<T>(p.cols));
-      const int copy = gemv_occupancy(gemv_kernel_opted_in<T, PRO, EPI, true>(), gemv_smem_bytes_copy<T, PRO>(p.cols));
-      q.stage_copy = copy >= std::max(plain, 1);
-    }
-    return launch_gemv_kernel<T, PRO, EPI, true>(q, s);
+  auto* k = &gemv_kernel<T, PRO, EPI>;
+  const size_t smem = gemv_smem_bytes<T>(p.cols);
+  // First call per instance happens before any graph capture. Always opted in: the 48 KB default
+  // limit counts the static shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
+  static bool attr_set = false;
+  if (!attr_set) {
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    attr_set = true;
   }
-  launch_gemv_kernel<T, PRO, EPI, false>(p, s);
-}
-
-template <DType T, Prologue PRO, Epilogue EPI, bool BLOCKWISE>
-void launch_gemv_kernel(const GemvParams& p, cudaStream_t s) {
-  auto* k = &gemv_kernel<T, PRO, EPI, BLOCKWISE>;
-  gemv_kernel_opted_in<T, PRO, EPI, BLOCKWISE>();
-  const size_t smem = BLOCKWISE && p.stage_copy ? gemv_smem_bytes_copy<T, PRO>(p.cols) : gemv_smem_bytes<T>(p.cols);
   // Short shape: a row group's column batches all fit the two batches loaded before the wait.
   const bool short_shape = (p.cols / 32 + 31) / 32 <= 2 * kSteps<T>;
   const int grid = gemv_grid(reinterpret_cast<const void*>(k), p.rows, smem, short_shape);

@@ -1,8 +1,7 @@
 // Bulk copies global -> shared memory (cp.async.bulk, the Hopper copy engine) completing on a
-// shared-memory mbarrier. A block's thread issues the copy; every thread that needs the data
-// waits on the barrier's phase. Unlike register loads, the wait does not share a scoreboard with
-// the warp's other global loads, so data that arrives early is usable before loads issued
-// earlier (the decode GEMV's weight batches) have landed.
+// shared-memory mbarrier, for cuda_bench_stream's (c) rows. A block's thread issues the copy;
+// every thread that needs the data waits on the barrier's phase. (The decode GEMV staged x this
+// way in session 9's experiment: measured slower, docs/PERF.md session 10.)
 #pragma once
 #include <cstdint>
 

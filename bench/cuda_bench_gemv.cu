@@ -63,16 +63,17 @@ __global__ void timer_tick(unsigned long long* out) {
 // Launch timeline of one replay of body() (which passes slot k of `slots` to its k-th launch):
 // captures it, replays it twice to warm up, then `reps` times, each on idle slots and followed by
 // a copy back. Returns the per-slot mean of {first start, first wait return, last end, last
-// first-phase end, mark 0, mark 1, last start} relative to the first start of the replay, and
-// [7] the mean first-phase duration per block (ns).
+// first-phase end, mark 0, mark 1, last start} relative to the first start of the replay, [7]
+// the mean first-phase duration per block and [8] the first mark 0 (ns).
 template <class F>
-std::vector<std::array<double, 8>> timeline_graph(cudaStream_t s, F body, unsigned long long* slots, int n_slots,
+std::vector<std::array<double, 9>> timeline_graph(cudaStream_t s, F body, unsigned long long* slots, int n_slots,
                                                   int reps = 5) {
   const size_t words = size_t(n_slots) * dev::kTlWords;
   std::vector<unsigned long long> init(words, 0), got(words);
-  for (int k = 0; k < n_slots; ++k) init[size_t(k) * dev::kTlWords] = init[size_t(k) * dev::kTlWords + 1] = ~0ull;
+  for (int k = 0; k < n_slots; ++k)
+    for (int j : {0, 1, 9}) init[size_t(k) * dev::kTlWords + j] = ~0ull;  // minima
   cudaGraphExec_t ge = capture_graph(s, body);
-  std::vector<std::array<double, 8>> mean(size_t(n_slots), std::array<double, 8>{});
+  std::vector<std::array<double, 9>> mean(size_t(n_slots), std::array<double, 9>{});
   for (int r = -2; r < reps; ++r) {
     CUDA_CHECK(cudaMemcpyAsync(slots, init.data(), words * 8, cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaGraphLaunch(ge, s));
@@ -87,6 +88,7 @@ std::vector<std::array<double, 8>> timeline_graph(cudaStream_t s, F body, unsign
         mean[size_t(k)][size_t(j)] += (v == ~0ull || v == 0 ? 0.0 : double(v) - double(t0)) / reps;
       }
       if (w[8] > 0) mean[size_t(k)][7] += double(w[7]) / double(w[8]) / reps;
+      if (w[9] != ~0ull) mean[size_t(k)][8] += (double(w[9]) - double(t0)) / reps;
     }
   }
   CUDA_CHECK(cudaGraphExecDestroy(ge));
@@ -261,7 +263,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
     // late = the last block's start - previous end; phase_mean = the first phase per block.
     double adds[kChainLaunches] = {}, early[kChainLaunches] = {}, rel[kChainLaunches] = {}, after[kChainLaunches] = {},
            phase[kChainLaunches] = {}, mk0[kChainLaunches] = {}, mk1[kChainLaunches] = {}, late[kChainLaunches] = {},
-           phase_mean[kChainLaunches] = {};
+           phase_mean[kChainLaunches] = {}, mk0_first[kChainLaunches] = {};
     // A launch that did not run (the merge kernel under the merge fusion) has no stamps: it is
     // skipped, and the one after it is measured against the launch before it.
     bool ran[kChainLaunches];
@@ -281,25 +283,26 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
         late[k] += (c[6] - p[2]) / 1e3 / (m.n_layer - 1);
         phase_mean[k] += c[7] / 1e3 / (m.n_layer - 1);
         if (c[4] > 0) mk0[k] += (c[4] - c[1]) / 1e3 / (m.n_layer - 1);
+        if (c[8] > 0) mk0_first[k] += (c[8] - c[1]) / 1e3 / (m.n_layer - 1);
         if (c[5] > 0) mk1[k] += (c[5] - c[1]) / 1e3 / (m.n_layer - 1);
       }
     std::printf("timeline %s %s pos %d: step %.1f us (first start to last end, mean of 5 replays); per layer (us):\n",
                 m.name, dtype_name(t), pos, tl.back()[2] / 1e3);
     std::printf("| launch | adds to the step | resident before prev end | released after prev end | end - release | "
                 "last phase-1 end - release | phase 1 per block (mean) | last block start - prev end | "
-                "last mark 0 / 1 - release |\n");
-    std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+                "last mark 0 / 1 - release | first mark 0 - release |\n");
+    std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     double sum = 0;
     for (int k = 0; k < kChainLaunches; ++k) {
       if (!ran[k]) {
-        std::printf("| %s | not launched | | | | | | | |\n", kChainNames[k]);
+        std::printf("| %s | not launched | | | | | | | | |\n", kChainNames[k]);
         continue;
       }
-      std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f / %.2f |\n", kChainNames[k], adds[k],
-                  early[k], rel[k], after[k], phase[k], phase_mean[k], late[k], mk0[k], mk1[k]);
+      std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f / %.2f | %.2f |\n", kChainNames[k],
+                  adds[k], early[k], rel[k], after[k], phase[k], phase_mean[k], late[k], mk0[k], mk1[k], mk0_first[k]);
       sum += adds[k];
     }
-    std::printf("| layer | %.2f | | | | | | | |\n", sum);
+    std::printf("| layer | %.2f | | | | | | | | |\n", sum);
   } else {
     const double ms = time_graph(s, body, 10);
     const double gbs = (bytes + kv_bytes) / (ms * 1e-3) / 1e9;

@@ -125,8 +125,9 @@ __device__ __forceinline__ void rope_cs(int pos, int i, int d, float theta, floa
 // The slot is re-read from the kernel parameters at each stamp, so it holds no register.
 // Words [4], [5]: the latest time any block passed the kernel's marks 0 and 1 (tl_mark); [6] the
 // latest block start; [7] the sum over blocks of (own first-phase end - own wait return) and [8]
-// the number of blocks in it (a mean per block, where [3] is only the slowest).
-constexpr int kTlWords = 9;
+// the number of blocks in it (a mean per block, where [3] is only the slowest); [9] the earliest
+// time a block passed mark 0 (with [4]: how spread the blocks' finishing of that phase is).
+constexpr int kTlWords = 10;
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -161,7 +162,11 @@ __device__ __forceinline__ void tl_waited_phase(unsigned long long* slot) {
   tl_phase(slot, &tw);
 }
 __device__ __forceinline__ void tl_mark(unsigned long long* slot, int k) {
-  if (slot && threadIdx.x == 0) atomicMax(slot + 4 + k, global_ns());
+  if (slot && threadIdx.x == 0) {
+    const unsigned long long t = global_ns();
+    atomicMax(slot + 4 + k, t);
+    if (k == 0) atomicMin(slot + 9, t);
+  }
 }
 __device__ __forceinline__ void tl_end(unsigned long long* slot) {
   if (slot && (threadIdx.x & 31) == 0) atomicMax(slot + 2, global_ns());

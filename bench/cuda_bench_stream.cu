@@ -156,15 +156,31 @@ struct Size {
   int rows, row_bytes;
 };
 
+// Per-block %globaltimer stamps: start after a block barrier, end after another; thread 0 writes
+// stamps[2 * block + 0/1].
+__device__ __forceinline__ unsigned long long block_stamp_start() {
+  __syncthreads();
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void block_stamp_end(unsigned long long* stamps, unsigned long long t0) {
+  __syncthreads();
+  unsigned long long t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  if (threadIdx.x == 0) {
+    stamps[2 * blockIdx.x] = t0;
+    stamps[2 * blockIdx.x + 1] = t1;
+  }
+}
+
 // Every block reads the same `bytes` from L2 (distinct = false; the GEMVs' x staging) or its own
 // `bytes` (distinct = true), float4 __ldg loads, kB per thread issued before any use; records
 // per block %globaltimer at start and end (after block barriers): stamps[2 * block + 0/1].
 template <int kB>
 __global__ void bcast_read(const float4* __restrict__ p, int n4, bool distinct, unsigned long long* stamps,
                            unsigned* sink) {
-  __syncthreads();
-  unsigned long long t0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const unsigned long long t0 = block_stamp_start();
   const float4* src = p + (distinct ? size_t(blockIdx.x) * n4 : 0);
   float acc = 0.f;
   for (int base = 0; base < n4; base += kB * int(blockDim.x)) {
@@ -178,13 +194,7 @@ __global__ void bcast_read(const float4* __restrict__ p, int n4, bool distinct, 
     for (int j = 0; j < kB; ++j) acc += v[j].x + v[j].y + v[j].z + v[j].w;
   }
   if (__float_as_uint(acc) == kMagic) *sink = 1;
-  __syncthreads();
-  unsigned long long t1;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
-  if (threadIdx.x == 0) {
-    stamps[2 * blockIdx.x] = t0;
-    stamps[2 * blockIdx.x + 1] = t1;
-  }
+  block_stamp_end(stamps, t0);
 }
 
 // The GEMVs' x staging alone (gemv_stage_x, Q4_0 int8 codes), no weights: per-block stamps.
@@ -194,17 +204,9 @@ __global__ void __launch_bounds__(kGemvThreads) stage_only(const __grid_constant
                                                           unsigned long long* stamps) {
   extern __shared__ float4 xs4[];
   __shared__ float red[32];
-  __syncthreads();
-  unsigned long long t0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const unsigned long long t0 = block_stamp_start();
   gemv_stage_x<DType::Q4_0, PRO>(p, xs4, red);
-  __syncthreads();
-  unsigned long long t1;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
-  if (threadIdx.x == 0) {
-    stamps[2 * blockIdx.x] = t0;
-    stamps[2 * blockIdx.x + 1] = t1;
-  }
+  block_stamp_end(stamps, t0);
 }
 
 constexpr size_t kPool = size_t(2) << 30;

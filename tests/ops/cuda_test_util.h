@@ -14,6 +14,7 @@
 #include "format/quant/half.h"
 #include "format/quant/quantize.h"
 #include "format/quant/types.h"
+#include "util/status.h"
 
 namespace lmfct_cuda {
 using namespace lmf;
@@ -208,6 +209,16 @@ inline std::vector<double> gemv_kernel_ref(DType t, const std::vector<double>& W
     return matvec(W, h, rows, cols);
   }
   return matvec(W, act_quant_ref(gamma ? device_normed_x(in, res, *gamma) : in), rows, cols);
+}
+// Whether f() throws lmf::Error (the standalone harness has no EXPECT_THROW).
+template <class F>
+bool throws_error(F f) {
+  try {
+    f();
+  } catch (const lmf::Error&) {
+    return true;
+  }
+  return false;
 }
 inline std::vector<float> fp16_to_f(const std::vector<uint16_t>& v) {
   std::vector<float> o(v.size());

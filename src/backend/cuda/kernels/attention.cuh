@@ -39,6 +39,10 @@ __device__ __forceinline__ int attn_slice(int L, int n_splits) {
   constexpr int SLOTS = kAttnWarps * (32 / (HD / 8));
   return max((L + n_splits - 1) / n_splits, kMinSliceSteps * SLOTS);
 }
+// Splits holding positions for length L with slices of `chunk` (attn_slice): the merge reads these.
+__device__ __forceinline__ int attn_used_splits(int L, int n_splits, int chunk) {
+  return min(n_splits, (L + chunk - 1) / chunk);
+}
 
 struct AttnParams {
   const float* q;
@@ -213,7 +217,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   const int L = *p.pos + 1;
   const int chunk = attn_slice<HD>(L, p.n_splits);
   const int start = split * chunk, end = min(L, start + chunk);
-  const int used = min(p.n_splits, (L + chunk - 1) / chunk);
+  const int used = attn_used_splits(L, p.n_splits, chunk);
   const bool direct = p.counters && used == 1;  // merge fusion, one split: write the output
   if (start >= L) {  // unused split: the merge does not read it
     tl_end(p.tl);
@@ -440,7 +444,7 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
   const float* po = p.part_o + size_t(h) * p.n_splits * HD + d;
   const int L = *p.pos + 1;
   const int chunk = attn_slice<HD>(L, p.n_splits);
-  const int used = min(p.n_splits, (L + chunk - 1) / chunk);
+  const int used = attn_used_splits(L, p.n_splits, chunk);
   if (used == 1) {  // one split holds the whole (normalized) result
     p.out[size_t(h) * HD + d] = __ldcg(po);
     tl_end(tl);

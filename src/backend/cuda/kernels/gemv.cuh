@@ -423,8 +423,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
         sq += __shfl_xor_sync(0xffffffffu, sq, 2);
         sq += __shfl_xor_sync(0xffffffffu, sq, 4);
         if (ok) {
-          const uint32_t word = (uint32_t(b0) & 0xffu) | ((uint32_t(b1) & 0xffu) << 8) |
-                                ((uint32_t(b2) & 0xffu) << 16) | (uint32_t(b3) << 24);
+          const uint32_t word = (b0 & 0xffu) | ((b1 & 0xffu) << 8) | ((b2 & 0xffu) << 16) | (b3 << 24);
           uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
           xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = word;
           if (f == 0)

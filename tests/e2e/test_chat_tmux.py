@@ -15,7 +15,11 @@ def tmux(*args):
 
 
 def screen():
-    return tmux("capture-pane", "-t", SESSION, "-p", "-S", "-200").stdout
+    """The pane's text with wrapped lines joined (-J), so a word the 160-column pane breaks across
+    two rows (CI saw "[" and "stopped]" on two rows) still matches; -J keeps trailing spaces, which
+    are stripped per line as tmux does without it."""
+    out = tmux("capture-pane", "-t", SESSION, "-p", "-J", "-S", "-200").stdout
+    return "\n".join(l.rstrip() for l in out.splitlines())
 
 
 def wait_for(pred, timeout=60):

@@ -100,18 +100,27 @@ std::string Model::generate(const std::string& prompt, int64_t max_tokens, const
     sp.seed = so.seed;
     lmf::Sampler sampler(sp);
     lmf::StreamDecoder dec(t, true);
-    const auto* logits = &I.session->eval(ids);
-    I.history.insert(I.history.end(), ids.begin(), ids.end());
+    // Runs toks and picks the token after them where the logits are (Session::eval_next: on the
+    // GPU for CUDA). The history holds what the cache holds, so it is rolled back on an error.
+    auto step = [&](std::span<const int32_t> toks) {
+      const size_t h0 = I.history.size();
+      I.history.insert(I.history.end(), toks.begin(), toks.end());
+      try {
+        return I.session->eval_next(std::span(I.history).subspan(h0), sampler, I.history);
+      } catch (...) {
+        I.history.resize(h0);
+        throw;
+      }
+    };
+    int32_t next = step(ids);
     std::string out;
-    for (int64_t i = 0; i < max_tokens && I.session->pos() < I.session->n_ctx(); ++i) {
-      const int32_t next = sampler.sample(*logits, I.history);
+    for (int64_t i = 0; i < max_tokens; ++i) {
       if (t.is_eog(next)) break;
       const std::string piece = dec.push(next);
       out += piece;
       if (on_text && !piece.empty() && !on_text(piece)) break;
       if (i + 1 == max_tokens || I.session->pos() + 1 > I.session->n_ctx()) break;
-      logits = &I.session->eval(std::span(&next, 1));
-      I.history.push_back(next);
+      next = step(std::span(&next, 1));
     }
     const std::string tail = dec.flush();
     out += tail;

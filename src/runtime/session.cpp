@@ -61,6 +61,12 @@ int32_t Session::eval_sample(std::span<const int32_t> tokens, const SamplingPara
   return id;
 }
 
+int32_t Session::eval_next(std::span<const int32_t> tokens, Sampler& sampler, std::span<const int32_t> history) {
+  const SamplingParams& p = sampler.params();
+  if (p.temperature <= 0 && p.repeat_penalty == 1.0f) return eval_argmax(tokens);
+  return eval_sample(tokens, p, history, p.temperature > 0 ? sampler.next_uniform() : 0.0);
+}
+
 void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_t* argmax, const StepInput* sample) {
   const int64_t T = int64_t(tokens.size());
   if (T == 0) LMF_FAIL("no tokens to evaluate");

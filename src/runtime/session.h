@@ -12,6 +12,8 @@
 
 namespace lmf {
 
+class Sampler;  // sampling/sampler.h
+
 class Session {
  public:
   // The backend must have been created with the context length and loaded with this model.
@@ -34,6 +36,12 @@ class Session {
   // on every backend.
   int32_t eval_sample(std::span<const int32_t> tokens, const SamplingParams& p, std::span<const int32_t> history,
                       double u01);
+
+  // The token after `tokens`, picked by `sampler` where the logits are: eval_argmax when its
+  // parameters are plain greedy (no penalty), else eval_sample with the sampler's next uniform
+  // (none drawn when greedy). history: the tokens the repetition penalty looks at, `tokens`
+  // included. The same tokens as eval() followed by sampler.sample(logits, history).
+  int32_t eval_next(std::span<const int32_t> tokens, Sampler& sampler, std::span<const int32_t> history);
 
   int64_t pos() const { return pos_; }
   int64_t n_ctx() const { return n_ctx_; }

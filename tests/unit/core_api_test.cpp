@@ -2,11 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 
 #include "backend/backend.h"
 #include "lmfuse/lmfuse.h"
 #include "model/model.h"
 #include "runtime/session.h"
+#include "sampling/sampler.h"
 
 namespace {
 
@@ -37,6 +39,48 @@ TEST(PublicApi, EvalMatchesSessionAndKeepsTheConversation) {
   for (size_t i = 0; i < l2.size(); ++i) EXPECT_EQ(l2[i], ref[4 * 320 + i]);
   m->reset();
   EXPECT_EQ(m->position(), 0);
+}
+
+// Session::eval_next (what run, chat and generate() call: argmax or sampling where the logits
+// are) picks the same tokens as eval() followed by Sampler::sample, for greedy, greedy with the
+// repetition penalty, and seeded sampling with and without top-k / min-p / penalty.
+TEST(Session, EvalNextIsEvalThenSample) {
+  auto model = lmf::Model::load(kGolden + "qwen3-tiny-q4_0.gguf");
+  lmf::BackendOptions bo;
+  bo.n_threads = 2;
+  bo.n_ctx = 64;
+  auto be = lmf::make_cpu_backend(bo);
+  be->load(*model);
+  std::vector<lmf::SamplingParams> cases(5);
+  cases[0].temperature = 0;
+  cases[1].temperature = 0;
+  cases[1].repeat_penalty = 8.f;  // strong enough to change the greedy sequence (asserted below)
+  cases[2].seed = 7;  // defaults: T 0.8, top-k 40, top-p 0.95, min-p 0.05
+  cases[3] = {1.5f, 0, 0.9f, 0.f, 1.2f, 16, 11};
+  cases[4] = {2.0f, 0, 1.f, 0.f, 1.f, 64, 3};  // every token a candidate
+  std::vector<std::vector<int32_t>> results;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const std::vector<int32_t> prompt = {1, 5, 9, 12, 3, 4};
+    std::vector<int32_t> seq[2];
+    for (int way = 0; way < 2; ++way) {
+      lmf::Session s(*model, *be);
+      lmf::Sampler sampler(cases[c]);
+      std::vector<int32_t> hist = prompt;
+      int32_t next = way ? s.eval_next(prompt, sampler, hist) : sampler.sample(s.eval(prompt), hist);
+      for (int i = 0; i < 24; ++i) {
+        seq[way].push_back(next);
+        hist.push_back(next);
+        const std::span<const int32_t> t(&hist.back(), 1);
+        next = way ? s.eval_next(t, sampler, hist) : sampler.sample(s.eval(t), hist);
+      }
+    }
+    EXPECT_EQ(seq[0], seq[1]) << "case " << c;
+    results.push_back(seq[1]);
+    if (c >= 2) {
+      EXPECT_GT(std::set<int32_t>(seq[1].begin(), seq[1].end()).size(), 2u) << "case " << c << " sampled";
+    }
+  }
+  EXPECT_NE(results[0], results[1]) << "the penalty case must differ from plain greedy";
 }
 
 TEST(PublicApi, ErrorsAreLmfuseErrors) {

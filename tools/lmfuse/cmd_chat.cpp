@@ -128,21 +128,23 @@ int cmd_chat(int argc, char** argv) {
     }
     s.rewind(int64_t(p));
     cached.resize(p);
-    const auto* logits = &s.eval(std::span(ids).subspan(p));
+    // The next token is picked where the logits are (Session::eval_next: on the GPU for CUDA), so
+    // only its id crosses to the host; cached holds what the KV cache holds, and is the history
+    // the repetition penalty looks at.
+    int32_t next = s.eval_next(std::span(ids).subspan(p), sampler, ids);
     cached = ids;
     StreamDecoder dec(*tok, true);
     std::string answer;
     g_interrupted = false;
-    for (int64_t i = 0; i < n_predict && s.pos() < s.n_ctx() && !g_interrupted; ++i) {
-      int32_t next = sampler.sample(*logits, cached);
+    for (int64_t i = 0; i < n_predict && !g_interrupted; ++i) {
       if (tok->is_eog(next)) break;
       std::string piece = dec.push(next);
       answer += piece;
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
-      if (s.pos() + 1 >= s.n_ctx()) break;
-      logits = &s.eval(std::span(&next, 1));
+      if (i + 1 == n_predict || s.pos() + 1 >= s.n_ctx() || g_interrupted) break;
       cached.push_back(next);
+      next = s.eval_next(std::span(&cached.back(), 1), sampler, cached);
     }
     std::string tail = dec.flush();
     answer += tail;

@@ -68,12 +68,7 @@ int cmd_run(int argc, char** argv) {
   // The next token is picked where the logits are (on the GPU for CUDA when the backend can, see
   // Session::eval_sample), so only the token id crosses to the host. The uniform number comes
   // from the seeded sampler either way: a seed gives the same text on every backend.
-  const bool plain_greedy = sp.temperature <= 0 && sp.repeat_penalty == 1.0f;
-  auto step = [&](std::span<const int32_t> t) -> int32_t {
-    if (plain_greedy) return s.eval_argmax(t);
-    return s.eval_sample(t, sp, history, sp.temperature > 0 ? sampler.next_uniform() : 0.0);
-  };
-  int32_t next_id = step(ids);
+  int32_t next_id = s.eval_next(ids, sampler, history);
   auto t1 = clk::now();
   int64_t generated = 0;
   for (; generated < n_predict && s.pos() < s.n_ctx(); ) {
@@ -85,7 +80,7 @@ int cmd_run(int argc, char** argv) {
     history.push_back(next);
     ++generated;
     if (generated == n_predict || s.pos() >= s.n_ctx()) break;
-    next_id = step(std::span(&next, 1));
+    next_id = s.eval_next(std::span(&next, 1), sampler, history);
   }
   std::string tail = dec.flush();
   std::fwrite(tail.data(), 1, tail.size(), stdout);

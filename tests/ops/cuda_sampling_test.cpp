@@ -3,7 +3,7 @@
 // top-k (1, small, 1024, 1025..n, all), top-p (off, typical, tiny), min-p, repetition penalty,
 // ties, signed zeros, -inf, wide logits, and vocabularies from 1 to 151936; plus uniforms, top-p
 // and min-p placed on the CPU's own running sums (where a differently ordered sum would flip the
-// token), and a CUDA-graph capture of the many-candidate path.
+// token), and CUDA-graph captures of both paths; the few-candidate path also on 256K logits.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -268,6 +268,71 @@ TEST(CudaSampling, GraphCaptureAllTokens) {
     EXPECT_EQ(got, want) << "replay " << r;
   }
   EXPECT_TRUE(all);
+  CUDA_CHECK(cudaGraphExecDestroy(ge));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  CUDA_CHECK(cudaStreamDestroy(st));
+  sample_scratch_free(sc);
+}
+
+// The few-candidate path's pass 1 in both forms: chunks held in shared memory (k = 40 or 1 on
+// 256K logits) and, for chunks over 48 KB of ords (k >= 1000 on 256K logits: 16 blocks of 16K),
+// read from global memory on every radix pass; with the penalty and greedy (one candidate), and
+// captured into a CUDA graph.
+TEST(CudaSampling, LargeVocabularyFewCandidates) {
+  std::mt19937 rng(51);
+  std::mt19937_64 ug(52);
+  const int64_t n = 262144;
+  SampleScratch sc = sample_scratch_alloc(n);
+  DevBuf<int> out(1);
+  int checked = 0, mismatches = 0;
+  for (Kind kind : {Kind::Normal, Kind::Ties, Kind::NegInf}) {
+    const auto x = make_logits(n, kind, rng);
+    DevBuf<float> dx(x);
+    for (int k : {1, 40, 1000, kSampleMaxK})
+      for (float t : {0.f, 0.8f})
+        for (float rp : {1.f, 1.3f}) {
+          SamplingParams p;
+          p.top_k = k;
+          p.temperature = t;
+          p.min_p = 0.f;
+          p.repeat_penalty = rp;
+          std::vector<int32_t> history;
+          for (int h = 0; h < 64; ++h) history.push_back(int32_t(rng() % 64));
+          const auto pen = lmf::penalty_ids(p, history, n);
+          const int n_pen = upload_penalty_ids(pen.data(), int64_t(pen.size()), sc);
+          for (int r = 0; r < 3; ++r) {
+            const double u = uniform53(ug);
+            const int32_t want = lmf::sample_with_uniform(p, x, pen, u);
+            sample(dx.p(), n, p, sc.pen_ids, n_pen, u, out.p(), sc);
+            const int got = out.get()[0];
+            ++checked;
+            if (got != want) ++mismatches;
+            EXPECT_EQ(got, want) << "kind " << int(kind) << " k " << k << " T " << t << " rp " << rp << " u " << u;
+          }
+          CUDA_CHECK(cudaDeviceSynchronize());
+        }
+  }
+  std::printf("[sampling 256K] %d cases, %d mismatches\n", checked, mismatches);
+  // Graph capture of the few-candidate path (dynamic shared memory set up at scratch allocation).
+  DevBuf<float> dx{size_t(n)};
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  SamplingParams p;  // defaults: T 0.8, top-k 40, top-p 0.95, min-p 0.05
+  const double u = 0.41421356237309503;
+  cudaGraph_t g;
+  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  sample(dx.p(), n, p, nullptr, 0, u, out.p(), sc, st);
+  CUDA_CHECK(cudaStreamEndCapture(st, &g));
+  cudaGraphExec_t ge;
+  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  for (int r = 0; r < 3; ++r) {
+    const auto x = make_logits(n, r % 2 ? Kind::Normal : Kind::Peaked, rng);
+    dx.upload(x);
+    CUDA_CHECK(cudaDeviceSynchronize());  // see GraphCaptureAllTokens
+    CUDA_CHECK(cudaGraphLaunch(ge, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    EXPECT_EQ(out.get()[0], lmf::sample_with_uniform(p, x, {}, u)) << "replay " << r;
+  }
   CUDA_CHECK(cudaGraphExecDestroy(ge));
   CUDA_CHECK(cudaGraphDestroy(g));
   CUDA_CHECK(cudaStreamDestroy(st));

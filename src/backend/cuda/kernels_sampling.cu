@@ -45,67 +45,159 @@ __global__ void sample_penalty_kernel(const float* x, float* y, const int* ids, 
   }
 }
 
-// One block of kSampleThreads. x [n] (already penalized), R = candidates (k, or 1 when greedy).
-__global__ void __launch_bounds__(kSampleThreads) sample_kernel(const float* x, int n, int R, float temp,
-                                                               float top_p, float min_p, double u01, int* out) {
-  __shared__ unsigned hist[256];
-  __shared__ unsigned long long keys[kSampleThreads];  // candidates, sorted descending
-  __shared__ double prob[kSampleThreads];
-  __shared__ unsigned long long s_prefix;
-  __shared__ unsigned s_need;
-  __shared__ int s_done, s_cnt;
-  const int tid = threadIdx.x;
-  if (tid == 0) {
-    s_prefix = 0;
-    s_need = unsigned(R);
-    s_done = 0;
-    s_cnt = 0;
+// ---- Few candidates (greedy, or k <= kSampleMaxK): two passes of radix select. ----
+
+constexpr int kLocalThreads = 256;
+constexpr size_t kLocalSmemMax = 48 * 1024;  // chunk ords held in shared memory up to this size
+
+struct SelectShared {
+  unsigned hist[256];
+  unsigned long long prefix;
+  unsigned need, above;
+  int bin, done;
+};
+
+// hist[bin] += 1 for every lane with `valid`; the whole warp calls it. Lanes with the same bin add
+// together, one atomic per distinct bin: logits crowd a few top digits, and same-address shared
+// atomics serialize (the cause of ~110 us per step with one atomic per key, docs/PERF.md).
+__device__ __forceinline__ void hist_add(unsigned* hist, unsigned bin, bool valid) {
+  const unsigned peers = __match_any_sync(0xffffffffu, valid ? bin : 0xFFFFFFFFu);
+  if (valid && int(threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], unsigned(__popc(peers)));
+}
+
+// Warp 0: what the serial scan
+//   for (b = 255; b > 0; --b) { if (above + hist[b] >= need) break; above += hist[b]; }
+// finds (the bin b where the count from bin 255 down reaches need, and the count above it),
+// with a warp scan: lane l sums bins 255 - 8l .. 248 - 8l, the first lane whose inclusive sum
+// reaches need walks its own 8 bins like the serial loop (stopping at bin 0, as it does).
+__device__ __forceinline__ void pick_bin(SelectShared& sh, unsigned need) {
+  const int lane = threadIdx.x & 31;
+  const int top = 255 - 8 * lane;
+  unsigned local = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) local += sh.hist[top - j];
+  unsigned incl = local;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
   }
-  // Radix select, most significant digit first: s_prefix collects the digits of the R-th largest
-  // key; s_need is how many keys are still wanted inside the current prefix.
+  const unsigned hit = __ballot_sync(0xffffffffu, incl >= need);
+  if (lane == (hit ? __ffs(hit) - 1 : 31)) {
+    unsigned above = incl - local;
+    int b = top;
+    for (int j = 0; j < 7 && b > 0 && above + sh.hist[b] < need; ++j, --b) above += sh.hist[b];
+    sh.bin = b;
+    sh.above = above;
+  }
+}
+
+// The R-th largest of the m keys key(0) .. key(m - 1) (at least R of them distinct and nonzero;
+// zeros pad), most significant 8-bit digit first: returns lo such that exactly R keys are >= lo.
+// A pass stops once the chosen bin holds exactly the keys still wanted (usually after 2-3
+// passes); at the last digit a bin is one key value. Every thread of the block calls it.
+template <class Key>
+__device__ unsigned long long radix_select(const Key& key, int m, int R, SelectShared& sh) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  if (tid == 0) {
+    sh.prefix = 0;
+    sh.need = unsigned(R);
+    sh.done = 0;
+  }
   for (int shift = 56; shift >= 0; shift -= 8) {
-    for (int b = tid; b < 256; b += blockDim.x) hist[b] = 0;
+    for (int b = tid; b < 256; b += nt) sh.hist[b] = 0;
     __syncthreads();
-    const unsigned long long pre = s_prefix;
+    const unsigned long long pre = sh.prefix;
     const int hs = shift + 8;  // the bits above this digit must equal the prefix's
-    for (int i = tid; i < n; i += blockDim.x) {
-      const unsigned long long k = key_of(x[i], i);
-      if (hs == 64 || (k >> hs) == (pre >> hs)) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+    for (int base = 0; base < m; base += nt) {  // block-uniform trip count: hist_add takes whole warps
+      const int i = base + tid;
+      const unsigned long long k = i < m ? key(i) : 0ull;
+      hist_add(sh.hist, unsigned(k >> shift) & 255u, i < m && (hs == 64 || (k >> hs) == (pre >> hs)));
     }
+    __syncthreads();
+    if (tid < 32) pick_bin(sh, sh.need);
     __syncthreads();
     if (tid == 0) {
-      unsigned above = 0;
-      const unsigned need = s_need;
-      int b = 255;
-      for (; b > 0; --b) {
-        if (above + hist[b] >= need) break;
-        above += hist[b];
-      }
-      s_prefix = pre | (static_cast<unsigned long long>(b) << shift);
-      s_need = need - above;
-      // The whole bin is wanted: every key >= s_prefix (low bits zero) is a candidate, and
-      // there are exactly R of them. At shift 0 the bin is a single key, so this always ends.
-      if (hist[b] == need - above) s_done = 1;
+      const unsigned need = sh.need, above = sh.above;
+      const int b = sh.bin;
+      sh.prefix = pre | (static_cast<unsigned long long>(b) << shift);
+      sh.need = need - above;
+      // The whole bin is wanted: every key >= prefix (low bits zero) is a candidate, and there
+      // are exactly R of them.
+      if (sh.hist[b] == need - above) sh.done = 1;
     }
     __syncthreads();
-    if (s_done) break;
+    if (sh.done) break;
   }
-  const unsigned long long lo = s_prefix;
+  return sh.prefix;
+}
+
+// Pass 1, block b of kLocalThreads: the R largest keys of x[b * chunk, min(n, (b + 1) * chunk))
+// into cand[b * R, (b + 1) * R) in any order, zero-padded when the chunk is shorter than R. The
+// R largest of all n are among these (each lies in the top R of its own chunk). SMEM: the
+// chunk's ords are read once into shared memory (chunk * 4 bytes <= kLocalSmemMax), else every
+// radix pass reads x again.
+template <bool SMEM>
+__global__ void __launch_bounds__(kLocalThreads) sample_local_kernel(const float* x, int n, int R, int chunk,
+                                                                    unsigned long long* cand) {
+  extern __shared__ unsigned s_ord[];
+  __shared__ SelectShared sh;
+  __shared__ int s_cnt;
+  const int tid = threadIdx.x;
+  const int base = int(int64_t(blockIdx.x) * chunk);  // < n: the launcher runs ceil(n / chunk) blocks
+  const int C = min(n - base, chunk);
+  unsigned long long* out = cand + size_t(blockIdx.x) * R;
+  if constexpr (SMEM) {
+#pragma unroll 8
+    for (int j = tid; j < C; j += kLocalThreads) s_ord[j] = ord_of(__ldg(x + base + j));
+    __syncthreads();
+  }
+  auto key = [&](int j) {
+    const unsigned o = SMEM ? s_ord[j] : ord_of(__ldg(x + base + j));
+    return (static_cast<unsigned long long>(o) << 32) | (0xFFFFFFFFu - unsigned(base + j));
+  };
+  if (C <= R) {  // the whole chunk is a candidate
+    for (int j = tid; j < R; j += kLocalThreads) out[j] = j < C ? key(j) : 0ull;
+    return;
+  }
+  if (tid == 0) s_cnt = 0;
+  const unsigned long long lo = radix_select(key, C, R, sh);
+  for (int j = tid; j < C; j += kLocalThreads) {
+    const unsigned long long k = key(j);
+    if (k >= lo) out[atomicAdd(&s_cnt, 1)] = k;  // exactly R keys
+  }
+}
+
+// Pass 2, one block of kSampleThreads over the m candidate keys of pass 1 (held in shared
+// memory): the R largest, sorted descending (the CPU's sorted candidate list), then the CPU
+// sampler's loop by one thread. R = k, or 1 when greedy.
+__global__ void __launch_bounds__(kSampleThreads) sample_final_kernel(const unsigned long long* cand, int m, int R,
+                                                                     float temp, float top_p, float min_p, double u01,
+                                                                     int* out) {
+  extern __shared__ unsigned long long s_cand[];  // [m]
+  __shared__ SelectShared sh;
+  __shared__ unsigned long long keys[kSampleThreads];  // candidates, sorted descending
+  __shared__ double prob[kSampleThreads];
+  __shared__ int s_cnt;
+  const int tid = threadIdx.x;
+#pragma unroll 4
+  for (int i = tid; i < m; i += kSampleThreads) s_cand[i] = __ldg(cand + i);
+  if (tid == 0) s_cnt = 0;
   keys[tid] = 0;
   __syncthreads();
-  for (int i = tid; i < n; i += blockDim.x) {
-    const unsigned long long k = key_of(x[i], i);
-    if (k >= lo) {
-      const int slot = atomicAdd(&s_cnt, 1);
-      if (slot < kSampleThreads) keys[slot] = k;
-    }
+  const unsigned long long lo = radix_select([&](int i) { return s_cand[i]; }, m, R, sh);
+  for (int i = tid; i < m; i += kSampleThreads) {
+    const unsigned long long k = s_cand[i];
+    if (k >= lo) keys[atomicAdd(&s_cnt, 1)] = k;  // exactly R keys (zeros pad below lo)
   }
   __syncthreads();
-  // Bitonic sort, descending (padding zeros sink to the end).
-  for (unsigned k = 2; k <= unsigned(kSampleThreads); k <<= 1)
+  // Bitonic sort of the first S = 2^ceil(log2 R) slots, descending (zeros past R sink).
+  unsigned S = 1;
+  while (S < unsigned(R)) S <<= 1;
+  for (unsigned k = 2; k <= S; k <<= 1)
     for (unsigned j = k >> 1; j > 0; j >>= 1) {
       const unsigned i = unsigned(tid), p = i ^ j;
-      if (p > i) {
+      if (i < S && p > i) {
         const unsigned long long a = keys[i], b = keys[p];
         const bool desc = (i & k) == 0;
         if (desc ? a < b : a > b) {
@@ -343,6 +435,19 @@ SampleScratch sample_scratch_alloc(int64_t n_vocab) {
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.ids), 2 * n * sizeof(int)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.cum), n * sizeof(double)));
   s.sort_bytes = sort_temp_bytes(int(n_vocab));
+  // Few-candidate path: pass 2 holds up to cand_cap keys (8 bytes each) in dynamic shared memory
+  // beside its ~17 KB of static arrays; the largest power of two up to 16384 that fits the
+  // device's opt-in limit, set once here (not in sample(), which may run under graph capture).
+  int dev_id = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&dev_id));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_id));
+  cudaFuncAttributes fa{};
+  CUDA_CHECK(cudaFuncGetAttributes(&fa, dev::sample_final_kernel));
+  s.cand_cap = 16384;
+  while (s.cand_cap > kSampleMaxK && size_t(s.cand_cap) * 8 + fa.sharedSizeBytes > size_t(optin)) s.cand_cap /= 2;
+  CUDA_CHECK(cudaFuncSetAttribute(dev::sample_final_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(size_t(s.cand_cap) * 8)));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.cand), size_t(s.cand_cap) * sizeof(unsigned long long)));
   CUDA_CHECK(cudaMalloc(&s.sort_tmp, std::max<size_t>(s.sort_bytes, 1)));
   // ids[0..n) = 0..n-1 once: the sort reads it and writes ids[n..2n), so it stays intact.
   const int blocks = int(std::min<int64_t>((n_vocab + 255) / 256, 1024));
@@ -360,6 +465,7 @@ void sample_scratch_free(SampleScratch& s) {
   if (s.ids) CUDA_CHECK(cudaFree(s.ids));
   if (s.cum) CUDA_CHECK(cudaFree(s.cum));
   if (s.sort_tmp) CUDA_CHECK(cudaFree(s.sort_tmp));
+  if (s.cand) CUDA_CHECK(cudaFree(s.cand));
   s = SampleScratch{};
 }
 
@@ -391,8 +497,21 @@ void sample(const float* x, int64_t n, const SamplingParams& p, const int* pen_i
     src = sc.vals;
   }
   if (!many) {
-    dev::sample_kernel<<<1, dev::kSampleThreads, 0, s>>>(src, int(n), int(R), p.temperature, p.top_p, p.min_p, u01,
-                                                         out);
+    // Pass 1: B blocks, each the R best of its chunk (at least 256 logits per block, and B * R
+    // candidates within the capacity of pass 2's shared memory); pass 2: one block over those.
+    if (!sc.cand || sc.cand_cap < R) LMF_FAIL("cuda sample: no candidate scratch for k = ", R);
+    const int64_t blocks0 = std::max<int64_t>(1, std::min<int64_t>(sc.cand_cap / R, (n + 255) / 256));
+    const int64_t chunk = (n + blocks0 - 1) / blocks0;
+    const int nb = int((n + chunk - 1) / chunk);
+    const size_t ord_bytes = size_t(chunk) * sizeof(unsigned);
+    if (ord_bytes <= dev::kLocalSmemMax)
+      dev::sample_local_kernel<true><<<nb, dev::kLocalThreads, ord_bytes, s>>>(src, int(n), int(R), int(chunk), sc.cand);
+    else
+      dev::sample_local_kernel<false><<<nb, dev::kLocalThreads, 0, s>>>(src, int(n), int(R), int(chunk), sc.cand);
+    CUDA_CHECK_LAUNCH();
+    const int m = nb * int(R);
+    dev::sample_final_kernel<<<1, dev::kSampleThreads, size_t(m) * sizeof(unsigned long long), s>>>(
+        sc.cand, m, int(R), p.temperature, p.top_p, p.min_p, u01, out);
     CUDA_CHECK_LAUNCH();
     return;
   }

@@ -13,20 +13,25 @@
 //
 // Supported (sample_supported): every configuration (any vocabulary of 1..INT32_MAX ids).
 //
-// Few candidates (greedy, or k <= kSampleMaxK): one block of 1024 threads, 1-3 launches:
+// Few candidates (greedy, or k <= kSampleMaxK): 2 launches (+ 2 with the penalty):
 //  1. If the penalty is on: copy the logits to scratch and rewrite the penalized ids there
 //     (ids are distinct; the rewrite is idempotent anyway).
 //  2. Every logit gets a 64-bit key that is unique and orders like the CPU sort:
 //        key = ord(value) << 32 | (0xFFFFFFFF - id)
 //     ord() maps float bits to an unsigned order (-0 folded into +0), so a larger key means a
 //     larger logit, or an equal logit with a smaller id.
-//  3. Radix select of the R-th largest key (R = k, or 1 when greedy), 8 bits per pass from the
-//     top, shared-memory histograms; it stops as soon as the chosen bin holds exactly the
-//     missing count (usually after 2-3 passes over the logits), leaving a lower bound `lo`
-//     such that exactly R keys are >= lo.
-//  4. Gather those R keys into shared memory, bitonic-sort them descending: this is the CPU's
-//     sorted candidate list.
-//  5. exp((v - max) / T) in double per candidate (in parallel), then one thread runs the CPU
+//  3. Pass 1, many blocks of 256 threads: block b takes a contiguous chunk of the logits (at
+//     least 256 of them; B blocks with B * R <= cand_cap) and writes the R largest keys of its
+//     chunk (all of them, zero-padded, when the chunk is shorter). The R largest of all n are
+//     among these: each lies in the top R of its own chunk.
+//  4. Pass 2, one block of 1024 threads over those B * R keys in shared memory: radix select of
+//     the R-th largest key (R = k, or 1 when greedy), 8 bits per pass from the top; it stops as
+//     soon as the chosen bin holds exactly the missing count (usually after 2-3 passes), leaving
+//     a lower bound `lo` such that exactly R keys are >= lo. Pass 1 selects the same way within
+//     its chunk. Histogram increments are aggregated per warp (one shared atomic per distinct
+//     bin) and the bin is found by a warp scan.
+//  5. Gather those R keys, bitonic-sort them descending: this is the CPU's sorted candidate list.
+//  6. exp((v - max) / T) in double per candidate (in parallel), then one thread runs the CPU
 //     loop verbatim in the same order: sum, normalize, min-p cut, top-p cut, kept mass, pick.
 //
 // Many candidates (k = 0, or k > kSampleMaxK; R = min(k, n) or n): 3 launches (+ penalty):
@@ -70,6 +75,9 @@ struct SampleScratch {
   double* cum = nullptr;     // device [n]: running sums of the kept probabilities
   void* sort_tmp = nullptr;  // device [sort_bytes]: cub radix sort scratch
   size_t sort_bytes = 0;
+  // Few candidates (k <= kSampleMaxK or greedy): pass 1's per-block candidates for pass 2.
+  unsigned long long* cand = nullptr;  // device [cand_cap]
+  int64_t cand_cap = 0;                // >= kSampleMaxK
 };
 SampleScratch sample_scratch_alloc(int64_t n_vocab);
 void sample_scratch_free(SampleScratch& s);

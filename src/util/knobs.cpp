@@ -29,6 +29,8 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode: the last attention split block of each KV head merges the splits (auto = off: a merge kernel)"},
       {"pdl_early_trigger", "LMFUSE_PDL_EARLY_TRIGGER", &Knobs::pdl_early_trigger,
        "CUDA decode: the QKV epilogue and attention kernels let the next kernel launch before their own wait"},
+      {"sample_two_pass", "LMFUSE_SAMPLE_TWO_PASS", &Knobs::sample_two_pass,
+       "CUDA sampling with top-k <= 1024: many blocks pick each chunk's best, then one block (auto = off: one block)"},
       {"prefill_inkernel_dequant", "LMFUSE_PREFILL_INKERNEL_DEQUANT", &Knobs::prefill_inkernel_dequant,
        "prefill: in-kernel dequant GEMM (1) vs dequant-once + vendor GEMM (0)"},
       {"prefill_route_tune", "LMFUSE_PREFILL_ROUTE_TUNE", &Knobs::prefill_route_tune,

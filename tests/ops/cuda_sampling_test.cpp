@@ -80,12 +80,16 @@ TEST(CudaSampling, MatchesCpuSampler) {
         for (int r = 0; r < 3; ++r) {
           const double u = r == 0 ? 0.0 : r == 1 ? 1.0 - 1.0 / 9007199254740992.0 : uniform53(ug);
           const int32_t want = lmf::sample_with_uniform(p, x, pen, u);
-          sample(dx.p(), n, p, sc.pen_ids, n_pen, u, out.p(), sc);
-          const int got = out.get()[0];
-          ++checked;
-          if (got != want) ++mismatches;
-          EXPECT_EQ(got, want) << "n " << n << " kind " << int(kind) << " T " << p.temperature << " k " << p.top_k
-                               << " p " << p.top_p << " min_p " << p.min_p << " rp " << p.repeat_penalty << " u " << u;
+          for (bool two : {false, true}) {  // both forms of the few-candidate path
+            sc.two_pass = two;
+            sample(dx.p(), n, p, sc.pen_ids, n_pen, u, out.p(), sc);
+            const int got = out.get()[0];
+            ++checked;
+            if (got != want) ++mismatches;
+            EXPECT_EQ(got, want) << "n " << n << " kind " << int(kind) << " T " << p.temperature << " k " << p.top_k
+                                 << " p " << p.top_p << " min_p " << p.min_p << " rp " << p.repeat_penalty << " u " << u
+                                 << " two-pass " << two;
+          }
         }
         CUDA_CHECK(cudaDeviceSynchronize());  // the pinned staging buffer is reused next config
       }
@@ -112,26 +116,41 @@ TEST(CudaSampling, ManyDrawsOneVocabulary) {
   all_tokens.top_p = 1.f;
   SamplingParams nucleus = all_tokens;  // k = 0 with top-p: the kept prefix is long
   nucleus.top_p = 0.95f;
-  for (const SamplingParams& q : {p, all_tokens, nucleus}) {
+  SamplingParams greedy_pen;  // one candidate through the few-candidate path
+  greedy_pen.temperature = 0;
+  greedy_pen.repeat_penalty = 1.3f;
+  const int pen_id = 17;
+  DevBuf<int> dpen(std::vector<int>{pen_id});
+  struct Case {
+    SamplingParams q;
+    bool two_pass;
+  };
+  for (const Case& cs : {Case{p, false}, Case{p, true}, Case{greedy_pen, false}, Case{greedy_pen, true},
+                         Case{all_tokens, false}, Case{nucleus, false}}) {
+    const SamplingParams& q = cs.q;
+    sc.two_pass = cs.two_pass;
+    const int n_pen = q.repeat_penalty != 1.f ? 1 : 0;
+    const std::vector<int32_t> pen = n_pen ? std::vector<int32_t>{pen_id} : std::vector<int32_t>{};
     bool all = true;
     for (int r = 0; r < 300; ++r) {
       const double u = uniform53(ug);
-      sample(dx.p(), n, q, nullptr, 0, u, out.p(), sc);
-      all &= out.get()[0] == lmf::sample_with_uniform(q, x, {}, u);
+      sample(dx.p(), n, q, dpen.p(), n_pen, u, out.p(), sc);
+      all &= out.get()[0] == lmf::sample_with_uniform(q, x, pen, u);
     }
-    EXPECT_TRUE(all) << "k " << q.top_k << " p " << q.top_p;
+    EXPECT_TRUE(all) << "k " << q.top_k << " p " << q.top_p << " two-pass " << cs.two_pass;
     // Device time of one sampled step (no host sync between launches).
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
     CUDA_CHECK(cudaEventRecord(e0));
-    for (int r = 0; r < 50; ++r) sample(dx.p(), n, q, nullptr, 0, 0.5, out.p(), sc);
+    for (int r = 0; r < 50; ++r) sample(dx.p(), n, q, dpen.p(), n_pen, 0.5, out.p(), sc);
     CUDA_CHECK(cudaEventRecord(e1));
     CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    std::printf("[sampling] n %lld T %.2f k %d p %.2f min_p %.2f: %.1f us per step\n", (long long)n, q.temperature,
-                q.top_k, q.top_p, q.min_p, 1000.0 * ms / 50);
+    std::printf("[sampling] n %lld T %.2f k %d p %.2f min_p %.2f rp %.2f%s: %.1f us per step\n", (long long)n,
+                q.temperature, q.top_k, q.top_p, q.min_p, q.repeat_penalty,
+                q.top_k > 0 || q.temperature <= 0 ? (cs.two_pass ? " two-pass" : " one-block") : "", 1000.0 * ms / 50);
     CUDA_CHECK(cudaEventDestroy(e0));
     CUDA_CHECK(cudaEventDestroy(e1));
   }
@@ -283,6 +302,7 @@ TEST(CudaSampling, LargeVocabularyFewCandidates) {
   std::mt19937_64 ug(52);
   const int64_t n = 262144;
   SampleScratch sc = sample_scratch_alloc(n);
+  sc.two_pass = true;  // the one-block form has no chunks; MatchesCpuSampler runs both forms
   DevBuf<int> out(1);
   int checked = 0, mismatches = 0;
   for (Kind kind : {Kind::Normal, Kind::Ties, Kind::NegInf}) {

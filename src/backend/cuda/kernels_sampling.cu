@@ -45,6 +45,131 @@ __global__ void sample_penalty_kernel(const float* x, float* y, const int* ids, 
   }
 }
 
+// The R candidates keys[0..R) sorted descending (all threads of the block call it, after the
+// sort's barrier): greedy takes the first; else the CPU sampler's arithmetic, in its order
+// (sampler.cpp), with the exp() per candidate in parallel and one thread for the sums.
+__device__ __forceinline__ void pick_from_sorted(const unsigned long long* keys, double* prob, int R, float temp,
+                                                 float top_p, float min_p, double u01, int* out) {
+  const int tid = threadIdx.x;
+  if (temp <= 0) {
+    if (tid == 0) *out = id_of(keys[0]);
+    return;
+  }
+  // From here on: the CPU sampler's arithmetic, in its order (sampler.cpp).
+  const float mx = val_of(unsigned(keys[0] >> 32));
+  for (int j = tid; j < R; j += blockDim.x) prob[j] = exp(double(val_of(unsigned(keys[j] >> 32)) - mx) / double(temp));
+  __syncthreads();
+  if (tid != 0) return;
+  double sum = 0;
+  for (int i = 0; i < R; ++i) sum += prob[i];
+  for (int i = 0; i < R; ++i) prob[i] /= sum;
+  int keep = R;
+  if (min_p > 0)
+    for (int i = 1; i < R; ++i)
+      if (prob[i] < min_p * prob[0]) {
+        keep = i;
+        break;
+      }
+  if (top_p < 1) {
+    double c = 0;
+    for (int i = 0; i < keep; ++i) {
+      c += prob[i];
+      if (c >= top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  double total = 0;
+  for (int i = 0; i < keep; ++i) total += prob[i];
+  const double u = u01 * total;
+  double c = 0;
+  int pick = keep - 1;
+  for (int i = 0; i < keep; ++i) {
+    c += prob[i];
+    if (u < c) {
+      pick = i;
+      break;
+    }
+  }
+  *out = id_of(keys[pick]);
+}
+
+// Few candidates in one block of kSampleThreads (LMFUSE_SAMPLE_TWO_PASS=0, the path measured in
+// session 3): x [n] (already penalized), R = candidates (k, or 1 when greedy); the radix passes
+// read x itself, one atomic per key.
+__global__ void __launch_bounds__(kSampleThreads) sample_one_block_kernel(const float* x, int n, int R, float temp,
+                                                               float top_p, float min_p, double u01, int* out) {
+  __shared__ unsigned hist[256];
+  __shared__ unsigned long long keys[kSampleThreads];  // candidates, sorted descending
+  __shared__ double prob[kSampleThreads];
+  __shared__ unsigned long long s_prefix;
+  __shared__ unsigned s_need;
+  __shared__ int s_done, s_cnt;
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    s_prefix = 0;
+    s_need = unsigned(R);
+    s_done = 0;
+    s_cnt = 0;
+  }
+  // Radix select, most significant digit first: s_prefix collects the digits of the R-th largest
+  // key; s_need is how many keys are still wanted inside the current prefix.
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = tid; b < 256; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+    const unsigned long long pre = s_prefix;
+    const int hs = shift + 8;  // the bits above this digit must equal the prefix's
+    for (int i = tid; i < n; i += blockDim.x) {
+      const unsigned long long k = key_of(x[i], i);
+      if (hs == 64 || (k >> hs) == (pre >> hs)) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      unsigned above = 0;
+      const unsigned need = s_need;
+      int b = 255;
+      for (; b > 0; --b) {
+        if (above + hist[b] >= need) break;
+        above += hist[b];
+      }
+      s_prefix = pre | (static_cast<unsigned long long>(b) << shift);
+      s_need = need - above;
+      // The whole bin is wanted: every key >= s_prefix (low bits zero) is a candidate, and
+      // there are exactly R of them. At shift 0 the bin is a single key, so this always ends.
+      if (hist[b] == need - above) s_done = 1;
+    }
+    __syncthreads();
+    if (s_done) break;
+  }
+  const unsigned long long lo = s_prefix;
+  keys[tid] = 0;
+  __syncthreads();
+  for (int i = tid; i < n; i += blockDim.x) {
+    const unsigned long long k = key_of(x[i], i);
+    if (k >= lo) {
+      const int slot = atomicAdd(&s_cnt, 1);
+      if (slot < kSampleThreads) keys[slot] = k;
+    }
+  }
+  __syncthreads();
+  // Bitonic sort, descending (padding zeros sink to the end).
+  for (unsigned k = 2; k <= unsigned(kSampleThreads); k <<= 1)
+    for (unsigned j = k >> 1; j > 0; j >>= 1) {
+      const unsigned i = unsigned(tid), p = i ^ j;
+      if (p > i) {
+        const unsigned long long a = keys[i], b = keys[p];
+        const bool desc = (i & k) == 0;
+        if (desc ? a < b : a > b) {
+          keys[i] = b;
+          keys[p] = a;
+        }
+      }
+      __syncthreads();
+    }
+  pick_from_sorted(keys, prob, R, temp, top_p, min_p, u01, out);
+}
+
 // ---- Few candidates (greedy, or k <= kSampleMaxK): two passes of radix select. ----
 
 constexpr int kLocalThreads = 256;
@@ -207,48 +332,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_final_kernel(const unsi
       }
       __syncthreads();
     }
-  if (temp <= 0) {
-    if (tid == 0) *out = id_of(keys[0]);
-    return;
-  }
-  // From here on: the CPU sampler's arithmetic, in its order (sampler.cpp).
-  const float mx = val_of(unsigned(keys[0] >> 32));
-  for (int j = tid; j < R; j += blockDim.x) prob[j] = exp(double(val_of(unsigned(keys[j] >> 32)) - mx) / double(temp));
-  __syncthreads();
-  if (tid != 0) return;
-  double sum = 0;
-  for (int i = 0; i < R; ++i) sum += prob[i];
-  for (int i = 0; i < R; ++i) prob[i] /= sum;
-  int keep = R;
-  if (min_p > 0)
-    for (int i = 1; i < R; ++i)
-      if (prob[i] < min_p * prob[0]) {
-        keep = i;
-        break;
-      }
-  if (top_p < 1) {
-    double c = 0;
-    for (int i = 0; i < keep; ++i) {
-      c += prob[i];
-      if (c >= top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  double total = 0;
-  for (int i = 0; i < keep; ++i) total += prob[i];
-  const double u = u01 * total;
-  double c = 0;
-  int pick = keep - 1;
-  for (int i = 0; i < keep; ++i) {
-    c += prob[i];
-    if (u < c) {
-      pick = i;
-      break;
-    }
-  }
-  *out = id_of(keys[pick]);
+  pick_from_sorted(keys, prob, R, temp, top_p, min_p, u01, out);
 }
 
 
@@ -495,6 +579,12 @@ void sample(const float* x, int64_t n, const SamplingParams& p, const int* pen_i
     dev::sample_penalty_kernel<<<(n_pen + 255) / 256, 256, 0, s>>>(x, sc.vals, pen_ids, n_pen, int(n), p.repeat_penalty);
     CUDA_CHECK_LAUNCH();
     src = sc.vals;
+  }
+  if (!many && !sc.two_pass) {
+    dev::sample_one_block_kernel<<<1, dev::kSampleThreads, 0, s>>>(src, int(n), int(R), p.temperature, p.top_p,
+                                                                   p.min_p, u01, out);
+    CUDA_CHECK_LAUNCH();
+    return;
   }
   if (!many) {
     // Pass 1: B blocks, each the R best of its chunk (at least 256 logits per block, and B * R

@@ -13,7 +13,9 @@
 //
 // Supported (sample_supported): every configuration (any vocabulary of 1..INT32_MAX ids).
 //
-// Few candidates (greedy, or k <= kSampleMaxK): 2 launches (+ 2 with the penalty):
+// Few candidates (greedy, or k <= kSampleMaxK), two-pass form (SampleScratch::two_pass, knob
+// LMFUSE_SAMPLE_TWO_PASS; the other form is session 3's single block of 1024 threads whose radix
+// passes read all n logits, one shared atomic per key): 2 launches (+ 2 with the penalty):
 //  1. If the penalty is on: copy the logits to scratch and rewrite the penalized ids there
 //     (ids are distinct; the rewrite is idempotent anyway).
 //  2. Every logit gets a 64-bit key that is unique and orders like the CPU sort:
@@ -75,7 +77,9 @@ struct SampleScratch {
   double* cum = nullptr;     // device [n]: running sums of the kept probabilities
   void* sort_tmp = nullptr;  // device [sort_bytes]: cub radix sort scratch
   size_t sort_bytes = 0;
-  // Few candidates (k <= kSampleMaxK or greedy): pass 1's per-block candidates for pass 2.
+  // Few candidates (k <= kSampleMaxK or greedy): the two-pass form (knob sample_two_pass; else
+  // the one-block kernel), and pass 1's per-block candidates for pass 2.
+  bool two_pass = false;
   unsigned long long* cand = nullptr;  // device [cand_cap]
   int64_t cand_cap = 0;                // >= kSampleMaxK
 };

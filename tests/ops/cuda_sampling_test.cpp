@@ -251,45 +251,47 @@ TEST(CudaSampling, BoundariesOfTheRunningSums) {
   sample_scratch_free(sc);
 }
 
-// The many-candidate path (sort + running sums) captured into a CUDA graph and replayed on new
-// logits: no host sync or allocation inside sample().
-TEST(CudaSampling, GraphCaptureAllTokens) {
-  std::mt19937 rng(41);
-  const int64_t n = 151936;
-  SampleScratch sc = sample_scratch_alloc(n);
+// sample(p, u) on n logits captured into a CUDA graph once (no host sync or allocation inside
+// sample()), then replayed on `replays` fresh sets of logits of kinds a and b alternately; each
+// replay's id must be the CPU sampler's.
+static void check_graph_replays(SampleScratch& sc, int64_t n, const SamplingParams& p, double u, int replays, Kind a, Kind b,
+                                std::mt19937& rng) {
   DevBuf<float> dx{size_t(n)};
   DevBuf<int> out(1);
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  SamplingParams p;
-  p.top_k = 0;
-  p.top_p = 0.9f;
-  p.min_p = 0.f;
-  p.temperature = 1.2f;
-  const double u = 0.61803398874989484;
   cudaGraph_t g;
   CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
   sample(dx.p(), n, p, nullptr, 0, u, out.p(), sc, st);
   CUDA_CHECK(cudaStreamEndCapture(st, &g));
   cudaGraphExec_t ge;
   CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  bool all = true;
-  for (int r = 0; r < 5; ++r) {
-    const auto x = make_logits(n, r % 2 ? Kind::Normal : Kind::Ties, rng);
+  for (int r = 0; r < replays; ++r) {
+    const auto x = make_logits(n, r % 2 ? b : a, rng);
     dx.upload(x);
     // A pageable cudaMemcpy may return before its DMA lands, and st does not wait for the
     // legacy stream: wait here, or the graph may read the previous replay's logits.
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaGraphLaunch(ge, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
-    const int got = out.get()[0], want = lmf::sample_with_uniform(p, x, {}, u);
-    all &= got == want;
-    EXPECT_EQ(got, want) << "replay " << r;
+    EXPECT_EQ(out.get()[0], lmf::sample_with_uniform(p, x, {}, u)) << "k " << p.top_k << " replay " << r;
   }
-  EXPECT_TRUE(all);
   CUDA_CHECK(cudaGraphExecDestroy(ge));
   CUDA_CHECK(cudaGraphDestroy(g));
   CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+// The many-candidate path (sort + running sums) in a CUDA graph.
+TEST(CudaSampling, GraphCaptureAllTokens) {
+  std::mt19937 rng(41);
+  const int64_t n = 151936;
+  SampleScratch sc = sample_scratch_alloc(n);
+  SamplingParams p;
+  p.top_k = 0;
+  p.top_p = 0.9f;
+  p.min_p = 0.f;
+  p.temperature = 1.2f;
+  check_graph_replays(sc, n, p, 0.61803398874989484, 5, Kind::Ties, Kind::Normal, rng);
   sample_scratch_free(sc);
 }
 
@@ -333,29 +335,8 @@ TEST(CudaSampling, LargeVocabularyFewCandidates) {
         }
   }
   std::printf("[sampling 256K] %d cases, %d mismatches\n", checked, mismatches);
-  // Graph capture of the few-candidate path (dynamic shared memory set up at scratch allocation).
-  DevBuf<float> dx{size_t(n)};
-  cudaStream_t st;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  SamplingParams p;  // defaults: T 0.8, top-k 40, top-p 0.95, min-p 0.05
-  const double u = 0.41421356237309503;
-  cudaGraph_t g;
-  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  sample(dx.p(), n, p, nullptr, 0, u, out.p(), sc, st);
-  CUDA_CHECK(cudaStreamEndCapture(st, &g));
-  cudaGraphExec_t ge;
-  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  for (int r = 0; r < 3; ++r) {
-    const auto x = make_logits(n, r % 2 ? Kind::Normal : Kind::Peaked, rng);
-    dx.upload(x);
-    CUDA_CHECK(cudaDeviceSynchronize());  // see GraphCaptureAllTokens
-    CUDA_CHECK(cudaGraphLaunch(ge, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    EXPECT_EQ(out.get()[0], lmf::sample_with_uniform(p, x, {}, u)) << "replay " << r;
-  }
-  CUDA_CHECK(cudaGraphExecDestroy(ge));
-  CUDA_CHECK(cudaGraphDestroy(g));
-  CUDA_CHECK(cudaStreamDestroy(st));
+  // In a CUDA graph (pass 2's dynamic shared memory is set up at scratch allocation).
+  check_graph_replays(sc, n, SamplingParams{}, 0.41421356237309503, 3, Kind::Peaked, Kind::Normal, rng);
   sample_scratch_free(sc);
 }
 

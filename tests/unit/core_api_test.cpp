@@ -14,6 +14,19 @@ namespace {
 
 const std::string kGolden = std::string(LMFUSE_SOURCE_DIR) + "/tests/data/golden/";
 
+// The golden tiny Qwen3 on the CPU backend (2 threads, 64 positions), for Sessions.
+struct TinyCpu {
+  std::unique_ptr<lmf::Model> model = lmf::Model::load(kGolden + "qwen3-tiny-q4_0.gguf");
+  std::unique_ptr<lmf::Backend> be;
+  TinyCpu() {
+    lmf::BackendOptions bo;
+    bo.n_threads = 2;
+    bo.n_ctx = 64;
+    be = lmf::make_cpu_backend(bo);
+    be->load(*model);
+  }
+};
+
 TEST(PublicApi, EvalMatchesSessionAndKeepsTheConversation) {
   lmfuse::EngineOptions o;
   o.device = "cpu";
@@ -26,13 +39,8 @@ TEST(PublicApi, EvalMatchesSessionAndKeepsTheConversation) {
   auto l2 = m->eval(b, true);
   EXPECT_EQ(m->position(), 6);
 
-  auto model = lmf::Model::load(kGolden + "qwen3-tiny-q4_0.gguf");
-  lmf::BackendOptions bo;
-  bo.n_threads = 2;
-  bo.n_ctx = 64;
-  auto be = lmf::make_cpu_backend(bo);
-  be->load(*model);
-  lmf::Session s(*model, *be);
+  const TinyCpu t;
+  lmf::Session s(*t.model, *t.be);
   std::vector<int32_t> all = {1, 5, 9, 12, 3, 4};
   auto ref = s.eval(all, true);
   ASSERT_EQ(l2.size(), 2u * 320);
@@ -45,12 +53,7 @@ TEST(PublicApi, EvalMatchesSessionAndKeepsTheConversation) {
 // are) picks the same tokens as eval() followed by Sampler::sample, for greedy, greedy with the
 // repetition penalty, and seeded sampling with and without top-k / min-p / penalty.
 TEST(Session, EvalNextIsEvalThenSample) {
-  auto model = lmf::Model::load(kGolden + "qwen3-tiny-q4_0.gguf");
-  lmf::BackendOptions bo;
-  bo.n_threads = 2;
-  bo.n_ctx = 64;
-  auto be = lmf::make_cpu_backend(bo);
-  be->load(*model);
+  const TinyCpu t;
   std::vector<lmf::SamplingParams> cases(5);
   cases[0].temperature = 0;
   cases[1].temperature = 0;
@@ -63,7 +66,7 @@ TEST(Session, EvalNextIsEvalThenSample) {
     const std::vector<int32_t> prompt = {1, 5, 9, 12, 3, 4};
     std::vector<int32_t> seq[2];
     for (int way = 0; way < 2; ++way) {
-      lmf::Session s(*model, *be);
+      lmf::Session s(*t.model, *t.be);
       lmf::Sampler sampler(cases[c]);
       std::vector<int32_t> hist = prompt;
       int32_t next = way ? s.eval_next(prompt, sampler, hist) : sampler.sample(s.eval(prompt), hist);

@@ -45,6 +45,25 @@ __global__ void sample_penalty_kernel(const float* x, float* y, const int* ids, 
   }
 }
 
+// Bitonic sort of keys[0, S) descending, S a power of two <= blockDim.x (every thread of the
+// block calls it; it ends with a barrier).
+__device__ __forceinline__ void bitonic_sort_desc(unsigned long long* keys, unsigned S) {
+  const unsigned i = threadIdx.x;
+  for (unsigned k = 2; k <= S; k <<= 1)
+    for (unsigned j = k >> 1; j > 0; j >>= 1) {
+      const unsigned p = i ^ j;
+      if (i < S && p > i) {
+        const unsigned long long a = keys[i], b = keys[p];
+        const bool desc = (i & k) == 0;
+        if (desc ? a < b : a > b) {
+          keys[i] = b;
+          keys[p] = a;
+        }
+      }
+      __syncthreads();
+    }
+}
+
 // The R candidates keys[0..R) sorted descending (all threads of the block call it, after the
 // sort's barrier): greedy takes the first; else the CPU sampler's arithmetic, in its order
 // (sampler.cpp), with the exp() per candidate in parallel and one thread for the sums.
@@ -153,20 +172,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_one_block_kernel(const 
     }
   }
   __syncthreads();
-  // Bitonic sort, descending (padding zeros sink to the end).
-  for (unsigned k = 2; k <= unsigned(kSampleThreads); k <<= 1)
-    for (unsigned j = k >> 1; j > 0; j >>= 1) {
-      const unsigned i = unsigned(tid), p = i ^ j;
-      if (p > i) {
-        const unsigned long long a = keys[i], b = keys[p];
-        const bool desc = (i & k) == 0;
-        if (desc ? a < b : a > b) {
-          keys[i] = b;
-          keys[p] = a;
-        }
-      }
-      __syncthreads();
-    }
+  bitonic_sort_desc(keys, unsigned(kSampleThreads));  // padding zeros sink to the end
   pick_from_sorted(keys, prob, R, temp, top_p, min_p, u01, out);
 }
 
@@ -316,22 +322,9 @@ __global__ void __launch_bounds__(kSampleThreads) sample_final_kernel(const unsi
     if (k >= lo) keys[atomicAdd(&s_cnt, 1)] = k;  // exactly R keys (zeros pad below lo)
   }
   __syncthreads();
-  // Bitonic sort of the first S = 2^ceil(log2 R) slots, descending (zeros past R sink).
-  unsigned S = 1;
+  unsigned S = 1;  // the first 2^ceil(log2 R) slots (zeros past R sink)
   while (S < unsigned(R)) S <<= 1;
-  for (unsigned k = 2; k <= S; k <<= 1)
-    for (unsigned j = k >> 1; j > 0; j >>= 1) {
-      const unsigned i = unsigned(tid), p = i ^ j;
-      if (i < S && p > i) {
-        const unsigned long long a = keys[i], b = keys[p];
-        const bool desc = (i & k) == 0;
-        if (desc ? a < b : a > b) {
-          keys[i] = b;
-          keys[p] = a;
-        }
-      }
-      __syncthreads();
-    }
+  bitonic_sort_desc(keys, S);
   pick_from_sorted(keys, prob, R, temp, top_p, min_p, u01, out);
 }
 

@@ -296,7 +296,7 @@ TEST(CudaSampling, GraphCaptureAllTokens) {
 }
 
 // The few-candidate path's pass 1 in both forms: chunks held in shared memory (k = 40 or 1 on
-// 256K logits) and, for chunks over 48 KB of ords (k >= 1000 on 256K logits: 16 blocks of 16K),
+// 256K logits) and, for chunks over 44 KB of ords (k >= 1000 on 256K logits: 16 blocks of 16K),
 // read from global memory on every radix pass; with the penalty and greedy (one candidate), and
 // captured into a CUDA graph.
 TEST(CudaSampling, LargeVocabularyFewCandidates) {

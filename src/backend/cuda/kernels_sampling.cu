@@ -179,7 +179,9 @@ __global__ void __launch_bounds__(kSampleThreads) sample_one_block_kernel(const 
 // ---- Few candidates (greedy, or k <= kSampleMaxK): two passes of radix select. ----
 
 constexpr int kLocalThreads = 256;
-constexpr size_t kLocalSmemMax = 48 * 1024;  // chunk ords held in shared memory up to this size
+// Chunk ords held in shared memory up to this size: the 48 KB a launch may take without opting
+// in, less room for the kernel's static shared memory (SelectShared, ~1 KB).
+constexpr size_t kLocalSmemMax = 44 * 1024;
 
 struct SelectShared {
   unsigned hist[256];

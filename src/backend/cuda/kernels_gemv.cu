@@ -25,7 +25,7 @@ bool launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
 // still gives every row group its own warp and a warp's whole row group is in the batches it
 // loads before the PDL wait (short_shape: 8B and 4B o_proj; 0.6B qkv, o, down). Automatic = one per SM
 // for exactly those (session 6: +1.7 % on 8B, +2.7 % on 4B end to end).
-int gemv_grid(const void* func, int rows, size_t smem, bool short_shape) {
+int gemv_grid(const void* func, int threads, int rows, size_t smem, bool short_shape) {
   static std::mutex mu;
   static std::map<std::pair<const void*, size_t>, int> occ_cache;
   int occ;
@@ -33,7 +33,7 @@ int gemv_grid(const void* func, int rows, size_t smem, bool short_shape) {
     std::lock_guard<std::mutex> lk(mu);
     auto it = occ_cache.find({func, smem});
     if (it == occ_cache.end()) {
-      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, func, kGemvThreads, smem));
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, func, threads, smem));
       if (occ < 1) occ = 1;
       occ_cache[{func, smem}] = occ;
     } else {
@@ -43,7 +43,7 @@ int gemv_grid(const void* func, int rows, size_t smem, bool short_shape) {
   const int n_rg = (rows + kRows - 1) / kRows;
   const int sms = device_sm_count();
   const Tri mode = gemv_coresident_mode();
-  const bool one = mode == Tri::Auto ? short_shape && n_rg <= sms * kGemvWarps : mode == Tri::On;
+  const bool one = mode == Tri::Auto ? short_shape && n_rg <= sms * (threads / 32) : mode == Tri::On;
   const int per_sm = one ? 1 : occ;
   return std::max(1, std::min(n_rg, sms * per_sm));
 }

@@ -46,16 +46,25 @@
 
 namespace lmf::cuda::dev {
 
-constexpr int kGemvWarps = 8;
-constexpr int kGemvThreads = kGemvWarps * 32;
 constexpr int kRows = 4;  // rows per warp (row group)
 // Quantized types run the integer path with <= 128 registers, so two blocks (16 warps) fit an
 // SM: twice the loads in flight and the 8B shapes' row groups in one round (qkv: 1536 groups vs
 // 2112 warps). F16/BF16 keep 64 B per lane per row in registers: one block per SM.
 template <DType T>
 constexpr bool kInt8x = T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q8_0;
+// Warps per block. The integer-dot types: LMF_GEMV_INT8_WARPS, 8 (two blocks per SM, the
+// default) or 16 (one block of 16 warps per SM: the same warps and loads in flight, but x staged
+// once per SM instead of twice; a compile-time experiment, docs/PERF.md session 11). F16/BF16: 8.
+#ifndef LMF_GEMV_INT8_WARPS
+#define LMF_GEMV_INT8_WARPS 8
+#endif
+static_assert(LMF_GEMV_INT8_WARPS == 8 || LMF_GEMV_INT8_WARPS == 16, "8 or 16 warps");
 template <DType T>
-constexpr int kMinBlocks = kInt8x<T> ? 2 : 1;
+constexpr int kGemvWarps = kInt8x<T> ? LMF_GEMV_INT8_WARPS : 8;
+template <DType T>
+constexpr int kGemvThreads = kGemvWarps<T> * 32;
+template <DType T>
+constexpr int kMinBlocks = kInt8x<T> ? 16 / LMF_GEMV_INT8_WARPS : 1;
 static_assert(kRows % 2 == 0, "SiluMul pairs rows inside a row group");
 
 template <DType T>
@@ -119,9 +128,9 @@ template <DType T>
 inline int gemv_ksplit(int rows, int cols, int sms) {
   const int n_rg = (rows + kRows - 1) / kRows;
   const int ngroups = (cols / 32 + 31) / 32;
-  const long slots = long(sms) * kMinBlocks<T> * kGemvWarps;
+  const long slots = long(sms) * kMinBlocks<T> * kGemvWarps<T>;
   int k = 1;
-  while (k < kGemvWarps && 10L * n_rg * k < 9L * slots && (2 * k - 1) * kSteps<T> < ngroups) k *= 2;
+  while (k < 8 && 10L * n_rg * k < 9L * slots && (2 * k - 1) * kSteps<T> < ngroups) k *= 2;
   return k;
 }
 
@@ -332,7 +341,7 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
 }
 
 // Stages x (after the prologue) in shared memory: the layout of the header comment. All
-// kGemvThreads threads of the block call it; the caller synchronizes before reading xs4.
+// kGemvThreads<T> threads of the block call it; the caller synchronizes before reading xs4.
 template <DType T, Prologue PRO>
 __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red) {
   // Thread t takes float4 t of each 1024-element slice. The loads of kXBatch slices are issued
@@ -341,7 +350,10 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   // per slice (ncu, 8B down GEMV: half of all warp stall samples sat in this staging, at the
   // first use of each load). 8 consecutive lanes hold one 32-element block, so its max / sum is
   // 3 shuffles. Values and summation order are those of the one-slice-at-a-time loop.
-  static_assert(kGemvThreads == kNormThreads, "the Norm prologue must match rmsnorm_rows");
+  constexpr int NT = kGemvThreads<T>;
+  // The Norm prologue's sum of squares runs in rmsnorm_rows' order: threads t < kNormThreads
+  // (all of them unless the block is wider), thread t summing float4 t, t + kNormThreads, ...
+  static_assert(NT % kNormThreads == 0, "the Norm prologue must match rmsnorm_rows");
   // Slices per batch, bounded by registers: AddNorm holds 3 loads per slice, Norm 2 (with gamma),
   // the plain prologue 1, so 6 there (8B down: 2 batches instead of 3; 12 spilled).
   constexpr int kXBatch = PRO == Prologue::AddNorm ? 2 : PRO == Prologue::None ? 6 : 4;
@@ -351,12 +363,12 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   const float4* res4 = reinterpret_cast<const float4*>(p.residual);
   const float4* gam4 = reinterpret_cast<const float4*>(p.gamma);
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-  // h = in (+ residual) for slices base + j*kGemvThreads, j < kXBatch (zero past the end).
-  auto load_h = [&](int base, float4 (&h)[kXBatch]) {
+  // h = in (+ residual) for slices base + j*stride, j < kXBatch (zero past the end).
+  auto load_h = [&](int base, float4 (&h)[kXBatch], int stride) {
     float4 r[kXBatch];
 #pragma unroll
     for (int j = 0; j < kXBatch; ++j) {
-      const int i4 = base + j * kGemvThreads + int(threadIdx.x);
+      const int i4 = base + j * stride + int(threadIdx.x);
       h[j] = i4 < n4 ? __ldg(in4 + i4) : zero;
       if constexpr (PRO == Prologue::AddNorm) r[j] = i4 < n4 ? __ldg(res4 + i4) : zero;
     }
@@ -369,13 +381,15 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   float rn = 1.f;
   if constexpr (PRO != Prologue::None) {
     // Pass 1: sum of squares in rmsnorm_rows' order (thread t: float4 t, t+256, ...).
+    constexpr int NS = kNormThreads;
     float ss = 0.f;
-    for (int base = 0; base < n4; base += kXBatch * kGemvThreads) {
+    if (NT == NS || int(threadIdx.x) < NS)
+    for (int base = 0; base < n4; base += kXBatch * NS) {
       float4 h[kXBatch];
-      load_h(base, h);
+      load_h(base, h, NS);
 #pragma unroll
       for (int j = 0; j < kXBatch; ++j) {
-        const int i4 = base + j * kGemvThreads + int(threadIdx.x);
+        const int i4 = base + j * NS + int(threadIdx.x);
         if (i4 < n4) {
           if constexpr (PRO == Prologue::AddNorm)
             if (blockIdx.x == 0) reinterpret_cast<float4*>(p.residual_out)[i4] = h[j];
@@ -383,22 +397,23 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
         }
       }
     }
+    // (block_sum over a wider block adds the extra warps' zeros: the same tree, the same sum)
     rn = rms_scale(block_sum(ss, red), p.cols, p.eps);
   }
-  for (int base = 0; base < n4; base += kXBatch * kGemvThreads) {  // uniform trip count: shuffles are safe
+  for (int base = 0; base < n4; base += kXBatch * NT) {  // uniform trip count: shuffles are safe
     float4 h[kXBatch], gm[kXBatch];
-    load_h(base, h);
+    load_h(base, h, NT);
     if constexpr (PRO != Prologue::None) {
 #pragma unroll
       for (int j = 0; j < kXBatch; ++j) {
-        const int i4 = base + j * kGemvThreads + int(threadIdx.x);
+        const int i4 = base + j * NT + int(threadIdx.x);
         gm[j] = i4 < n4 ? __ldg(gam4 + i4) : zero;
       }
     }
 #pragma unroll
     for (int j = 0; j < kXBatch; ++j) {
-      const int i4 = base + j * kGemvThreads + int(threadIdx.x);
-      if (base + j * kGemvThreads >= n4) break;  // uniform: no slice left for any thread
+      const int i4 = base + j * NT + int(threadIdx.x);
+      if (base + j * NT >= n4) break;  // uniform: no slice left for any thread
       const bool ok = i4 < n4;
       float4 v = h[j];
       if constexpr (PRO != Prologue::None) v = norm_apply4(v, rn, gm[j]);
@@ -437,13 +452,13 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
 }
 
 template <DType T, Prologue PRO, Epilogue EPI>
-__global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
+__global__ void __launch_bounds__(kGemvThreads<T>, kMinBlocks<T>)
     gemv_kernel(const __grid_constant__ GemvParams p) {
   // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
   // {dx, sum q}[nblk] (see the header comment).
   extern __shared__ float4 xs4[];
   __shared__ float red[32];
-  __shared__ float kred[2][kGemvWarps][kRows];  // split-K partials, double-buffered by row group
+  __shared__ float kred[2][kGemvWarps<T>][kRows];  // split-K partials, double-buffered by row group
   // Launch timeline stamps (measurement; not in the in-GEMV QKV epilogue instances, whose
   // register budget they would spill, and which the timed chain does not use).
   constexpr bool kTl = EPI != Epilogue::QKV;
@@ -454,7 +469,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   const int ngroups = (nblk + 31) / 32;
   const int ks = p.ksplit;
   const int sub = warp % ks, slot = warp / ks;
-  const int rg_step = gridDim.x * (kGemvWarps / ks);
+  const int rg_step = gridDim.x * (kGemvWarps<T> / ks);
 
   const uint64_t pol = evict_first_policy();
   constexpr int U = kSteps<T>;
@@ -486,7 +501,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks<T>)
   // The Norm prologue's second pass reads gamma after the block reduction: its lines are
   // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
   if constexpr (PRO != Prologue::None)
-    for (int line = int(threadIdx.x); line * 32 < p.cols; line += kGemvThreads) prefetch_l1(p.gamma + line * 32);
+    for (int line = int(threadIdx.x); line * 32 < p.cols; line += kGemvThreads<T>) prefetch_l1(p.gamma + line * 32);
   // Everything above reads only weights; from here on inputs of the previous kernel are read
   // and outputs written (PDL, see pdl_launch.cuh).
   pdl_wait_trigger(false);

@@ -24,7 +24,7 @@
 
 namespace lmf::cuda::dev {
 
-int gemv_grid(const void* func, int rows, size_t smem, bool short_shape);  // kernels_gemv.cu
+int gemv_grid(const void* func, int threads, int rows, size_t smem, bool short_shape);  // kernels_gemv.cu
 bool gemv_split_k_enabled();                              // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
 
@@ -41,10 +41,10 @@ void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {
   }
   // Short shape: a row group's column batches all fit the two batches loaded before the wait.
   const bool short_shape = (p.cols / 32 + 31) / 32 <= 2 * kSteps<T>;
-  const int grid = gemv_grid(reinterpret_cast<const void*>(k), p.rows, smem, short_shape);
+  const int grid = gemv_grid(reinterpret_cast<const void*>(k), kGemvThreads<T>, p.rows, smem, short_shape);
   GemvParams q = p;
   q.ksplit = gemv_split_k_enabled() ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
-  launch_pdl(k, dim3(grid), dim3(kGemvThreads), smem, s, q);
+  launch_pdl(k, dim3(grid), dim3(kGemvThreads<T>), smem, s, q);
 }
 
 }  // namespace lmf::cuda::dev

@@ -426,10 +426,12 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
 // Pass 2. One block per query head, thread d owns dimension d. Every split's (m_s, l_s) is loaded
 // once per block (one split per thread) into shared memory and its weight w_s = l_s e^(m_s - M)
 // computed once; each thread issues its part_o loads kMergeBatch at a time before using any (the
-// first batch before the weights are known), so a merge over S splits waits for ~1 + S/16 L2
-// round trips instead of one per few splits. Sums run in split order (den += w_s, num =
-// fma(o_s, w_s, num)); a split with l_s = 0 gets w_s = 0, which adds exact zeros.
-constexpr int kMergeBatch = 16;
+// first batch before the weights are known): 64, so the ~2 splits per SM of attn_plan_splits over
+// 8 KV heads (33 on an H200) are one L2 round trip (16, measured in session 7, took three at depth
+// 4096). M = max m_s is reduced by warp 0 (exact in any order) instead of by every thread
+// serially. Sums run in split order (den += w_s, num = fma(o_s, w_s, num)); a split with l_s = 0
+// gets w_s = 0, which adds exact zeros.
+constexpr int kMergeBatch = 64;
 inline size_t attn_merge_smem(int n_splits) { return size_t(2) * size_t(n_splits) * sizeof(float); }
 
 template <int HD>
@@ -463,10 +465,17 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
     sl[s] = __ldcg(ml + 2 * s + 1);
   }
   __syncthreads();
-  float M = -INFINITY;
-  for (int s = 0; s < used; ++s)
-    if (sl[s] > 0.f) M = fmaxf(M, sm[s]);
-  __syncthreads();  // every thread has read m_s before it becomes w_s
+  __shared__ float s_M;
+  if (d < 32) {  // HD >= 32
+    float m = -INFINITY;
+    for (int s = d; s < used; s += 32)
+      if (sl[s] > 0.f) m = fmaxf(m, sm[s]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (d == 0) s_M = m;
+  }
+  __syncthreads();  // warp 0 has read every m_s before it becomes w_s
+  const float M = s_M;
   for (int s = d; s < used; s += HD) sm[s] = sl[s] > 0.f ? sl[s] * __expf(sm[s] - M) : 0.f;
   __syncthreads();
   tl_mark(tl, 0);  // split weights known

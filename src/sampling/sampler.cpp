@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "sampling/pick.h"
 #include "util/status.h"
 
 namespace lmf {
@@ -60,41 +61,12 @@ int32_t sample_with_uniform(const SamplingParams& p_, std::span<const float> log
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
   cand_.resize(k);
-  // softmax with temperature (sorted descending, so cand_[0] is the max)
+  // softmax with temperature (sorted descending, so cand_[0] is the max), min-p, top-p and the
+  // pick: sampling/pick.h, shared with the CUDA sampler.
   const float mx = cand_[0].first;
   std::vector<double> prob(k);
-  double sum = 0;
-  for (size_t i = 0; i < k; ++i) sum += prob[i] = std::exp(double(cand_[i].first - mx) / p_.temperature);
-  for (auto& p : prob) p /= sum;
-  // min-p: drop tokens below min_p * p_max
-  size_t keep = k;
-  if (p_.min_p > 0)
-    for (size_t i = 1; i < k; ++i)
-      if (prob[i] < p_.min_p * prob[0]) {
-        keep = i;
-        break;
-      }
-  // top-p: smallest prefix with cumulative probability >= top_p
-  if (p_.top_p < 1) {
-    double c = 0;
-    for (size_t i = 0; i < keep; ++i) {
-      c += prob[i];
-      if (c >= p_.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += prob[i];
-  // u01 has 53 random bits so the result does not depend on the library's distributions.
-  const double u = u01 * total;
-  double c = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    c += prob[i];
-    if (u < c) return cand_[i].second;
-  }
-  return cand_[keep - 1].second;
+  for (size_t i = 0; i < k; ++i) prob[i] = std::exp(double(cand_[i].first - mx) / p_.temperature);
+  return cand_[size_t(pick_sorted(prob.data(), (long long)k, p_.top_p, p_.min_p, u01))].second;
 }
 
 }  // namespace lmf

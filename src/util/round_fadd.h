@@ -8,11 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define LMF_HOST_DEVICE __host__ __device__
-#else
-#define LMF_HOST_DEVICE
-#endif
+#include "util/host_device.h"
 
 namespace lmf {
 

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/sampling.h"
+#include "sampling/pick.h"
 #include "util/status.h"
 
 namespace lmf::cuda {
@@ -25,9 +26,10 @@ __device__ __forceinline__ float val_of(unsigned o) {
 }
 // Unique per token; descending key order = (logit desc, id asc). Never 0 for a real token
 // (the id part is >= 2^32 - 2^31), so 0 pads the sort.
-__device__ __forceinline__ unsigned long long key_of(float v, int i) {
-  return (static_cast<unsigned long long>(ord_of(v)) << 32) | (0xFFFFFFFFu - unsigned(i));
+__device__ __forceinline__ unsigned long long key_of_ord(unsigned o, int i) {
+  return (static_cast<unsigned long long>(o) << 32) | (0xFFFFFFFFu - unsigned(i));
 }
+__device__ __forceinline__ unsigned long long key_of(float v, int i) { return key_of_ord(ord_of(v), i); }
 __device__ __forceinline__ int id_of(unsigned long long k) { return int(0xFFFFFFFFu - unsigned(k)); }
 
 __global__ void sample_copy_kernel(const float* x, float* y, int n) {
@@ -65,8 +67,8 @@ __device__ __forceinline__ void bitonic_sort_desc(unsigned long long* keys, unsi
 }
 
 // The R candidates keys[0..R) sorted descending (all threads of the block call it, after the
-// sort's barrier): greedy takes the first; else the CPU sampler's arithmetic, in its order
-// (sampler.cpp), with the exp() per candidate in parallel and one thread for the sums.
+// sort's barrier): greedy takes the first; else the exp() per candidate in parallel (the CPU's
+// expression), then the CPU sampler's own code (sampling/pick.h) in one thread.
 __device__ __forceinline__ void pick_from_sorted(const unsigned long long* keys, double* prob, int R, float temp,
                                                  float top_p, float min_p, double u01, int* out) {
   const int tid = threadIdx.x;
@@ -74,44 +76,10 @@ __device__ __forceinline__ void pick_from_sorted(const unsigned long long* keys,
     if (tid == 0) *out = id_of(keys[0]);
     return;
   }
-  // From here on: the CPU sampler's arithmetic, in its order (sampler.cpp).
   const float mx = val_of(unsigned(keys[0] >> 32));
   for (int j = tid; j < R; j += blockDim.x) prob[j] = exp(double(val_of(unsigned(keys[j] >> 32)) - mx) / double(temp));
   __syncthreads();
-  if (tid != 0) return;
-  double sum = 0;
-  for (int i = 0; i < R; ++i) sum += prob[i];
-  for (int i = 0; i < R; ++i) prob[i] /= sum;
-  int keep = R;
-  if (min_p > 0)
-    for (int i = 1; i < R; ++i)
-      if (prob[i] < min_p * prob[0]) {
-        keep = i;
-        break;
-      }
-  if (top_p < 1) {
-    double c = 0;
-    for (int i = 0; i < keep; ++i) {
-      c += prob[i];
-      if (c >= top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  double total = 0;
-  for (int i = 0; i < keep; ++i) total += prob[i];
-  const double u = u01 * total;
-  double c = 0;
-  int pick = keep - 1;
-  for (int i = 0; i < keep; ++i) {
-    c += prob[i];
-    if (u < c) {
-      pick = i;
-      break;
-    }
-  }
-  *out = id_of(keys[pick]);
+  if (tid == 0) *out = id_of(keys[pick_sorted(prob, R, top_p, min_p, u01)]);  // sampler.cpp's code
 }
 
 // Few candidates in one block of kSampleThreads (LMFUSE_SAMPLE_TWO_PASS=0, the path measured in
@@ -285,10 +253,7 @@ __global__ void __launch_bounds__(kLocalThreads) sample_local_kernel(const float
     for (int j = tid; j < C; j += kLocalThreads) s_ord[j] = ord_of(__ldg(x + base + j));
     __syncthreads();
   }
-  auto key = [&](int j) {
-    const unsigned o = SMEM ? s_ord[j] : ord_of(__ldg(x + base + j));
-    return (static_cast<unsigned long long>(o) << 32) | (0xFFFFFFFFu - unsigned(base + j));
-  };
+  auto key = [&](int j) { return key_of_ord(SMEM ? s_ord[j] : ord_of(__ldg(x + base + j)), base + j); };
   if (C <= R) {  // the whole chunk is a candidate
     for (int j = tid; j < R; j += kLocalThreads) out[j] = j < C ? key(j) : 0ull;
     return;

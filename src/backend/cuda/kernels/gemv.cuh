@@ -130,7 +130,7 @@ inline int gemv_ksplit(int rows, int cols, int sms) {
   const int ngroups = (cols / 32 + 31) / 32;
   const long slots = long(sms) * kMinBlocks<T> * kGemvWarps<T>;
   int k = 1;
-  while (k < 8 && 10L * n_rg * k < 9L * slots && (2 * k - 1) * kSteps<T> < ngroups) k *= 2;
+  while (k < kGemvWarps<T> && 10L * n_rg * k < 9L * slots && (2 * k - 1) * kSteps<T> < ngroups) k *= 2;
   return k;
 }
 
@@ -383,8 +383,9 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
     // Pass 1: sum of squares in rmsnorm_rows' order (thread t: float4 t, t+256, ...).
     constexpr int NS = kNormThreads;
     float ss = 0.f;
-    if (NT == NS || int(threadIdx.x) < NS)
-    for (int base = 0; base < n4; base += kXBatch * NS) {
+    // Threads past kNormThreads (a 16-warp block) take no float4 here and add zeros below.
+    const int n4_mine = NT == NS || int(threadIdx.x) < NS ? n4 : 0;
+    for (int base = 0; base < n4_mine; base += kXBatch * NS) {
       float4 h[kXBatch];
       load_h(base, h, NS);
 #pragma unroll

@@ -26,7 +26,9 @@ std::vector<int32_t> penalty_ids(const SamplingParams& p, std::span<const int32_
 // The sampling algorithm with its random number given: u01 in [0, 1) (ignored when greedy).
 // Order: penalty over pen_ids -> candidates sorted by (logit desc, id asc) -> top-k -> softmax
 // with temperature (double) -> min-p -> top-p -> the first candidate whose cumulative
-// probability exceeds u01 * (kept mass). Backends that sample on the device follow this exactly.
+// probability exceeds u01 * (kept mass). The sums (softmax denominator, cumulative probability,
+// kept mass) run in sampling/chunked_sum.h's order: left to right within chunks of 256
+// candidates, then over the chunk totals. Backends that sample on the device follow this exactly.
 int32_t sample_with_uniform(const SamplingParams& p, std::span<const float> logits,
                             std::span<const int32_t> pen_ids, double u01,
                             std::vector<std::pair<float, int32_t>>* scratch = nullptr);

@@ -12,6 +12,7 @@
 #include "backend/cuda/sampling.h"
 #include "cuda_test.h"
 #include "cuda_test_util.h"
+#include "sampling/chunked_sum.h"
 #include "sampling/sampler.h"
 #include "util/status.h"
 
@@ -157,7 +158,7 @@ TEST(CudaSampling, ManyDrawsOneVocabulary) {
   sample_scratch_free(sc);
 }
 
-// The CPU sampler's intermediate values (the same loops as sampling/sampler.cpp), only to place
+// The CPU sampler's intermediate values (the same sums as sampling/sampler.cpp), only to place
 // uniforms, top-p and min-p right on its boundaries; the tests compare against
 // sample_with_uniform itself.
 struct CpuTrace {
@@ -172,8 +173,10 @@ CpuTrace cpu_trace(const SamplingParams& p, const std::vector<float>& x) {
   if (p.top_k > 0 && size_t(p.top_k) < c.size()) c.resize(size_t(p.top_k));
   CpuTrace t;
   t.prob.resize(c.size());
+  lmf::ChunkedSum norm;  // the sampler's order of summation (sampling/chunked_sum.h)
   double sum = 0;
-  for (size_t i = 0; i < c.size(); ++i) sum += t.prob[i] = std::exp(double(c[i].first - c[0].first) / p.temperature);
+  for (size_t i = 0; i < c.size(); ++i)
+    sum = norm.add(t.prob[i] = std::exp(double(c[i].first - c[0].first) / p.temperature));
   for (auto& v : t.prob) v /= sum;
   size_t keep = c.size();
   if (p.min_p > 0)
@@ -182,12 +185,12 @@ CpuTrace cpu_trace(const SamplingParams& p, const std::vector<float>& x) {
         keep = i;
         break;
       }
-  double run = 0;
+  lmf::ChunkedSum run;
   for (size_t i = 0; i < keep; ++i) {
-    t.cum.push_back(run += t.prob[i]);
-    if (p.top_p < 1 && run >= p.top_p) break;
+    t.cum.push_back(run.add(t.prob[i]));
+    if (p.top_p < 1 && t.cum.back() >= p.top_p) break;
   }
-  t.total = run;
+  t.total = t.cum.back();
   return t;
 }
 

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/sampling.h"
+#include "sampling/chunked_sum.h"
 #include "sampling/pick.h"
 #include "util/status.h"
 
@@ -308,142 +309,183 @@ __global__ void sample_iota_kernel(int* ids, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) ids[i] = i;
 }
 
-// A quarter of the spacing of doubles just above s (s > 0 normal, or 0 -> 0). Any e < this
-// leaves s unchanged when added (round to nearest needs e >= half the spacing), and so does every
-// later, smaller e: the factor 2 of slack covers exp() not being exactly monotone (its error
-// is ~1 ulp, so a later e exceeds an earlier one by at most a few ulps).
-__device__ __forceinline__ double quarter_ulp(double s) {
-  const double pow2 = __longlong_as_double(__double_as_longlong(s) & 0x7FF0000000000000ll);  // 2^exponent(s)
-  return pow2 * 0x1p-54;
+// ---- Many candidates, after the sort: the sums in chunked_sum.h's order, chunk totals in
+// parallel. Chunk b holds sorted candidates [b * kSumChunk, (b + 1) * kSumChunk). ----
+
+// 0 + v[0] + v[1] + ... + v[m - 1], left to right (one thread; v in shared memory). Loads are
+// batched ahead of the dependent adds; the order of the adds is kept.
+__device__ __forceinline__ double serial_sum(double s, const double* v, int m) {
+  int j = 0;
+  for (; j + 8 <= m; j += 8) {
+    double t[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) t[q] = v[j + q];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) s = s + t[q];
+  }
+  for (; j < m; ++j) s = s + v[j];
+  return s;
 }
 
-// One block of kSampleThreads over the R best candidates, sorted: skey [R] (= ~ord, ascending),
-// sid [R]. cum [R] is scratch for the running sums. Every sum the CPU sampler forms sequentially
-// is formed here sequentially too, by thread 0, in the same order, from the same doubles; the
-// other threads only compute those doubles (exp, division) a chunk ahead, which is per-element
-// arithmetic and order-free.
-__global__ void __launch_bounds__(kSampleThreads) sample_sorted_kernel(const unsigned* skey, const int* sid, int R,
-                                                                      float temp, float top_p, float min_p, double u01,
-                                                                      double* cum, int* out) {
-  constexpr int C = kSampleThreads;
-  __shared__ double e[C];  // one chunk of exp values (phase 1) or probabilities (phase 3)
-  __shared__ double s_sum;
-  __shared__ int s_stop1, s_stop3, s_keep, s_cut, s_ncum;
-  const int tid = threadIdx.x;
+// Pass 1, one block of kSumChunk threads per chunk: e_i = exp((v_i - max) / T) (sampler.cpp's
+// value before normalizing; max = the first sorted logit) and the chunk's total S[b].
+__global__ void __launch_bounds__(kSumChunk) sample_exp_kernel(const unsigned* skey, int R, float temp, double* e,
+                                                              double* S) {
+  __shared__ double sv[kSumChunk];
+  const int i = int(blockIdx.x) * kSumChunk + int(threadIdx.x);
   const float mx = val_of(~skey[0]);
-  const double T = double(temp);
-  auto ex = [&](int i) { return exp(double(val_of(~skey[i]) - mx) / T); };  // sampler.cpp's prob[i] before / sum
+  const double v = i < R ? exp(double(val_of(~skey[i]) - mx) / double(temp)) : 0.0;
+  if (i < R) e[i] = v;
+  sv[threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) S[blockIdx.x] = serial_sum(0.0, sv, min(kSumChunk, R - int(blockIdx.x) * kSumChunk));
+}
+
+// Pass 2, same grid: sum = T over the nch chunk totals S (every block forms it, the same way);
+// prob_i = e_i / sum; F[b] = the chunk's first i >= 1 with prob_i < min_p * prob_0 (R if none);
+// S2[b] = the chunk's total of prob.
+__global__ void __launch_bounds__(kSumChunk) sample_norm_kernel(int R, int nch, float min_p, const double* e,
+                                                               const double* S, double* prob, double* S2, int* F) {
+  __shared__ double sv[kSumChunk];
+  __shared__ double s_sum;
+  __shared__ int s_first;
+  const int tid = threadIdx.x;
+  double sum = 0;  // thread 0's: T_0 = 0 + S_0, T_b = T_{b-1} + S_b
+  for (int t0 = 0; t0 < nch; t0 += kSumChunk) {
+    sv[tid] = t0 + tid < nch ? S[t0 + tid] : 0.0;
+    __syncthreads();
+    if (tid == 0) sum = serial_sum(sum, sv, min(kSumChunk, nch - t0));
+    __syncthreads();
+  }
   if (tid == 0) {
-    s_stop1 = 0;
-    s_stop3 = 0;
-    s_keep = R;
-    s_cut = 0;
-    s_ncum = 0;
+    s_sum = sum;
+    s_first = R;
   }
-  // Phase 1: sum = e_0 + e_1 + ... + e_{R-1}, left to right. Stops early only where the rest
-  // provably adds nothing (every remaining e is below half an ulp of the running sum).
-  double sum = 0;  // thread 0's
-  for (int base = 0; base < R; base += C) {
-    e[tid] = base + tid < R ? ex(base + tid) : 0.0;
-    __syncthreads();
-    if (tid == 0) {
-      if (e[0] < quarter_ulp(sum)) {
-        s_stop1 = 1;
-      } else {
-        const int m = min(C, R - base);
-        int j = 0;
-        for (; j + 8 <= m; j += 8) {  // loads batched ahead of the dependent adds; order kept
-          double v[8];
-#pragma unroll
-          for (int t = 0; t < 8; ++t) v[t] = e[j + t];
-#pragma unroll
-          for (int t = 0; t < 8; ++t) sum += v[t];
-        }
-        for (; j < m; ++j) sum += e[j];
-      }
-      s_sum = sum;
-    }
-    __syncthreads();
-    if (s_stop1) break;
-  }
+  __syncthreads();
   sum = s_sum;
-  // Phase 2 (min-p): keep = the first i >= 1 with e_i / sum < min_p * (1 / sum), scanned chunk by
-  // chunk in order so the first hit is the global first; the comparisons are the CPU's exactly.
-  if (min_p > 0) {
-    const double thr = double(min_p) * (1.0 / sum);
-    for (int base = 0; base < R; base += C) {
-      const int i = base + tid;
-      if (i >= 1 && i < R && ex(i) / sum < thr) atomicMin(&s_keep, i);
-      __syncthreads();
-      const bool found = s_keep < R;
-      __syncthreads();  // everyone has read s_keep before the next chunk's atomicMin
-      if (found) break;
+  const int i = int(blockIdx.x) * kSumChunk + tid;
+  const double pr = i < R ? e[i] / sum : 0.0;
+  if (i < R) prob[i] = pr;
+  if (min_p > 0 && i >= 1 && i < R && pr < double(min_p) * (e[0] / sum)) atomicMin(&s_first, i);
+  sv[tid] = pr;
+  __syncthreads();
+  if (tid == 0) {
+    F[blockIdx.x] = s_first;
+    S2[blockIdx.x] = serial_sum(0.0, sv, min(kSumChunk, R - int(blockIdx.x) * kSumChunk));
+  }
+}
+
+// The first i < lim whose running sum C_i of prob (chunked_sum.h) satisfies C_i >= thr (ge) or
+// C_i > thr (!ge), and C_i there; or i = lim and C_{lim-1} if none. T_b (the running sum at the
+// end of full chunk b) is written to Tb[b] for every full chunk passed over; with tb_known > 0 the
+// first tb_known of them are read instead (binary search: T_b never decreases), so a later search
+// over a prefix of an earlier one does not add the chunk totals again. Every thread of the block
+// calls it with the same arguments and gets the result.
+struct RunHit {
+  int i;
+  double c;
+};
+__device__ RunHit find_running(const double* prob, const double* S2, double* Tb, int lim, double thr, bool ge,
+                               int tb_known, double* sv) {
+  __shared__ int s_chunk, s_b0;
+  __shared__ double s_base;
+  __shared__ RunHit s_res;
+  const int tid = threadIdx.x;
+  const int full = lim / kSumChunk;  // chunks wholly inside [0, lim)
+  auto hit = [&](double c) { return ge ? c >= thr : c > thr; };
+  if (tid == 0) {
+    s_chunk = -1;
+    s_base = 0;
+    s_b0 = 0;
+    const int known = min(tb_known, full);
+    if (known > 0) {  // the first known chunk whose T_b hits, if any
+      int lo = 0, hi = known;
+      while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (hit(Tb[mid]))
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      s_base = lo > 0 ? Tb[lo - 1] : 0.0;
+      if (lo < known) s_chunk = lo;
+      s_b0 = lo;
     }
   }
-  const int keep_mp = s_keep;
-  // Phase 3 (top-p, kept mass): c = prob_0 + prob_1 + ... left to right over i < keep, written
-  // to cum[i]; stops at the first c >= top_p (the cut), or where the rest adds nothing (then c
-  // never reaches top_p later either: it no longer changes).
-  double c = 0;  // thread 0's
-  for (int base = 0; base < keep_mp; base += C) {
-    e[tid] = base + tid < keep_mp ? ex(base + tid) / sum : 0.0;
+  __syncthreads();
+  // Full chunks from s_b0 on, their totals through shared memory a tile at a time: thread 0 adds
+  // T_b = T_{b-1} + S2[b] and stops at the first chunk whose T_b hits.
+  for (int t0 = s_b0; t0 < full; t0 += kSumChunk) {
+    if (s_chunk >= 0) break;  // block-uniform: read after a barrier
+    const int m = min(kSumChunk, full - t0);
+    sv[tid] = tid < m ? S2[t0 + tid] : 0.0;
     __syncthreads();
     if (tid == 0) {
-      if (e[0] < quarter_ulp(c)) {
-        s_stop3 = 1;
-      } else {
-        const int m = min(C, keep_mp - base);
-        const bool tp = top_p < 1;
-        int j = 0, cut = -1;
-        for (; j + 8 <= m && cut < 0; j += 8) {  // as in phase 1; the top-p test is off the add chain
-          double v[8], r[8];
-#pragma unroll
-          for (int t = 0; t < 8; ++t) v[t] = e[j + t];
-#pragma unroll
-          for (int t = 0; t < 8; ++t) {
-            c += v[t];
-            r[t] = c;
-            cum[base + j + t] = c;
-          }
-          if (tp && c >= top_p) {  // the running sum crossed top_p in this batch (it never decreases)
-            int t = 0;
-            while (r[t] < top_p) ++t;
-            cut = j + t;
-            c = r[t];  // the sums past the cut are not the CPU's: drop them
-          }
+      double base = s_base;
+      for (int j = 0; j < m; ++j) {
+        const double t = base + sv[j];
+        Tb[t0 + j] = t;  // also for the chunk that hits: a later search may end right after it
+        if (hit(t)) {
+          s_chunk = t0 + j;
+          break;
         }
-        for (; j < m && cut < 0; ++j) {
-          c += e[j];
-          cum[base + j] = c;
-          if (tp && c >= top_p) cut = j;
-        }
-        if (cut >= 0) {
-          s_cut = base + cut + 1;
-          s_stop3 = 1;
-          s_ncum = base + cut + 1;
-        } else {
-          s_ncum = base + m;
+        base = t;
+      }
+      s_base = base;
+    }
+    __syncthreads();
+  }
+  // Walk the chunk found, or else the partial chunk at the end of [0, lim), if there is one.
+  const int b = s_chunk >= 0 ? s_chunk : full;
+  const int lo = b * kSumChunk, m = min(kSumChunk, lim - lo);
+  if (tid == 0) s_res = RunHit{lim, s_base};  // nothing hit: C_{lim-1} = T_{full-1} when m <= 0
+  if (m > 0) {
+    sv[tid] = tid < m ? prob[lo + tid] : 0.0;
+    __syncthreads();
+    if (tid == 0) {
+      double local = 0;
+      for (int j = 0; j < m; ++j) {
+        local = local + sv[j];
+        s_res.c = s_base + local;
+        if (hit(s_res.c)) {
+          s_res.i = lo + j;
+          break;
         }
       }
     }
-    __syncthreads();
-    if (s_stop3) break;
   }
-  if (tid != 0) return;
-  const int keep = s_cut ? s_cut : keep_mp;
-  const int ncum = s_ncum;  // cum[ncum..keep) would all equal c
-  // total = the same left-to-right sum over i < keep = c. Pick: the first i < keep with
-  // u < cum[i]; cum is non-decreasing, so a binary search finds it; none -> keep - 1.
-  const double u = u01 * c;
-  int lo = 0, hi = ncum;  // first index in [0, ncum) with cum > u, or ncum
-  while (lo < hi) {
-    const int mid = (lo + hi) >> 1;
-    if (u < cum[mid])
-      hi = mid;
-    else
-      lo = mid + 1;
+  __syncthreads();
+  const RunHit r = s_res;
+  __syncthreads();  // s_res and sv are reused by the next call
+  return r;
+}
+
+// Pass 3, one block of kSumChunk threads: min-p keep (the smallest F[b]), top-p cut, kept mass
+// and the pick, all with chunked_sum.h's running sums; *out = the picked id.
+__global__ void __launch_bounds__(kSumChunk) sample_pick_kernel(const int* sid, int R, int nch, float top_p,
+                                                               float min_p, double u01, const double* prob,
+                                                               const double* S2, const int* F, double* Tb, int* out) {
+  __shared__ double sv[kSumChunk];
+  __shared__ int s_keep;
+  const int tid = threadIdx.x;
+  if (tid == 0) s_keep = R;
+  __syncthreads();
+  if (min_p > 0) {
+    int f = R;
+    for (int b = tid; b < nch; b += kSumChunk) f = min(f, F[b]);
+    atomicMin(&s_keep, f);
   }
-  *out = sid[lo < ncum ? lo : keep - 1];
+  __syncthreads();
+  const int keep_mp = s_keep;
+  // top-p: the first i < keep_mp with C_i >= top_p: keep = i + 1, total = C_i. No cut (or top-p
+  // off: a threshold nothing reaches): keep = keep_mp, total = C_{keep_mp - 1}.
+  const double tp = top_p < 1 ? double(top_p) : double(INFINITY);
+  const RunHit cut = find_running(prob, S2, Tb, keep_mp, tp, true, 0, sv);
+  const int keep = cut.i < keep_mp ? cut.i + 1 : keep_mp;
+  // The pick: the first i < keep with u < C_i, u = u01 * total (the running sums are the same as
+  // the cut search's up to keep, so its T_b are reused); none -> keep - 1.
+  const RunHit pick = find_running(prob, S2, Tb, keep, u01 * cut.c, false, keep / kSumChunk, sv);
+  if (tid == 0) *out = sid[pick.i < keep ? pick.i : keep - 1];
 }
 
 }  // namespace dev
@@ -478,6 +520,10 @@ SampleScratch sample_scratch_alloc(int64_t n_vocab) {
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.keys), 2 * n * sizeof(unsigned)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.ids), 2 * n * sizeof(int)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.cum), n * sizeof(double)));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.e), n * sizeof(double)));
+  s.n_chunks = (n_vocab + kSumChunk - 1) / kSumChunk;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.chunk), 2 * size_t(s.n_chunks) * sizeof(double)));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.chunk_first), size_t(s.n_chunks) * sizeof(int)));
   s.sort_bytes = sort_temp_bytes(int(n_vocab));
   // Few-candidate path: pass 2 holds up to cand_cap keys (8 bytes each) in dynamic shared memory
   // beside its ~17 KB of static arrays; the largest power of two up to 16384 that fits the
@@ -508,6 +554,9 @@ void sample_scratch_free(SampleScratch& s) {
   if (s.keys) CUDA_CHECK(cudaFree(s.keys));
   if (s.ids) CUDA_CHECK(cudaFree(s.ids));
   if (s.cum) CUDA_CHECK(cudaFree(s.cum));
+  if (s.e) CUDA_CHECK(cudaFree(s.e));
+  if (s.chunk) CUDA_CHECK(cudaFree(s.chunk));
+  if (s.chunk_first) CUDA_CHECK(cudaFree(s.chunk_first));
   if (s.sort_tmp) CUDA_CHECK(cudaFree(s.sort_tmp));
   if (s.cand) CUDA_CHECK(cudaFree(s.cand));
   s = SampleScratch{};
@@ -575,8 +624,15 @@ void sample(const float* x, int64_t n, const SamplingParams& p, const int* pen_i
   dev::sample_keys_kernel<<<blocks, 256, 0, s>>>(src, keys_in, int(n));
   CUDA_CHECK_LAUNCH();
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sc.sort_tmp, bytes, keys_in, keys_out, ids_in, ids_out, int(n), 0, 32, s));
-  dev::sample_sorted_kernel<<<1, dev::kSampleThreads, 0, s>>>(keys_out, ids_out, int(R), p.temperature, p.top_p,
-                                                              p.min_p, u01, sc.cum, out);
+  const int nch = int((R + kSumChunk - 1) / kSumChunk);
+  dev::sample_exp_kernel<<<nch, kSumChunk, 0, s>>>(keys_out, int(R), p.temperature, sc.e, sc.chunk);
+  CUDA_CHECK_LAUNCH();
+  dev::sample_norm_kernel<<<nch, kSumChunk, 0, s>>>(int(R), nch, p.min_p, sc.e, sc.chunk, sc.cum, sc.chunk + sc.n_chunks,
+                                                    sc.chunk_first);
+  CUDA_CHECK_LAUNCH();
+  // The chunk totals of e (sc.chunk's first half) are no longer read: the pick's T_b go there.
+  dev::sample_pick_kernel<<<1, kSumChunk, 0, s>>>(ids_out, int(R), nch, p.top_p, p.min_p, u01, sc.cum,
+                                                  sc.chunk + sc.n_chunks, sc.chunk_first, sc.chunk, out);
   CUDA_CHECK_LAUNCH();
 }
 

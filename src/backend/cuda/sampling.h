@@ -36,23 +36,20 @@
 //  6. exp((v - max) / T) in double per candidate (in parallel), then one thread runs the CPU
 //     loop verbatim in the same order: sum, normalize, min-p cut, top-p cut, kept mass, pick.
 //
-// Many candidates (k = 0, or k > kSampleMaxK; R = min(k, n) or n): 3 launches (+ penalty):
+// Many candidates (k = 0, or k > kSampleMaxK; R = min(k, n) or n): 5 launches (+ penalty):
 //  1. keys[i] = ~ord(x[i]); cub's stable radix sort of (keys, ids 0..n-1) ascending = the CPU's
 //     (logit desc, id asc) order of all n (partial_sort's first k are the same k).
-//  2. One block of 1024 threads; the other threads compute, one chunk of 1024 ahead, the
-//     doubles the CPU computes per element (exp((v - max) / T), e / sum, the min-p test);
-//     thread 0 forms every running sum the CPU forms, left to right in sorted order, from those
-//     same doubles: the normalizing sum; the top-p / kept-mass sum c (stored as cum[i]); and
-//     the pick is the first i with u01 * total < cum[i] (binary search: cum never decreases).
-//     Exactness does not rest on any reassociation; the only shortcuts are exact:
-//       - min-p's first failing index is a min over per-element comparisons;
-//       - a running sum stops early once the next term is < 1/4 ulp of the sum: every later
-//         term is no larger (sorted order; exp's ~1 ulp error is covered by the factor 2), so
-//         adding it leaves the sum unchanged under round-to-nearest, exactly as on the CPU;
-//       - total = c at the top-p cut (or at the end): the CPU's total loop is the same sum.
-//     Cost is one dependent double add per surviving term per sum (~1.5-1.9 ms on an H200
-//     for n = 151936 when all of them survive; far less when min-p / top-p / a peaked
-//     distribution cut early), versus copying the logits out and sorting them on the host.
+//  2. The sampler's sums run in sampling/chunked_sum.h's order (left to right within chunks of
+//     256 sorted candidates, then over the chunk totals), so they split into parallel work with
+//     the CPU's roundings, and the exp() / division per candidate are the CPU's expressions:
+//     a. one block per chunk: e_i = exp((v_i - max) / T), and the chunk's total of e;
+//     b. one block per chunk: sum = the chunk totals left to right (each block forms it),
+//        prob_i = e_i / sum, the chunk's first index failing min-p, the chunk's total of prob;
+//     c. one block: min-p keep = the smallest first failing index; the top-p cut = the first
+//        running sum >= top_p (chunk totals added left to right, then a walk inside the chunk
+//        that crosses); kept mass = the running sum there; the pick = the first running sum
+//        > u01 * kept mass (binary search over the chunk-end sums of the cut search, then a
+//        walk inside one chunk).
 // No allocation, no host sync in the launcher (graph-capture safe, tested); the scratch needs
 // no reset between launches.
 #pragma once
@@ -74,7 +71,14 @@ struct SampleScratch {
   // Many candidates (k = 0 or k > kSampleMaxK): the full sort and the running sums.
   unsigned* keys = nullptr;  // device [2n]: sort keys in [0, n), sorted keys in [n, 2n)
   int* ids = nullptr;        // device [2n]: 0..n-1 in [0, n) (written once), sorted ids in [n, 2n)
-  double* cum = nullptr;     // device [n]: running sums of the kept probabilities
+  double* cum = nullptr;     // device [n]: the probabilities in sorted order
+  double* e = nullptr;       // device [n]: exp((v - max) / T) in sorted order
+  // Per chunk of kSumChunk sorted candidates (sampling/chunked_sum.h): the totals of e, then
+  // the running sums T_b at chunk ends ([n_chunks]); the totals of the probabilities
+  // ([n_chunks]); each chunk's first index failing min-p.
+  double* chunk = nullptr;   // device [2 * n_chunks]
+  int* chunk_first = nullptr;  // device [n_chunks]
+  int64_t n_chunks = 0;
   void* sort_tmp = nullptr;  // device [sort_bytes]: cub radix sort scratch
   size_t sort_bytes = 0;
   // Few candidates (k <= kSampleMaxK or greedy): the two-pass form (knob sample_two_pass; else

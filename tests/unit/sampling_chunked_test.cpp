@@ -51,8 +51,12 @@ TEST(ChunkedSum, PlainUpTo256ThenTwoLevel) {
       plain += v[i];
       const double got = c.add(v[i]);
       EXPECT_EQ(got, want[i]) << "n " << n << " i " << i;
-      if (i < size_t(kSumChunk)) EXPECT_EQ(got, plain) << "n " << n << " i " << i;
-      if (i > 0) EXPECT_GE(got, want[i - 1]) << "running sums never decrease";
+      if (i < size_t(kSumChunk)) {
+        EXPECT_EQ(got, plain) << "n " << n << " i " << i;
+      }
+      if (i > 0) {
+        EXPECT_GE(got, want[i - 1]) << "running sums never decrease";
+      }
     }
   }
   // Beyond one chunk the order matters: some n of these differs from the plain sum.

@@ -927,7 +927,7 @@ void CudaBackend::finish_run(Graph& g, GraphState& st, const StepInput& in) {
       cuda::sample_scratch_free(sample_);
       sample_ = cuda::sample_scratch_alloc(lt.cols);
     }
-    sample_.two_pass = tri_resolve(opts_.knobs.sample_two_pass, false);
+    sample_.two_pass = tri_resolve(opts_.knobs.sample_two_pass, true);
     const int n_pen = cuda::upload_penalty_ids(in.penalty_ids, in.n_penalty_ids, sample_, stream_);
     cuda::sample(l + (lt.rows - 1) * lt.cols, lt.cols, *in.sample, sample_.pen_ids, n_pen, in.sample_u01, d_io_ + 3,
                  sample_, stream_);

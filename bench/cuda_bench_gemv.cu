@@ -23,6 +23,7 @@
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/qkv_post.h"
 #include "cuda_bench_util.cuh"
+#include "util/knobs.h"
 
 using namespace lmf;
 using namespace lmf::cuda;
@@ -149,6 +150,8 @@ bool g_merge_fusion = false;  // the chain's attention: merge fused into the spl
 
 void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DType t, int pos,
                         bool timeline = false) {
+  // GEMV block width as the backend picks it for this model (LMFUSE_GEMV_WIDE: 0/1/auto).
+  set_gemv_wide(tri_resolve(Knobs::from_env().gemv_wide, m.hidden >= kWideMinEmbd));
   const int64_t n_ctx = 4096;
   const int qkv_rows = (m.n_head + 2 * m.n_kv) * m.hd;
   struct Layer {

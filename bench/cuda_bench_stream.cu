@@ -200,12 +200,12 @@ __global__ void bcast_read(const float4* __restrict__ p, int n4, bool distinct, 
 // The GEMVs' x staging alone (gemv_stage_x, Q4_0 int8 codes), no weights: per-block stamps.
 // (The blockwise variants of docs/PERF.md session 10's table are in commit 6e1b3a6.)
 template <Prologue PRO>
-__global__ void __launch_bounds__(kGemvThreads<DType::Q4_0>) stage_only(const __grid_constant__ GemvParams p,
+__global__ void __launch_bounds__(kGemvThreads<DType::Q4_0, kNarrowWarps>) stage_only(const __grid_constant__ GemvParams p,
                                                           unsigned long long* stamps) {
   extern __shared__ float4 xs4[];
   __shared__ float red[32];
   const unsigned long long t0 = block_stamp_start();
-  gemv_stage_x<DType::Q4_0, PRO>(p, xs4, red);
+  gemv_stage_x<DType::Q4_0, PRO, kNarrowWarps>(p, xs4, red);
   block_stamp_end(stamps, t0);
 }
 
@@ -303,9 +303,9 @@ int main(int argc, char** argv) {
           const size_t smem = gemv_smem_bytes<DType::Q4_0>(cols);
           const auto [mean, span] = stamped(blocks, [&] {
             if (norm)
-              stage_only<Prologue::Norm><<<blocks, kGemvThreads<DType::Q4_0>, smem, s>>>(p, stamps);
+              stage_only<Prologue::Norm><<<blocks, kGemvThreads<DType::Q4_0, kNarrowWarps>, smem, s>>>(p, stamps);
             else
-              stage_only<Prologue::None><<<blocks, kGemvThreads<DType::Q4_0>, smem, s>>>(p, stamps);
+              stage_only<Prologue::None><<<blocks, kGemvThreads<DType::Q4_0, kNarrowWarps>, smem, s>>>(p, stamps);
           });
           std::printf("| %d cols%s | %d | %.2f | %.2f |\n", cols, norm ? " + norm" : "", blocks, mean, span);
         }

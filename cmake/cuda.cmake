@@ -20,11 +20,6 @@ target_link_libraries(lmfuse_backend_cuda PUBLIC CUDA::cudart CUDA::cublas CUDA:
 target_compile_options(lmfuse_backend_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo -Xptxas=-warn-spills>)
 set_target_properties(lmfuse_backend_cuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
-# Warps per block of the integer-dot decode GEMVs (kernels/gemv.cuh): 8, two blocks per SM (the
-# default), or 16, one block per SM staging x once per SM (an experiment, docs/PERF.md session 11).
-# PUBLIC: the benchmarks include gemv.cuh and must agree with the library.
-set(LMFUSE_GEMV_INT8_WARPS 8 CACHE STRING "warps per block of the int8-dot decode GEMVs: 8 or 16")
-target_compile_definitions(lmfuse_backend_cuda PUBLIC LMF_GEMV_INT8_WARPS=${LMFUSE_GEMV_INT8_WARPS})
 
 # Op tests without GoogleTest (the GPU machine has none): the same tests/ops/cuda_*.cpp sources
 # as test_cuda_ops, built against the small harness in tests/ops/cuda_test.h.

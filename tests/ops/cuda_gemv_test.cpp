@@ -167,9 +167,11 @@ TEST(CudaGemv, SiluMulGateUpFusedVsUnfused) {
 
 // Fused Norm/AddNorm prologue vs the unfused chain (add) -> rmsnorm_rows -> GEMV(None): the
 // outputs must be bitwise identical for every weight type (same sum of squares order, same
-// scale, same int8 codes, same dot order), including shapes that use split-K (wide cols).
+// scale, same int8 codes, same dot order), including shapes that use split-K (wide cols), and with
+// the fused and unfused GEMVs in different block widths (set_gemv_wide: 16 vs 8 warps).
 TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
   uint32_t seed = 700;
+  for (bool wide : {false, true})
   for (bool split_k : {false, true})
   for (DType t : kTypes)
     for (Prologue pro : {Prologue::Norm, Prologue::AddNorm})
@@ -189,7 +191,9 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
         a.residual_out = d_rout.p();
         a.gamma = d_gamma.p();
         a.y = d_y.p();
+        set_gemv_wide(wide);
         gemv(pro, Epilogue::Store, a);
+        set_gemv_wide(!wide);
         const float* h = d_in.p();
         if (pro == Prologue::AddNorm) {
           add(d_in.p(), d_res.p(), d_h.p(), s.cols);
@@ -206,10 +210,11 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
         for (int64_t i = 0; i < s.rows; ++i) diff += std::memcmp(&y[i], &y2[i], sizeof(float)) != 0;
         EXPECT_TRUE(all_finite(y)) << dtype_name(t);
         EXPECT_EQ(diff, int64_t(0)) << dtype_name(t) << " pro " << int(pro) << " " << s.rows << "x" << s.cols
-                                    << " split_k " << split_k << " rel_l2 " << rel_l2(y, y2);
+                                    << " split_k " << split_k << " wide " << wide << " rel_l2 " << rel_l2(y, y2);
         free_weight(dw);
       }
   set_gemv_split_k(false);
+  set_gemv_wide(false);
 }
 
 TEST(CudaGemv, BadArgumentsFail) {

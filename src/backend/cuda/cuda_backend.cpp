@@ -251,6 +251,7 @@ class CudaBackend final : public Backend {
   std::vector<DeviceWeight> extra_;                       // output / embedding copies
   std::vector<void*> buffers_;
   void* embd_raw_ = nullptr;  // token_embd in GGUF layout, for the lookup
+  int64_t n_embd_ = 0;        // hidden size (the GEMV block width's automatic choice)
   uint64_t decode_bytes_ = 0;
   std::map<const Graph*, GraphState> states_;
   std::vector<ProfileEntry> profile_;
@@ -289,6 +290,7 @@ void CudaBackend::load(const Model& m) {
     decode_bytes_ += cuda::weight_bytes(L.own.back());
     return L.own.back();
   };
+  n_embd_ = hp.n_embd;
   layers_.resize(size_t(hp.n_layer));
   for (int l = 0; l < int(hp.n_layer); ++l) {
     const auto& W = m.layers[size_t(l)];
@@ -828,6 +830,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
 void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
   cuda::set_gemv_split_k(tri_resolve(opts_.knobs.gemv_split_k, false));  // this backend's, before any capture
   cuda::set_gemv_coresident(opts_.knobs.gemv_coresident);
+  cuda::set_gemv_wide(tri_resolve(opts_.knobs.gemv_wide, n_embd_ >= cuda::kWideMinEmbd));
   cuda::set_pdl_early_trigger(tri_resolve(opts_.knobs.pdl_early_trigger, true));
   size_t ev = 0;
   for (const Op& op : g.ops) {

@@ -206,5 +206,16 @@ void set_gemv_split_k(bool on);
 // Auto (default) = Off, measured slower end to end (docs/PERF.md, session 5); On: every GEMV
 // (knob LMFUSE_GEMV_CORESIDENT). Set before capture.
 void set_gemv_coresident(Tri mode);
+// Integer-dot GEMVs (Q4_0/Q4_1/Q8_0) as one block of 16 warps per SM instead of two of 8: x is
+// staged (normalized, quantized) once per SM instead of twice. Same sums, same bits. Default off;
+// the backend turns it on for whole models by hidden size (knob LMFUSE_GEMV_WIDE, kWideMinEmbd).
+// Set before capture.
+void set_gemv_wide(bool on);
+bool gemv_wide();
+// Automatic wide GEMV blocks from this hidden size on, for every GEMV of the model: measured
+// (docs/PERF.md session 12, lmfuse bench --ab gemv_wide) 8B (4096) +4.2 %, 4B (2560) +1.0 %,
+// 0.6B (1024) -6.8 %; a mix (wide only for the large matrices) lost on 4B (a 16-warp block
+// holds all registers of an SM, so it cannot start beside the previous kernel's narrow block).
+constexpr int64_t kWideMinEmbd = 2560;
 
 }  // namespace lmf::cuda

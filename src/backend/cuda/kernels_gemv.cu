@@ -10,11 +10,11 @@
 
 namespace lmf::cuda {
 namespace dev {
-bool launch_gemv_q4_0(Prologue, Epilogue, const GemvParams&, cudaStream_t);
-bool launch_gemv_q4_1(Prologue, Epilogue, const GemvParams&, cudaStream_t);
-bool launch_gemv_q8_0(Prologue, Epilogue, const GemvParams&, cudaStream_t);
-bool launch_gemv_f16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
-bool launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, cudaStream_t);
+bool launch_gemv_q4_0(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
+bool launch_gemv_q4_1(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
+bool launch_gemv_q8_0(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
+bool launch_gemv_f16(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
+bool launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
 
 // Blocks for a launch: one per row group up to what is resident at once (row groups are dealt
 // round-robin over blocks, so every SM gets an equal share and small matrices still spread over
@@ -54,7 +54,10 @@ std::atomic<bool> g_pdl{true};
 std::atomic<bool> g_split_k{false};
 std::atomic<int> g_coresident{int(Tri::Auto)};
 std::atomic<bool> g_pdl_early{true};
+std::atomic<bool> g_wide{false};
 }  // namespace
+void set_gemv_wide(bool on) { g_wide.store(on, std::memory_order_relaxed); }
+bool gemv_wide() { return g_wide.load(std::memory_order_relaxed); }
 bool dev::pdl_early_trigger() { return g_pdl_early.load(std::memory_order_relaxed); }
 void set_pdl_early_trigger(bool on) { g_pdl_early.store(on, std::memory_order_relaxed); }
 bool dev::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
@@ -137,13 +140,14 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.bias = a.bias;
   p.qkv = a.qkv;
   p.tl = a.tl;  // ignored by the Epilogue::QKV instances
+  const bool wide = gemv_wide();  // used by the integer-dot types only
   bool ok = false;
   switch (w.type) {
-    case DType::Q4_0: ok = dev::launch_gemv_q4_0(pro, epi, p, s); break;
-    case DType::Q4_1: ok = dev::launch_gemv_q4_1(pro, epi, p, s); break;
-    case DType::Q8_0: ok = dev::launch_gemv_q8_0(pro, epi, p, s); break;
-    case DType::F16: ok = dev::launch_gemv_f16(pro, epi, p, s); break;
-    case DType::BF16: ok = dev::launch_gemv_bf16(pro, epi, p, s); break;
+    case DType::Q4_0: ok = dev::launch_gemv_q4_0(pro, epi, p, wide, s); break;
+    case DType::Q4_1: ok = dev::launch_gemv_q4_1(pro, epi, p, wide, s); break;
+    case DType::Q8_0: ok = dev::launch_gemv_q8_0(pro, epi, p, wide, s); break;
+    case DType::F16: ok = dev::launch_gemv_f16(pro, epi, p, wide, s); break;
+    case DType::BF16: ok = dev::launch_gemv_bf16(pro, epi, p, wide, s); break;
     default: break;
   }
   LMF_CHECK(ok, "gemv instance missing");

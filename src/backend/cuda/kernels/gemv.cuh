@@ -52,19 +52,16 @@ constexpr int kRows = 4;  // rows per warp (row group)
 // 2112 warps). F16/BF16 keep 64 B per lane per row in registers: one block per SM.
 template <DType T>
 constexpr bool kInt8x = T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q8_0;
-// Warps per block. The integer-dot types: LMF_GEMV_INT8_WARPS, 8 (two blocks per SM, the
-// default) or 16 (one block of 16 warps per SM: the same warps and loads in flight, but x staged
-// once per SM instead of twice; a compile-time experiment, docs/PERF.md session 11). F16/BF16: 8.
-#ifndef LMF_GEMV_INT8_WARPS
-#define LMF_GEMV_INT8_WARPS 8
-#endif
-static_assert(LMF_GEMV_INT8_WARPS == 8 || LMF_GEMV_INT8_WARPS == 16, "8 or 16 warps");
-template <DType T>
-constexpr int kGemvWarps = kInt8x<T> ? LMF_GEMV_INT8_WARPS : 8;
-template <DType T>
-constexpr int kGemvThreads = kGemvWarps<T> * 32;
-template <DType T>
-constexpr int kMinBlocks = kInt8x<T> ? 16 / LMF_GEMV_INT8_WARPS : 1;
+// Warps per block W. The integer-dot types run as 8 (two blocks per SM) or 16 (one block of 16
+// warps per SM, "wide": the same warps and loads in flight, but x staged once per SM instead of
+// twice; chosen per launch by set_gemv_wide, docs/PERF.md session 12). F16/BF16: always 8.
+constexpr int kNarrowWarps = 8, kWideWarps = 16;
+template <DType T, int W>
+constexpr int kGemvWarps = kInt8x<T> ? W : kNarrowWarps;
+template <DType T, int W>
+constexpr int kGemvThreads = kGemvWarps<T, W> * 32;
+template <DType T, int W>
+constexpr int kMinBlocks = kInt8x<T> ? 16 / W : 1;
 static_assert(kRows % 2 == 0, "SiluMul pairs rows inside a row group");
 
 template <DType T>
@@ -121,16 +118,16 @@ template <DType T>
 constexpr int kSteps = WTraits<T>::P == 1 ? 2 : 1;
 
 // Warps per row group for a shape (host side; see the header comment). Doubles k while the warps
-// with work stay under ~90% of the slots (assumed occupancy kMinBlocks, not the instance's, so
-// every prologue/epilogue variant of a shape sums in the same order) and every warp of the group
-// still gets at least one column batch.
+// with work stay under ~90% of the slots (assumed occupancy kMinBlocks of the narrow block, not
+// the instance's, so every prologue/epilogue variant and both block widths of a shape sum in the
+// same order) and every warp of the group still gets at least one column batch.
 template <DType T>
 inline int gemv_ksplit(int rows, int cols, int sms) {
   const int n_rg = (rows + kRows - 1) / kRows;
   const int ngroups = (cols / 32 + 31) / 32;
-  const long slots = long(sms) * kMinBlocks<T> * kGemvWarps<T>;
+  const long slots = long(sms) * kMinBlocks<T, kNarrowWarps> * kGemvWarps<T, kNarrowWarps>;
   int k = 1;
-  while (k < kGemvWarps<T> && 10L * n_rg * k < 9L * slots && (2 * k - 1) * kSteps<T> < ngroups) k *= 2;
+  while (k < kGemvWarps<T, kNarrowWarps> && 10L * n_rg * k < 9L * slots && (2 * k - 1) * kSteps<T> < ngroups) k *= 2;
   return k;
 }
 
@@ -341,8 +338,8 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
 }
 
 // Stages x (after the prologue) in shared memory: the layout of the header comment. All
-// kGemvThreads<T> threads of the block call it; the caller synchronizes before reading xs4.
-template <DType T, Prologue PRO>
+// kGemvThreads<T, W> threads of the block call it; the caller synchronizes before reading xs4.
+template <DType T, Prologue PRO, int W>
 __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red) {
   // Thread t takes float4 t of each 1024-element slice. The loads of kXBatch slices are issued
   // together into registers before any of them is used: x was just written by the previous
@@ -350,7 +347,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   // per slice (ncu, 8B down GEMV: half of all warp stall samples sat in this staging, at the
   // first use of each load). 8 consecutive lanes hold one 32-element block, so its max / sum is
   // 3 shuffles. Values and summation order are those of the one-slice-at-a-time loop.
-  constexpr int NT = kGemvThreads<T>;
+  constexpr int NT = kGemvThreads<T, W>;
   // The Norm prologue's sum of squares runs in rmsnorm_rows' order: threads t < kNormThreads
   // (all of them unless the block is wider), thread t summing float4 t, t + kNormThreads, ...
   static_assert(NT % kNormThreads == 0, "the Norm prologue must match rmsnorm_rows");
@@ -452,14 +449,14 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   }
 }
 
-template <DType T, Prologue PRO, Epilogue EPI>
-__global__ void __launch_bounds__(kGemvThreads<T>, kMinBlocks<T>)
+template <DType T, Prologue PRO, Epilogue EPI, int W>
+__global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     gemv_kernel(const __grid_constant__ GemvParams p) {
   // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
   // {dx, sum q}[nblk] (see the header comment).
   extern __shared__ float4 xs4[];
   __shared__ float red[32];
-  __shared__ float kred[2][kGemvWarps<T>][kRows];  // split-K partials, double-buffered by row group
+  __shared__ float kred[2][kGemvWarps<T, W>][kRows];  // split-K partials, double-buffered by row group
   // Launch timeline stamps (measurement; not in the in-GEMV QKV epilogue instances, whose
   // register budget they would spill, and which the timed chain does not use).
   constexpr bool kTl = EPI != Epilogue::QKV;
@@ -470,7 +467,7 @@ __global__ void __launch_bounds__(kGemvThreads<T>, kMinBlocks<T>)
   const int ngroups = (nblk + 31) / 32;
   const int ks = p.ksplit;
   const int sub = warp % ks, slot = warp / ks;
-  const int rg_step = gridDim.x * (kGemvWarps<T> / ks);
+  const int rg_step = gridDim.x * (kGemvWarps<T, W> / ks);
 
   const uint64_t pol = evict_first_policy();
   constexpr int U = kSteps<T>;
@@ -502,7 +499,7 @@ __global__ void __launch_bounds__(kGemvThreads<T>, kMinBlocks<T>)
   // The Norm prologue's second pass reads gamma after the block reduction: its lines are
   // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
   if constexpr (PRO != Prologue::None)
-    for (int line = int(threadIdx.x); line * 32 < p.cols; line += kGemvThreads<T>) prefetch_l1(p.gamma + line * 32);
+    for (int line = int(threadIdx.x); line * 32 < p.cols; line += kGemvThreads<T, W>) prefetch_l1(p.gamma + line * 32);
   // Everything above reads only weights; from here on inputs of the previous kernel are read
   // and outputs written (PDL, see pdl_launch.cuh).
   pdl_wait_trigger(false);
@@ -524,7 +521,7 @@ __global__ void __launch_bounds__(kGemvThreads<T>, kMinBlocks<T>)
   };
   load_yres(a.rg);
 
-  gemv_stage_x<T, PRO>(p, xs4, red);
+  gemv_stage_x<T, PRO, W>(p, xs4, red);
   __syncthreads();
   if constexpr (kTl) tl_phase(p.tl, &tl_w);
 

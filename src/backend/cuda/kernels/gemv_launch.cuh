@@ -28,9 +28,9 @@ int gemv_grid(const void* func, int threads, int rows, size_t smem, bool short_s
 bool gemv_split_k_enabled();                              // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
 
-template <DType T, Prologue PRO, Epilogue EPI>
-void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {
-  auto* k = &gemv_kernel<T, PRO, EPI>;
+template <DType T, Prologue PRO, Epilogue EPI, int W>
+void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
+  auto* k = &gemv_kernel<T, PRO, EPI, W>;
   const size_t smem = gemv_smem_bytes<T>(p.cols);
   // First call per instance happens before any graph capture. Always opted in: the 48 KB default
   // limit counts the static shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
@@ -41,24 +41,34 @@ void launch_gemv_instance(const GemvParams& p, cudaStream_t s) {
   }
   // Short shape: a row group's column batches all fit the two batches loaded before the wait.
   const bool short_shape = (p.cols / 32 + 31) / 32 <= 2 * kSteps<T>;
-  const int grid = gemv_grid(reinterpret_cast<const void*>(k), kGemvThreads<T>, p.rows, smem, short_shape);
+  constexpr int threads = kGemvThreads<T, W>;
+  const int grid = gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, short_shape);
   GemvParams q = p;
   q.ksplit = gemv_split_k_enabled() ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
-  launch_pdl(k, dim3(grid), dim3(kGemvThreads<T>), smem, s, q);
+  launch_pdl(k, dim3(grid), dim3(threads), smem, s, q);
+}
+
+// wide: the 16-warp block for the integer-dot types (gemv_wide); F16/BF16 have one width.
+template <DType T, Prologue PRO, Epilogue EPI>
+void launch_gemv_instance(const GemvParams& p, bool wide, cudaStream_t s) {
+  if constexpr (kInt8x<T>) {
+    if (wide) return launch_gemv_width<T, PRO, EPI, kWideWarps>(p, s);
+  }
+  launch_gemv_width<T, PRO, EPI, kNarrowWarps>(p, s);
 }
 
 }  // namespace lmf::cuda::dev
 
 #define LMF_GEMV_CASE(PRO_, EPI_)                                                         \
   if (pro == Prologue::PRO_ && epi == Epilogue::EPI_) {                                  \
-    launch_gemv_instance<kType, Prologue::PRO_, Epilogue::EPI_>(p, s);                   \
+    launch_gemv_instance<kType, Prologue::PRO_, Epilogue::EPI_>(p, wide, s);                   \
     return true;                                                                         \
   }
 
-// Defines bool launch_gemv_<name>(Prologue, Epilogue, const GemvParams&, cudaStream_t).
+// Defines bool launch_gemv_<name>(Prologue, Epilogue, const GemvParams&, bool wide, cudaStream_t).
 #define LMF_GEMV_TYPE_FILE(name, TYPE)                                                    \
   namespace lmf::cuda::dev {                                                              \
-  bool launch_gemv_##name(Prologue pro, Epilogue epi, const GemvParams& p, cudaStream_t s) { \
+  bool launch_gemv_##name(Prologue pro, Epilogue epi, const GemvParams& p, bool wide, cudaStream_t s) { \
     constexpr DType kType = TYPE;                                                         \
     LMF_GEMV_ALLOW_LIST(LMF_GEMV_CASE)                                                    \
     return false;                                                                         \

@@ -179,6 +179,14 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   float* q = dev_floats(m.n_head * m.hd);
   float* att = dev_floats(m.n_head * m.hd);
   float* act = dev_floats(m.ffn);
+  // down's x quantized by gate/up (LMFUSE_GEMV_XQ=1; the backend's knob, automatic = off)
+  const bool xq = Knobs::from_env().gemv_xq == Tri::On;
+  uint8_t* xq_buf = nullptr;
+  unsigned* xq_cnt = nullptr;
+  if (xq) {
+    CUDA_CHECK(cudaMalloc(&xq_buf, gemv_xq_bytes(m.ffn)));
+    xq_cnt = gemv_xq_counters_alloc(m.ffn);
+  }
   float* raw = dev_floats(qkv_rows);
   int* d_pos;
   CUDA_CHECK(cudaMalloc(&d_pos, sizeof(int)));
@@ -246,14 +254,17 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       gu.gamma = gamma;
       gu.y = act;
       gu.tl = slot(l, 5);
-      gemv(Prologue::Norm, Epilogue::SiluMul, gu, s);
+      gu.xq = xq_buf;
+      gu.xq_counters = xq_cnt;
+      gemv(Prologue::Norm, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, gu, s);
       GemvArgs d;
       d.w = &L[l].down;
       d.in = act;
+      d.xq = xq_buf;
       d.y = hidden;
       d.y_residual = hidden;
       d.tl = slot(l, 6);
-      gemv(Prologue::None, Epilogue::Residual, d, s);
+      gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, d, s);
     }
   };
   if (timeline) {
@@ -325,6 +336,8 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   for (float* p : {hidden, gamma, hn, q, att, act, raw, part}) CUDA_CHECK(cudaFree(p));
   CUDA_CHECK(cudaFree(d_pos));
   CUDA_CHECK(cudaFree(ctr));
+  if (xq_buf) CUDA_CHECK(cudaFree(xq_buf));
+  if (xq_cnt) CUDA_CHECK(cudaFree(xq_cnt));
   if (slots) CUDA_CHECK(cudaFree(slots));
 }
 

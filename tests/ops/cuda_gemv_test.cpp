@@ -217,6 +217,72 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
   set_gemv_wide(false);
 }
 
+// Down's x quantized once, by the gate/up GEMV (SiluMulQ -> Int8 prologue), against down
+// quantizing gate/up's output itself (SiluMul -> None): the same h and the same down output, bit
+// for bit, in both block widths. Two rounds: the per-block counters must be left zero. xq starts
+// poisoned (unwritten codes would show) and its guard zones must stay intact.
+TEST(CudaGemv, GateUpQuantizedOutputFeedsDownBitwise) {
+  uint32_t seed = 900;
+  EXPECT_TRUE(!gemv_supported(DType::F16, Prologue::Int8, Epilogue::Residual));
+  EXPECT_TRUE(!gemv_supported(DType::BF16, Prologue::None, Epilogue::SiluMulQ));
+  for (bool wide : {false, true})
+    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+      for (Shape s : {Shape{64, 96}, Shape{3072, 1024}, Shape{12288, 4096}}) {  // {ffn, hidden}
+        std::mt19937 rng(seed++);
+        set_gemv_wide(wide);
+        auto gq = random_rows(t, s.rows, s.cols, rng), uq = random_rows(t, s.rows, s.cols, rng);
+        auto dq = random_rows(t, s.cols, s.rows, rng);  // down: [hidden][ffn]
+        DeviceWeight gu = upload_weight(repack_gate_up(t, gq.data(), uq.data(), s.rows, s.cols));
+        DeviceWeight dw = upload_weight(repack_rows(t, dq.data(), s.cols, s.rows));
+        auto in = randn(s.cols, rng), gamma = randn(s.cols, rng, 0.5f), res = randn(s.cols, rng);
+        DevBuf<float> d_in(in), d_gamma(gamma), d_res(res), d_h(s.rows), d_h2(s.rows), d_y(s.cols), d_y2(s.cols);
+        DevBuf<uint8_t> d_xq(gemv_xq_bytes(s.rows));
+        unsigned* cnt = gemv_xq_counters_alloc(s.rows);
+        for (int round = 0; round < 2; ++round) {
+          GemvArgs a;
+          a.w = &gu;
+          a.in = d_in.p();
+          a.gamma = d_gamma.p();
+          a.y = d_h.p();
+          a.xq = d_xq.p();
+          a.xq_counters = cnt;
+          gemv(Prologue::Norm, Epilogue::SiluMulQ, a);
+          GemvArgs b;
+          b.w = &dw;
+          b.xq = d_xq.p();
+          b.y_residual = d_res.p();
+          b.y = d_y.p();
+          gemv(Prologue::Int8, Epilogue::Residual, b);
+          a.xq = nullptr;
+          a.xq_counters = nullptr;
+          a.y = d_h2.p();
+          gemv(Prologue::Norm, Epilogue::SiluMul, a);
+          b.xq = nullptr;
+          b.in = d_h2.p();
+          b.y = d_y2.p();
+          gemv(Prologue::None, Epilogue::Residual, b);
+          auto h = d_h.get(), h2 = d_h2.get(), y = d_y.get(), y2 = d_y2.get();
+          int64_t dh = 0, dy = 0;
+          for (int64_t i = 0; i < s.rows; ++i) dh += std::memcmp(&h[i], &h2[i], sizeof(float)) != 0;
+          for (int64_t i = 0; i < s.cols; ++i) dy += std::memcmp(&y[i], &y2[i], sizeof(float)) != 0;
+          EXPECT_TRUE(all_finite(y) && all_finite(h)) << dtype_name(t);
+          EXPECT_EQ(dh, int64_t(0)) << dtype_name(t) << " ffn " << s.rows << " wide " << wide;
+          EXPECT_EQ(dy, int64_t(0)) << dtype_name(t) << " ffn " << s.rows << " hidden " << s.cols << " wide " << wide
+                                    << " round " << round << " rel_l2 " << rel_l2(y, y2);
+          EXPECT_TRUE(d_xq.guards_intact() && d_y.guards_intact() && d_h.guards_intact()) << dtype_name(t);
+        }
+        std::vector<unsigned> c(size_t(s.rows / 32));
+        CUDA_CHECK(cudaMemcpy(c.data(), cnt, c.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
+        int64_t nonzero = 0;
+        for (unsigned v : c) nonzero += v != 0;
+        EXPECT_EQ(nonzero, int64_t(0)) << "counters left " << dtype_name(t);
+        CUDA_CHECK(cudaFree(cnt));
+        free_weight(gu);
+        free_weight(dw);
+      }
+  set_gemv_wide(false);
+}
+
 TEST(CudaGemv, BadArgumentsFail) {
   std::mt19937 rng(5);
   auto wq = random_rows(DType::Q4_0, 32, 64, rng);

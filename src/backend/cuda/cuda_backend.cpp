@@ -97,6 +97,10 @@ struct GraphState {
   float* gateup_tmp = nullptr;  // unfused fallback over an interleaved weight [2 n_ff]
   float* attn_partial = nullptr;
   unsigned* attn_counters = nullptr;  // merge fusion: n_kv_head counters, zero between launches
+  // down's x quantized by the gate/up GEMV (knob gemv_xq): codes [gemv_xq_bytes(n_ff)] and the
+  // per-32-block counters, shared by every layer (each layer's pair runs back to back).
+  uint8_t* xq = nullptr;
+  unsigned* xq_counters = nullptr;
   int attn_splits = 1;
   cudaGraphExec_t exec = nullptr;
   int runs = 0;
@@ -187,12 +191,15 @@ class CudaBackend final : public Backend {
     cudaFree(st.gateup_tmp);
     cudaFree(st.attn_partial);
     cudaFree(st.attn_counters);
+    cudaFree(st.xq);
+    cudaFree(st.xq_counters);
     st = GraphState{};
   }
   float* ptr(const GraphState& st, const Graph& g, int t) const {
     return st.arena + g.t(t).offset / sizeof(float);
   }
   void launch_all(Graph& g, GraphState& st, bool profile);
+  int xq_pair(const Graph& g, const FusionGroup& grp, GroupKind want) const;
   void launch_op(Graph& g, GraphState& st, const Op& op);
   void launch_prefill_op(Graph& g, GraphState& st, const Op& op);
   void prepare_prefill(Graph& g);
@@ -259,6 +266,7 @@ class CudaBackend final : public Backend {
   bool qkv_epilogue_in_gemv_ = true;
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
+  bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (xq_pair)
   bool attn_merge_fusion_ = false;           // decode: the last split block merges (no merge kernel)
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
@@ -415,6 +423,7 @@ void CudaBackend::prepare(Graph& g) {
   // per SM it wins on every size (docs/PERF.md, session 7: 0.6B +5.0 %, 4B +1.3 %, 8B +1.9 %).
   // launch_pdl still honours set_programmatic_launch.
   qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, true);
+  gemv_xq_ = k.fusion != Tri::Off && tri_resolve(k.gemv_xq, false);
   // Same arithmetic as the merge kernel (bitwise: cuda_op_tests CudaAttention), one launch fewer,
   // but slower (docs/PERF.md, session 8: 0.93-0.96x; the last block's fence, count and merge are
   // a longer serial chain than the merge kernel's launch): automatic = off.
@@ -509,6 +518,10 @@ void CudaBackend::finalize(Graph& g) {
                         cuda::attn_scratch_floats(int(hp.n_head), int(hp.head_dim), st.attn_splits) * sizeof(float)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.attn_counters), size_t(hp.n_head_kv) * sizeof(unsigned)));
   CUDA_CHECK(cudaMemset(st.attn_counters, 0, size_t(hp.n_head_kv) * sizeof(unsigned)));
+  if (gemv_xq_) {
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.xq), cuda::gemv_xq_bytes(hp.n_ff)));
+    st.xq_counters = cuda::gemv_xq_counters_alloc(hp.n_ff);
+  }
 }
 
 void CudaBackend::matmul(const Weight* w, const float* x, float* y, const float* bias) {
@@ -809,11 +822,15 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       cuda::qkv_post(pa, stream_);
       break;
     }
-    case GroupKind::GateUp:
+    case GroupKind::GateUp: {
       a.w = &L.gate_up;
       a.y = ptr(st, g, g.ops[size_t(grp.epilogue[0])].out[0]);
-      cuda::gemv(pro, Epilogue::SiluMul, a, stream_);
+      const bool xq = xq_pair(g, grp, GroupKind::DownResid) >= 0 && st.xq;
+      a.xq = xq ? st.xq : nullptr;
+      a.xq_counters = xq ? st.xq_counters : nullptr;
+      cuda::gemv(pro, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, a, stream_);
       break;
+    }
     case GroupKind::OResid:
     case GroupKind::DownResid: {
       const Op& add = g.ops[size_t(grp.epilogue[0])];
@@ -821,10 +838,41 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       const int other = add.in[0] == lead.out[0] ? add.in[1] : add.in[0];
       a.y_residual = ptr(st, g, other);
       a.y = ptr(st, g, add.out[0]);
-      cuda::gemv(Prologue::None, Epilogue::Residual, a, stream_);
+      const bool xq = grp.kind == GroupKind::DownResid && xq_pair(g, grp, GroupKind::GateUp) >= 0 && st.xq;
+      a.xq = xq ? st.xq : nullptr;
+      cuda::gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
       break;
     }
   }
+}
+
+// The gate/up -> down pair whose x is quantized once, by gate/up (knob gemv_xq): from one group
+// of the pair, the index of the other group (`want`: its kind) or -1. A pair when gate/up's
+// silu*mul output is down's input, the two groups launch back to back (nothing in between reads
+// or writes the shared xq scratch), both weights take integer dots and the vector is whole
+// 32-blocks. Both groups ask the same question, so they agree.
+int CudaBackend::xq_pair(const Graph& g, const FusionGroup& grp, GroupKind want) const {
+  if (!gemv_xq_ || g.n_tokens != 1) return -1;
+  int other = -1;
+  for (size_t i = 0; i < g.groups.size(); ++i)
+    if (g.groups[i].kind == want && g.groups[i].layer == grp.layer && g.groups[i].accepted) other = int(i);
+  if (other < 0) return -1;
+  const FusionGroup& gu = want == GroupKind::GateUp ? g.groups[size_t(other)] : grp;
+  const FusionGroup& dn = want == GroupKind::GateUp ? grp : g.groups[size_t(other)];
+  if (!gu.fold_epilogue || gu.epilogue.empty()) return -1;
+  const Op& silu = g.ops[size_t(gu.epilogue[0])];
+  const Op& down = g.ops[size_t(dn.leader())];
+  if (down.in[0] != silu.out[0] || dn.leader() < gu.leader()) return -1;
+  for (int i = gu.leader() + 1; i < dn.leader(); ++i) {  // only gate/up's own ops in between
+    const Op& op = g.ops[size_t(i)];
+    if (op.launch && (op.group < 0 || &g.groups[size_t(op.group)] != &gu)) return -1;
+  }
+  auto int8 = [](DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; };
+  const LayerDev& L = layers_[size_t(grp.layer)];
+  const auto it = mats_.find(down.w);
+  if (it == mats_.end() || !int8(L.gate_up.type) || !int8(it->second.type)) return -1;
+  if (L.gate_up.rows / 2 != it->second.cols || it->second.cols % 32 != 0) return -1;
+  return other;
 }
 
 void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {

@@ -74,12 +74,16 @@ enum class Prologue {
   None,     // x given: x = in
   Norm,     // x = rmsnorm(in) * gamma                       (in [cols])
   AddNorm,  // h = in + residual; x = rmsnorm(h) * gamma; block 0 writes h to residual_out
+  Int8,     // x given already quantized by its producer (SiluMulQ): xq [gemv_xq_bytes(cols)];
+            // Q4_0/Q4_1/Q8_0 only, in unused
 };
 enum class Epilogue {
   Store,     // y[r] = (W x)[r] (+ bias[r])                                   y [rows]
   Residual,  // y[r] = (W x)[r] + y_residual[r]   (y may alias y_residual)    y [rows]
   SiluMul,   // W from repack_gate_up: y[i] = silu((Wx)[2i]) * (Wx)[2i+1]     y [rows/2]
   QKV,       // W = Q|K|V rows: bias, per-head RMSNorm of q,k, RoPE, q -> q_out, k,v -> cache
+  SiluMulQ,  // SiluMul, and y also quantized into xq for an Int8-prologue consumer (y [rows/2],
+             // rows/2 % 32 == 0; xq_counters [rows/64] zero before, left zero); Q4_0/Q4_1/Q8_0 only
 };
 enum class RopeStyle { NeoX, Adjacent };  // NeoX: pairs (i, i+d/2) (qwen2/3); Adjacent: (2i, 2i+1)
 
@@ -115,6 +119,11 @@ struct GemvArgs {
   const float* bias = nullptr;        // Store/QKV: [rows] or null
   QkvParams qkv;                      // QKV epilogue
   unsigned long long* tl = nullptr;   // launch timeline slot (measurement; common.cuh tl_*)
+  // x quantized once, by its producer (SiluMulQ writes it, the Int8 prologue reads it): the int8
+  // codes and {dx, sum q} of each 32-block of a vector of `cols`, in the layout the integer-dot
+  // GEMVs stage x in shared memory (gemv.cuh header comment), gemv_xq_bytes(cols) bytes.
+  uint8_t* xq = nullptr;
+  unsigned* xq_counters = nullptr;  // SiluMulQ: per 32-block of y, see gemv_xq_counters_alloc
 };
 
 // Validates the arguments (throws lmf::Error naming what is wrong) and launches. Grid sizes come
@@ -123,6 +132,8 @@ struct GemvArgs {
 void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s = nullptr);
 bool gemv_supported(DType t, Prologue pro, Epilogue epi);  // the allow-list
 unsigned* qkv_counters_alloc(int n_head, int n_kv_head);   // zeroed device counters
+size_t gemv_xq_bytes(int64_t cols);                        // 40 bytes per 32 columns
+unsigned* gemv_xq_counters_alloc(int64_t cols);            // zeroed, one per 32 columns
 
 // ---------------------------------------------------------------------------------------------
 // Decode attention over the fp16 KV cache (flash-decoding: n_splits blocks per KV head, then a

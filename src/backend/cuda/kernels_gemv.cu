@@ -85,6 +85,9 @@ bool gemv_supported(DType t, Prologue pro, Epilogue epi) {
 #define LMF_GEMV_SUPPORTED(PRO_, EPI_) \
   if (pro == Prologue::PRO_ && epi == Epilogue::EPI_) return true;
   LMF_GEMV_ALLOW_LIST_PLAIN(LMF_GEMV_SUPPORTED)
+  if (t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0) {
+    LMF_GEMV_ALLOW_LIST_XQ(LMF_GEMV_SUPPORTED)
+  }
 #undef LMF_GEMV_SUPPORTED
   return false;
 }
@@ -99,8 +102,15 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
     LMF_FAIL("cuda gemv: cols must be a positive multiple of 32, got ", w.rows, "x", w.cols);
   if (w.rows > (int64_t(1) << 30) || w.cols > (1 << 20))
     LMF_FAIL("cuda gemv: shape too large: ", w.rows, "x", w.cols);
-  if (!a.in) LMF_FAIL("cuda gemv: missing input");
-  if (pro != Prologue::None && !a.gamma) LMF_FAIL("cuda gemv: norm prologue needs gamma");
+  if (pro == Prologue::Int8 ? !a.xq : !a.in) LMF_FAIL("cuda gemv: missing input");
+  if (epi == Epilogue::SiluMulQ) {
+    if (!a.xq || !a.xq_counters) LMF_FAIL("cuda gemv: SiluMulQ needs xq and xq_counters");
+    if ((w.rows / 2) % 32 != 0) LMF_FAIL("cuda gemv: SiluMulQ needs rows/2 % 32 == 0, got ", w.rows);
+  }
+  if ((pro == Prologue::Int8 || epi == Epilogue::SiluMulQ) && (reinterpret_cast<uintptr_t>(a.xq) & 15) != 0)
+    LMF_FAIL("cuda gemv: xq must be 16-byte aligned");
+  const bool norm = pro == Prologue::Norm || pro == Prologue::AddNorm;
+  if (norm && !a.gamma) LMF_FAIL("cuda gemv: norm prologue needs gamma");
   if (pro == Prologue::AddNorm) {
     if (!a.residual || !a.residual_out) LMF_FAIL("cuda gemv: AddNorm needs residual and residual_out");
     if (a.residual_out == a.in || a.residual_out == a.residual)
@@ -108,11 +118,11 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   }
   // The staging reads the inputs (and AddNorm writes residual_out) as float4.
   auto misaligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) != 0; };
-  if (misaligned(a.in) || (pro != Prologue::None && misaligned(a.gamma)) ||
+  if (misaligned(a.in) || (norm && misaligned(a.gamma)) ||
       (pro == Prologue::AddNorm && (misaligned(a.residual) || misaligned(a.residual_out))))
     LMF_FAIL("cuda gemv: input, gamma, residual and residual_out must be 16-byte aligned");
   if (epi == Epilogue::Residual && !a.y_residual) LMF_FAIL("cuda gemv: Residual needs y_residual");
-  if (epi == Epilogue::SiluMul && w.rows % dev::kRows != 0)
+  if ((epi == Epilogue::SiluMul || epi == Epilogue::SiluMulQ) && w.rows % dev::kRows != 0)
     LMF_FAIL("cuda gemv: SiluMul needs rows % ", dev::kRows, " == 0, got ", w.rows);
   if (epi != Epilogue::QKV && !a.y) LMF_FAIL("cuda gemv: missing output");
   if (epi == Epilogue::QKV) {
@@ -139,6 +149,8 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.y_residual = a.y_residual;
   p.bias = a.bias;
   p.qkv = a.qkv;
+  p.xq = a.xq;
+  p.xq_cnt = a.xq_counters;
   p.tl = a.tl;  // ignored by the Epilogue::QKV instances
   const bool wide = gemv_wide();  // used by the integer-dot types only
   bool ok = false;
@@ -151,6 +163,16 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
     default: break;
   }
   LMF_CHECK(ok, "gemv instance missing");
+}
+
+size_t gemv_xq_bytes(int64_t cols) { return size_t(cols / 32) * 40; }
+
+unsigned* gemv_xq_counters_alloc(int64_t cols) {
+  unsigned* c = nullptr;
+  const size_t n = size_t(std::max<int64_t>(1, cols / 32));
+  CUDA_CHECK(cudaMalloc(&c, n * sizeof(unsigned)));
+  CUDA_CHECK(cudaMemset(c, 0, n * sizeof(unsigned)));
+  return c;
 }
 
 unsigned* qkv_counters_alloc(int n_head, int n_kv_head) {

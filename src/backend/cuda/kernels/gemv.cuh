@@ -110,6 +110,8 @@ struct GemvParams {
   QkvParams qkv;
   int ksplit;  // warps per row group: 1, 2, 4 or 8 (gemv_ksplit)
   unsigned long long* tl;  // launch timeline slot or null
+  uint8_t* xq;             // SiluMulQ: written; Int8 prologue: read
+  unsigned* xq_cnt;        // SiluMulQ: per 32-block of y
 };
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a
@@ -337,6 +339,57 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
   }
 }
 
+// (gemv_stage_x keeps its own copy of these lines: through this helper its register allocation
+// changed and two of its instances spilled 8-16 bytes more; inline it is session 9's SASS.)
+// One 32-block of x quantized by the 8 consecutive lanes that hold it (the lane's float4 is
+// elements 4f..4f+3 of the block, f = lane & 7; all 32 lanes call it, the shuffles stay inside
+// each group of 8): the word of the lane's 4 codes (byte k = code of element 4f+k), the block's
+// amax and its sum of codes. The CPU backend's rule (act_quant.h): id = 127/amax, q = rne(x*id).
+struct QuantWord {
+  uint32_t b0, b1, b2, b3;  // code k in the low byte of bk (round_fadd_bits)
+  float am;
+  int sq;
+};
+__device__ __forceinline__ QuantWord quant_x4(float4 v) {
+  float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+  am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+  am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
+  const float id = am > 0.f ? 127.f / am : 0.f;
+  // q = rn(v * id), |v * id| <= 127, by one FADD each (util/round_fadd.h) instead of F2I
+  // (quarter rate; 4 per slice in this instruction-bound staging: docs/PERF.md session 9,
+  // +1.2 % on the 8B chain). The word's low byte is q's byte, and the block sum takes the
+  // bias off once per value. The same codes as F2I for finite inputs (a NaN in v gives a
+  // different meaningless code than F2I's 0). v * id is rounded before the add (no FMA).
+  const uint32_t b0 = round_fadd_bits(__fmul_rn(v.x, id)), b1 = round_fadd_bits(__fmul_rn(v.y, id)),
+                 b2 = round_fadd_bits(__fmul_rn(v.z, id)), b3 = round_fadd_bits(__fmul_rn(v.w, id));
+  int sq = int(((b0 + b1) + (b2 + b3)) - 4u * kRoundFaddBias);
+  sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+  sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+  sq += __shfl_xor_sync(0xffffffffu, sq, 4);
+  return {b0, b1, b2, b3, am, sq};
+}
+
+// Stores float4 f of block c of a quantized x (quant_x4's result) in the staging layout: uint4
+// planes lo[nblk], hi[nblk], then int2 {dx, sum q}[nblk] (xs: the layout's start).
+__device__ __forceinline__ void store_quant_word(float4* xs, int nblk, int c, int f, const QuantWord& w) {
+  const uint32_t word = (w.b0 & 0xffu) | ((w.b1 & 0xffu) << 8) | ((w.b2 & 0xffu) << 16) | (w.b3 << 24);
+  uint32_t* xw = reinterpret_cast<uint32_t*>(xs);
+  xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = word;
+  if (f == 0) reinterpret_cast<int2*>(xs + 2 * size_t(nblk))[c] = make_int2(__float_as_int(w.am / 127.f), w.sq);
+}
+
+// SiluMulQ: 32-block hb of y (written by 16 row groups, now complete) quantized into p.xq by
+// one warp, lanes 0-7 holding it as stage_x's lanes hold a block of x: the same codes as the
+// consumer's own staging of y would give.
+__device__ __forceinline__ void xq_quantize_block(const GemvParams& p, int hb, int lane) {
+  const int nblk = (p.rows / 2) >> 5;
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (lane < 8) v = __ldcg(reinterpret_cast<const float4*>(p.y + size_t(hb) * 32) + lane);
+  const QuantWord w = quant_x4(v);
+  if (lane < 8) store_quant_word(reinterpret_cast<float4*>(p.xq), nblk, hb, lane, w);
+}
+
 // Stages x (after the prologue) in shared memory: the layout of the header comment. All
 // kGemvThreads<T, W> threads of the block call it; the caller synchronizes before reading xs4.
 template <DType T, Prologue PRO, int W>
@@ -348,6 +401,19 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   // first use of each load). 8 consecutive lanes hold one 32-element block, so its max / sum is
   // 3 shuffles. Values and summation order are those of the one-slice-at-a-time loop.
   constexpr int NT = kGemvThreads<T, W>;
+  if constexpr (PRO == Prologue::Int8) {
+    // x quantized by its producer, already in this layout: a copy (40 bytes per 32 columns).
+    const int nblk = p.cols >> 5;
+    const uint4* src = reinterpret_cast<const uint4*>(p.xq);
+    uint4* dst = reinterpret_cast<uint4*>(xs4);
+#pragma unroll 4
+    for (int i = int(threadIdx.x); i < 2 * nblk; i += NT) dst[i] = __ldcg(src + i);
+    const uint2* src2 = reinterpret_cast<const uint2*>(p.xq + size_t(nblk) * 32);
+    uint2* dst2 = reinterpret_cast<uint2*>(xs4 + 2 * size_t(nblk));
+#pragma unroll 2
+    for (int i = int(threadIdx.x); i < nblk; i += NT) dst2[i] = __ldcg(src2 + i);
+    return;
+  }
   // The Norm prologue's sum of squares runs in rmsnorm_rows' order: threads t < kNormThreads
   // (all of them unless the block is wider), thread t summing float4 t, t + kNormThreads, ...
   static_assert(NT % kNormThreads == 0, "the Norm prologue must match rmsnorm_rows");
@@ -424,11 +490,6 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
         am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
         am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
         const float id = am > 0.f ? 127.f / am : 0.f;
-        // q = rn(v * id), |v * id| <= 127, by one FADD each (util/round_fadd.h) instead of F2I
-        // (quarter rate; 4 per slice in this instruction-bound staging: docs/PERF.md session 9,
-        // +1.2 % on the 8B chain). The word's low byte is q's byte, and the block sum takes the
-        // bias off once per value. The same codes as F2I for finite inputs (a NaN in v gives a
-        // different meaningless code than F2I's 0). v * id is rounded before the add (no FMA).
         const uint32_t b0 = round_fadd_bits(__fmul_rn(v.x, id)), b1 = round_fadd_bits(__fmul_rn(v.y, id)),
                        b2 = round_fadd_bits(__fmul_rn(v.z, id)), b3 = round_fadd_bits(__fmul_rn(v.w, id));
         int sq = int(((b0 + b1) + (b2 + b3)) - 4u * kRoundFaddBias);
@@ -498,7 +559,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
       if (b.g + u < ngroups) nxt[u].load(p, b.rg, b.g + u, nblk, lane, pol);
   // The Norm prologue's second pass reads gamma after the block reduction: its lines are
   // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
-  if constexpr (PRO != Prologue::None)
+  if constexpr (PRO == Prologue::Norm || PRO == Prologue::AddNorm)
     for (int line = int(threadIdx.x); line * 32 < p.cols; line += kGemvThreads<T, W>) prefetch_l1(p.gamma + line * 32);
   // Everything above reads only weights; from here on inputs of the previous kernel are read
   // and outputs written (PDL, see pdl_launch.cuh).
@@ -576,7 +637,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
                 p.y[row] = o;
             }
           }
-        } else if constexpr (EPI == Epilogue::SiluMul) {
+        } else if constexpr (EPI == Epilogue::SiluMul || EPI == Epilogue::SiluMulQ) {
   #pragma unroll
           for (int r = 0; r < kRows; r += 2)
             if (lane == r / 2) p.y[row0 / 2 + r / 2] = silu(v[r]) * v[r + 1];
@@ -621,6 +682,31 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     load_batch(nxt, b2);
     a = a2;
     b = b2;
+  }
+  if constexpr (EPI == Epilogue::SiluMulQ) {
+    // Last arriver per 32-block of y (16 row groups): counted once the warp's loop is over (a
+    // fence inside the loop waits for the weight loads in flight too: S12-8, -10 %). One lane
+    // per row group of this warp counts its block; each warp that completes a block quantizes
+    // it for the Int8 consumer and resets its counter for the next launch.
+    if (sub == 0) {
+      __threadfence();  // this warp's y stores before its counts
+      __syncwarp();
+      const int first = int(blockIdx.x) + int(gridDim.x) * slot;
+      for (int base = first; base < n_rg; base += 32 * rg_step) {  // warp-uniform
+        const int my_rg = base + lane * rg_step;
+        unsigned old = 0;
+        if (my_rg < n_rg) old = atomicAdd(&p.xq_cnt[my_rg >> 4], 1u);
+        unsigned last = __ballot_sync(0xffffffffu, my_rg < n_rg && old == unsigned(64 / kRows - 1));
+        if (last) __threadfence();
+        while (last) {
+          const int src = __ffs(last) - 1;
+          last &= last - 1;
+          const int hb = __shfl_sync(0xffffffffu, my_rg >> 4, src);
+          xq_quantize_block(p, hb, lane);
+          if (lane == 0) p.xq_cnt[hb] = 0;
+        }
+      }
+    }
   }
   if constexpr (kTl) tl_end(p.tl);
 }

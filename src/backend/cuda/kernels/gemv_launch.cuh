@@ -9,7 +9,14 @@
 // Residual for o_proj/down, SiluMul and QKV after the attention/ffn norms, with or without the
 // residual add folded in; None+SiluMul / None+QKV keep those fusions measurable with the norm
 // fusion off (LMFUSE_LN_FUSION=0).
-#define LMF_GEMV_ALLOW_LIST(X) LMF_GEMV_ALLOW_LIST_PLAIN(X)
+#define LMF_GEMV_ALLOW_LIST(X) LMF_GEMV_ALLOW_LIST_PLAIN(X) LMF_GEMV_ALLOW_LIST_XQ(X)
+// x quantized once by its producer (gate/up -> down): the integer-dot types only (gemv_supported;
+// launch_gemv_instance instantiates nothing for F16/BF16).
+#define LMF_GEMV_ALLOW_LIST_XQ(X) \
+  X(Int8, Residual)               \
+  X(None, SiluMulQ)               \
+  X(Norm, SiluMulQ)               \
+  X(AddNorm, SiluMulQ)
 #define LMF_GEMV_ALLOW_LIST_PLAIN(X)  \
   X(None, Store)                \
   X(Norm, Store)                \
@@ -53,8 +60,10 @@ template <DType T, Prologue PRO, Epilogue EPI>
 void launch_gemv_instance(const GemvParams& p, bool wide, cudaStream_t s) {
   if constexpr (kInt8x<T>) {
     if (wide) return launch_gemv_width<T, PRO, EPI, kWideWarps>(p, s);
-  }
-  launch_gemv_width<T, PRO, EPI, kNarrowWarps>(p, s);
+    launch_gemv_width<T, PRO, EPI, kNarrowWarps>(p, s);
+  } else if constexpr (PRO != Prologue::Int8 && EPI != Epilogue::SiluMulQ) {
+    launch_gemv_width<T, PRO, EPI, kNarrowWarps>(p, s);
+  }  // (else unreachable: gemv_supported refuses the pair first)
 }
 
 }  // namespace lmf::cuda::dev

@@ -300,5 +300,14 @@ TEST(CudaGemv, BadArgumentsFail) {
   a.in = x.p() + 1;  // 4-byte aligned: the staging reads float4
   EXPECT_TRUE(throws_error([&] { gemv(Prologue::None, Epilogue::Store, a); })) << "misaligned input accepted";
   EXPECT_TRUE(throws_error([&] { repack_rows(DType::Q4_0, wq.data(), 1, 48); })) << "cols % 32 != 0 accepted";
+  a.in = x.p();
+  EXPECT_TRUE(throws_error([&] { gemv(Prologue::None, Epilogue::SiluMulQ, a); })) << "SiluMulQ without xq accepted";
+  EXPECT_TRUE(throws_error([&] { gemv(Prologue::Int8, Epilogue::Residual, a); })) << "Int8 prologue without xq accepted";
+  DevBuf<uint8_t> xq(gemv_xq_bytes(64));
+  a.xq = xq.p();
+  a.xq_counters = gemv_xq_counters_alloc(64);
+  EXPECT_TRUE(throws_error([&] { gemv(Prologue::None, Epilogue::SiluMulQ, a); }))
+      << "SiluMulQ over rows/2 = 16 (not whole 32-blocks) accepted";
+  CUDA_CHECK(cudaFree(a.xq_counters));
   free_weight(dw);
 }

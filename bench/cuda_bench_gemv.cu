@@ -187,6 +187,10 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
     CUDA_CHECK(cudaMalloc(&xq_buf, gemv_xq_bytes(m.ffn)));
     xq_cnt = gemv_xq_counters_alloc(m.ffn);
   }
+  // o_proj's x quantized by the attention merge (LMFUSE_ATTN_XQ=1; not with the merge fusion)
+  const bool xq_o = Knobs::from_env().attn_xq == Tri::On && !g_merge_fusion;
+  uint8_t* xq_o_buf = nullptr;
+  if (xq_o) CUDA_CHECK(cudaMalloc(&xq_o_buf, gemv_xq_bytes(int64_t(m.n_head) * m.hd)));
   float* raw = dev_floats(qkv_rows);
   int* d_pos;
   CUDA_CHECK(cudaMalloc(&d_pos, sizeof(int)));
@@ -240,14 +244,16 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       at.partial = part;
       at.counters = g_merge_fusion ? ctr : nullptr;
       at.tl = slot(l, 2);  // and slot(l, 3) for the merge
+      at.xq = xq_o_buf;
       attention_decode(at, s);
       GemvArgs o;
       o.w = &L[l].o;
       o.in = att;
+      o.xq = xq_o_buf;
       o.y = hidden;
       o.y_residual = hidden;
       o.tl = slot(l, 4);
-      gemv(Prologue::None, Epilogue::Residual, o, s);
+      gemv(xq_o ? Prologue::Int8 : Prologue::None, Epilogue::Residual, o, s);
       GemvArgs gu;
       gu.w = &L[l].gu;
       gu.in = hidden;
@@ -338,6 +344,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   CUDA_CHECK(cudaFree(ctr));
   if (xq_buf) CUDA_CHECK(cudaFree(xq_buf));
   if (xq_cnt) CUDA_CHECK(cudaFree(xq_cnt));
+  if (xq_o_buf) CUDA_CHECK(cudaFree(xq_o_buf));
   if (slots) CUDA_CHECK(cudaFree(slots));
 }
 

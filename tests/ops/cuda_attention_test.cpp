@@ -5,6 +5,7 @@
 #include "cuda_test.h"
 #include "cuda_test_util.h"
 #include "backend/cuda/qkv_post.h"
+#include "util/round_fadd.h"
 
 using namespace lmfct_cuda;
 using namespace lmf::cuda;
@@ -27,6 +28,30 @@ AttnArgs attn_args(const float* q, uint16_t* k, uint16_t* v, int n_head, int n_k
   a.n_splits = attn_plan_splits(n_kv, n_ctx);
   a.partial = partial;
   return a;
+}
+
+// x quantized in the integer-dot GEMVs' staging layout, computed on the host (the rule of
+// kernels/act_quant.cuh with IEEE float ops): int8 codes in uint4 planes lo/hi, then int2
+// {bits of amax / 127, sum of codes} per 32-block.
+std::vector<uint8_t> xq_reference(const std::vector<float>& x) {
+  const size_t nblk = x.size() / 32;
+  std::vector<uint8_t> r(nblk * 40);
+  for (size_t c = 0; c < nblk; ++c) {
+    float am = 0.f;
+    for (int e = 0; e < 32; ++e) am = std::max(am, std::fabs(x[c * 32 + e]));
+    const float id = am > 0.f ? 127.f / am : 0.f;
+    int sum = 0;
+    for (int e = 0; e < 32; ++e) {
+      const uint32_t b = lmf::round_fadd_bits(x[c * 32 + e] * id);
+      sum += int(b - lmf::kRoundFaddBias);
+      const int f = e / 4;
+      r[((size_t(f >> 2) * nblk + c) * 4 + (f & 3)) * 4 + (e & 3)] = uint8_t(b & 0xffu);
+    }
+    const float dx = am / 127.f;
+    std::memcpy(&r[nblk * 32 + c * 8], &dx, 4);
+    std::memcpy(&r[nblk * 32 + c * 8 + 4], &sum, 4);
+  }
+  return r;
 }
 
 void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t seed) {
@@ -72,6 +97,41 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
                            std::to_string(hd) + " len " + std::to_string(len);
   EXPECT_TRUE(all_finite(out) && d_out.guards_intact() && part.guards_intact()) << what;
   EXPECT_LE(rel_l2(out, ref), 1e-5) << what;
+  // The merge kernel's int8 copy of out for the o_proj GEMV (AttnArgs::xq): the same out bits,
+  // the codes of the host rule, into a poisoned buffer whose guards stay intact; and an Int8
+  // prologue GEMV on it gives the bits of the None prologue on out.
+  {
+    DevBuf<float> d_out3(q.size()), part3(attn_scratch_floats(n_head, hd, a.n_splits));
+    DevBuf<uint8_t> d_xq(gemv_xq_bytes(int64_t(q.size())));
+    AttnArgs c = a;
+    c.out = d_out3.p();
+    c.partial = part3.p();
+    c.xq = d_xq.p();
+    attention_decode(c);
+    const auto out3 = d_out3.get();
+    EXPECT_TRUE(std::memcmp(out3.data(), out.data(), out.size() * sizeof(float)) == 0) << what << " with xq";
+    EXPECT_TRUE(d_xq.get() == xq_reference(out)) << what << " xq codes";
+    EXPECT_TRUE(d_xq.guards_intact()) << what << " xq guards";
+    const int rows = 64, cols = int(q.size());
+    auto wq = random_rows(DType::Q4_0, rows, cols, rng);
+    DeviceWeight dw = upload_weight(repack_rows(DType::Q4_0, wq.data(), rows, cols));
+    auto yr = randn(size_t(rows), rng);
+    DevBuf<float> d_yr(yr), d_y1(static_cast<size_t>(rows)), d_y2(static_cast<size_t>(rows));
+    GemvArgs g;
+    g.w = &dw;
+    g.y_residual = d_yr.p();
+    g.in = d_out3.p();
+    g.y = d_y1.p();
+    gemv(Prologue::None, Epilogue::Residual, g);
+    g.in = nullptr;
+    g.xq = d_xq.p();
+    g.y = d_y2.p();
+    gemv(Prologue::Int8, Epilogue::Residual, g);
+    const auto y1 = d_y1.get(), y2 = d_y2.get();
+    EXPECT_TRUE(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)) == 0)
+        << what << " Int8 GEMV on xq differs, rel_l2 " << rel_l2(y2, y1);
+    free_weight(dw);
+  }
   // Merge fusion (the last split block of each KV head merges): the same bits, twice in a row
   // (the counters must be left zero), into a fresh poisoned output.
   DevBuf<unsigned> ctr(std::vector<unsigned>(size_t(n_kv), 0u));

@@ -101,6 +101,7 @@ struct GraphState {
   // per-32-block counters, shared by every layer (each layer's pair runs back to back).
   uint8_t* xq = nullptr;
   unsigned* xq_counters = nullptr;
+  uint8_t* xq_o = nullptr;  // o_proj's x quantized by the attention merge (knob attn_xq)
   int attn_splits = 1;
   cudaGraphExec_t exec = nullptr;
   int runs = 0;
@@ -193,6 +194,7 @@ class CudaBackend final : public Backend {
     cudaFree(st.attn_counters);
     cudaFree(st.xq);
     cudaFree(st.xq_counters);
+    cudaFree(st.xq_o);
     st = GraphState{};
   }
   float* ptr(const GraphState& st, const Graph& g, int t) const {
@@ -200,6 +202,9 @@ class CudaBackend final : public Backend {
   }
   void launch_all(Graph& g, GraphState& st, bool profile);
   int xq_pair(const Graph& g, const FusionGroup& grp, GroupKind want) const;
+  bool attn_xq_pair(const Graph& g, int attn, const FusionGroup& o) const;
+  int attn_op_before(const Graph& g, const FusionGroup& o) const;
+  const FusionGroup* o_group_after(const Graph& g, int attn) const;
   void launch_op(Graph& g, GraphState& st, const Op& op);
   void launch_prefill_op(Graph& g, GraphState& st, const Op& op);
   void prepare_prefill(Graph& g);
@@ -267,6 +272,7 @@ class CudaBackend final : public Backend {
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (xq_pair)
+  bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (attn_xq_pair)
   bool attn_merge_fusion_ = false;           // decode: the last split block merges (no merge kernel)
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
@@ -428,6 +434,7 @@ void CudaBackend::prepare(Graph& g) {
   // but slower (docs/PERF.md, session 8: 0.93-0.96x; the last block's fence, count and merge are
   // a longer serial chain than the merge kernel's launch): automatic = off.
   attn_merge_fusion_ = fusion && tri_resolve(k.attn_merge_fusion, false);
+  attn_xq_ = fusion && tri_resolve(k.attn_xq, false) && !attn_merge_fusion_;  // needs the merge kernel
 }
 
 void CudaBackend::prepare_prefill(Graph& g) {
@@ -518,6 +525,7 @@ void CudaBackend::finalize(Graph& g) {
                         cuda::attn_scratch_floats(int(hp.n_head), int(hp.head_dim), st.attn_splits) * sizeof(float)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.attn_counters), size_t(hp.n_head_kv) * sizeof(unsigned)));
   CUDA_CHECK(cudaMemset(st.attn_counters, 0, size_t(hp.n_head_kv) * sizeof(unsigned)));
+  if (attn_xq_) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.xq_o), cuda::gemv_xq_bytes(hp.q_dim())));
   if (gemv_xq_) {
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.xq), cuda::gemv_xq_bytes(hp.n_ff)));
     st.xq_counters = cuda::gemv_xq_counters_alloc(hp.n_ff);
@@ -606,6 +614,8 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       a.n_splits = st.attn_splits;
       a.partial = st.attn_partial;
       if (attn_merge_fusion_) a.counters = st.attn_counters;
+      if (const FusionGroup* o = o_group_after(g, int(&op - g.ops.data())); o && st.xq_o)
+        a.xq = st.xq_o;
       if (qkv_epilogue_in_attention_)
         for (const auto& grp : g.groups)
           if (grp.kind == GroupKind::QKV && grp.layer == op.layer && grp.accepted) {
@@ -839,8 +849,9 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       a.y_residual = ptr(st, g, other);
       a.y = ptr(st, g, add.out[0]);
       const bool xq = grp.kind == GroupKind::DownResid && xq_pair(g, grp, GroupKind::GateUp) >= 0 && st.xq;
-      a.xq = xq ? st.xq : nullptr;
-      cuda::gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
+      const bool xq_o = grp.kind == GroupKind::OResid && attn_op_before(g, grp) >= 0 && st.xq_o;
+      a.xq = xq ? st.xq : xq_o ? st.xq_o : nullptr;
+      cuda::gemv(xq || xq_o ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
       break;
     }
   }
@@ -873,6 +884,32 @@ int CudaBackend::xq_pair(const Graph& g, const FusionGroup& grp, GroupKind want)
   if (it == mats_.end() || !int8(L.gate_up.type) || !int8(it->second.type)) return -1;
   if (L.gate_up.rows / 2 != it->second.cols || it->second.cols % 32 != 0) return -1;
   return other;
+}
+
+// The attention -> o_proj pair whose x is quantized once, by the attention's merge kernel (knob
+// attn_xq): the attention op's output is the o_proj group's input, nothing launches between
+// them, and o_proj takes integer dots. attn_op_before / o_group_after find the partner.
+bool CudaBackend::attn_xq_pair(const Graph& g, int attn, const FusionGroup& o) const {
+  if (!attn_xq_ || g.n_tokens != 1 || attn < 0 || o.kind != GroupKind::OResid || !o.accepted) return false;
+  const Op& at = g.ops[size_t(attn)];
+  const Op& lead = g.ops[size_t(o.leader())];
+  if (at.kind != OpKind::Attention || at.layer != o.layer || lead.in[0] != at.out[0] || o.leader() < attn) return false;
+  for (int i = attn + 1; i < o.leader(); ++i)
+    if (g.ops[size_t(i)].launch) return false;
+  const auto it = mats_.find(lead.w);
+  if (it == mats_.end()) return false;
+  const DType t = it->second.type;
+  return (t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0) && it->second.cols % 32 == 0;
+}
+int CudaBackend::attn_op_before(const Graph& g, const FusionGroup& o) const {
+  for (int i = o.leader() - 1; i >= 0; --i)
+    if (g.ops[size_t(i)].kind == OpKind::Attention) return attn_xq_pair(g, i, o) ? i : -1;
+  return -1;
+}
+const FusionGroup* CudaBackend::o_group_after(const Graph& g, int attn) const {
+  for (const FusionGroup& o : g.groups)
+    if (o.kind == GroupKind::OResid && o.layer == g.ops[size_t(attn)].layer && attn_xq_pair(g, attn, o)) return &o;
+  return nullptr;
 }
 
 void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {

@@ -163,6 +163,10 @@ struct AttnArgs {
   // counters, zeroed once by the caller and left zero by every launch; the last split block of
   // each KV head merges the splits, so the merge kernel is not launched. Null: the merge kernel.
   unsigned* counters = nullptr;
+  // Optional (merge kernel only, so counters null): out also quantized to int8 for the o_proj
+  // GEMV's Int8 prologue, gemv_xq_bytes(n_head * head_dim) bytes, 16-byte aligned (knob
+  // LMFUSE_ATTN_XQ).
+  uint8_t* xq = nullptr;
 };
 int attn_plan_splits(int n_kv_head, int64_t n_ctx);  // plan-time split count for this device
 size_t attn_scratch_floats(int n_head, int head_dim, int n_splits);

@@ -76,6 +76,9 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.tl = a.tl;
   p.early = dev::pdl_early_trigger();
   p.counters = a.n_splits <= kMaxFusedSplits ? a.counters : nullptr;
+  if (a.xq && p.counters) LMF_FAIL("cuda attention: xq needs the merge kernel (no merge fusion counters)");
+  if ((reinterpret_cast<uintptr_t>(a.xq) & 15) != 0) LMF_FAIL("cuda attention: xq must be 16-byte aligned");
+  p.xq = a.xq;
   // POST appends this token's k, v: the caches are the backend's device buffers (writable).
   p.k_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.k_cache));
   p.v_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.v_cache));

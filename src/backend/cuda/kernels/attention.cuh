@@ -21,6 +21,7 @@
 #pragma once
 #include <cuda_fp16.h>
 
+#include "backend/cuda/kernels/act_quant.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/pdl_launch.cuh"
 
@@ -69,6 +70,9 @@ struct AttnParams {
   // Merge fusion (or null: the separate merge kernel): n_kv counters, zero before the launch and
   // left zero after it; the last split block of each KV head merges (attn_merge_heads).
   unsigned* counters;
+  // Or null: the merge kernel also writes out quantized for the o_proj GEMV's Int8 prologue
+  // (act_quant.cuh layout, n_head * HD / 32 blocks; merge kernel only, not with counters).
+  uint8_t* xq;
 };
 
 // Head `src` [HD] -> out [HD] (shared memory) for one warp: optional RMSNorm (gamma), then RoPE
@@ -447,8 +451,14 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
   const int L = *p.pos + 1;
   const int chunk = attn_slice<HD>(L, p.n_splits);
   const int used = attn_used_splits(L, p.n_splits, chunk);
+  // out, and its int8 codes for the next GEMV when asked (a warp's 32 outputs are one block).
+  auto write_out = [&](float o) {
+    p.out[size_t(h) * HD + d] = o;
+    if (p.xq)
+      quant_warp_store(o, reinterpret_cast<float4*>(p.xq), p.n_head * (HD / 32), h * (HD / 32) + d / 32, d & 31);
+  };
   if (used == 1) {  // one split holds the whole (normalized) result
-    p.out[size_t(h) * HD + d] = __ldcg(po);
+    write_out(__ldcg(po));
     tl_end(tl);
     return;
   }
@@ -489,7 +499,7 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
     if (s0 >= used) break;
     load_batch(s0);
   }
-  p.out[size_t(h) * HD + d] = num / den;
+  write_out(num / den);
   tl_end(tl);
 }
 

@@ -438,7 +438,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
 constexpr int kMergeBatch = 64;
 inline size_t attn_merge_smem(int n_splits) { return size_t(2) * size_t(n_splits) * sizeof(float); }
 
-template <int HD>
+// XQ: p.xq is set (its own instance, so the default one is unchanged).
+template <int HD, bool XQ>
 __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ AttnParams p) {
   extern __shared__ float merge_sh[];  // [n_splits] m_s, then w_s; [n_splits] l_s
   unsigned long long* tl = p.tl ? p.tl + kTlWords : nullptr;
@@ -454,7 +455,7 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
   // out, and its int8 codes for the next GEMV when asked (a warp's 32 outputs are one block).
   auto write_out = [&](float o) {
     p.out[size_t(h) * HD + d] = o;
-    if (p.xq)
+    if constexpr (XQ)
       quant_warp_store(o, reinterpret_cast<float4*>(p.xq), p.n_head * (HD / 32), h * (HD / 32) + d / 32, d & 31);
   };
   if (used == 1) {  // one split holds the whole (normalized) result

@@ -150,8 +150,10 @@ bool g_merge_fusion = false;  // the chain's attention: merge fused into the spl
 
 void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DType t, int pos,
                         bool timeline = false) {
-  // GEMV block width as the backend picks it for this model (LMFUSE_GEMV_WIDE: 0/1/auto).
-  set_gemv_wide(tri_resolve(Knobs::from_env().gemv_wide, m.hidden >= kWideMinEmbd));
+  // GEMV block width as the backend picks it for this model (LMFUSE_GEMV_WIDE: 0/1/auto); the
+  // producer-quantized x of o_proj and down (LMFUSE_ATTN_XQ / LMFUSE_GEMV_XQ = 1; auto = off).
+  const Knobs kn = Knobs::from_env();
+  set_gemv_wide(tri_resolve(kn.gemv_wide, m.hidden >= kWideMinEmbd));
   const int64_t n_ctx = 4096;
   const int qkv_rows = (m.n_head + 2 * m.n_kv) * m.hd;
   struct Layer {
@@ -179,16 +181,14 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   float* q = dev_floats(m.n_head * m.hd);
   float* att = dev_floats(m.n_head * m.hd);
   float* act = dev_floats(m.ffn);
-  // down's x quantized by gate/up (LMFUSE_GEMV_XQ=1; the backend's knob, automatic = off)
-  const bool xq = Knobs::from_env().gemv_xq == Tri::On;
+  const bool xq = kn.gemv_xq == Tri::On;
   uint8_t* xq_buf = nullptr;
   unsigned* xq_cnt = nullptr;
   if (xq) {
     CUDA_CHECK(cudaMalloc(&xq_buf, gemv_xq_bytes(m.ffn)));
     xq_cnt = gemv_xq_counters_alloc(m.ffn);
   }
-  // o_proj's x quantized by the attention merge (LMFUSE_ATTN_XQ=1; not with the merge fusion)
-  const bool xq_o = Knobs::from_env().attn_xq == Tri::On && !g_merge_fusion;
+  const bool xq_o = kn.attn_xq == Tri::On && !g_merge_fusion;  // needs the merge kernel
   uint8_t* xq_o_buf = nullptr;
   if (xq_o) CUDA_CHECK(cudaMalloc(&xq_o_buf, gemv_xq_bytes(int64_t(m.n_head) * m.hd)));
   float* raw = dev_floats(qkv_rows);

@@ -90,6 +90,8 @@ struct LayerDev {
   unsigned* counters = nullptr;   // QKV epilogue counters
 };
 
+enum class XqRole : uint8_t { None, Write, Read };
+
 struct GraphState {
   float* arena = nullptr;
   size_t arena_bytes = 0;
@@ -97,11 +99,12 @@ struct GraphState {
   float* gateup_tmp = nullptr;  // unfused fallback over an interleaved weight [2 n_ff]
   float* attn_partial = nullptr;
   unsigned* attn_counters = nullptr;  // merge fusion: n_kv_head counters, zero between launches
-  // down's x quantized by the gate/up GEMV (knob gemv_xq): codes [gemv_xq_bytes(n_ff)] and the
-  // per-32-block counters, shared by every layer (each layer's pair runs back to back).
+  // x quantized once, by its producer (knobs attn_xq, gemv_xq; plan_xq): per op, whether it
+  // writes xq (the attention op, the gate/up leader) or reads it (the o_proj, down leader); the
+  // one scratch every pair shares, and gate/up's per-32-block counters.
+  std::vector<XqRole> xq_role;
   uint8_t* xq = nullptr;
   unsigned* xq_counters = nullptr;
-  uint8_t* xq_o = nullptr;  // o_proj's x quantized by the attention merge (knob attn_xq)
   int attn_splits = 1;
   cudaGraphExec_t exec = nullptr;
   int runs = 0;
@@ -194,17 +197,13 @@ class CudaBackend final : public Backend {
     cudaFree(st.attn_counters);
     cudaFree(st.xq);
     cudaFree(st.xq_counters);
-    cudaFree(st.xq_o);
     st = GraphState{};
   }
   float* ptr(const GraphState& st, const Graph& g, int t) const {
     return st.arena + g.t(t).offset / sizeof(float);
   }
   void launch_all(Graph& g, GraphState& st, bool profile);
-  int xq_pair(const Graph& g, const FusionGroup& grp, GroupKind want) const;
-  bool attn_xq_pair(const Graph& g, int attn, const FusionGroup& o) const;
-  int attn_op_before(const Graph& g, const FusionGroup& o) const;
-  const FusionGroup* o_group_after(const Graph& g, int attn) const;
+  void plan_xq(const Graph& g, GraphState& st);
   void launch_op(Graph& g, GraphState& st, const Op& op);
   void launch_prefill_op(Graph& g, GraphState& st, const Op& op);
   void prepare_prefill(Graph& g);
@@ -263,7 +262,6 @@ class CudaBackend final : public Backend {
   std::vector<DeviceWeight> extra_;                       // output / embedding copies
   std::vector<void*> buffers_;
   void* embd_raw_ = nullptr;  // token_embd in GGUF layout, for the lookup
-  int64_t n_embd_ = 0;        // hidden size (the GEMV block width's automatic choice)
   uint64_t decode_bytes_ = 0;
   std::map<const Graph*, GraphState> states_;
   std::vector<ProfileEntry> profile_;
@@ -271,8 +269,8 @@ class CudaBackend final : public Backend {
   bool qkv_epilogue_in_gemv_ = true;
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
-  bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (xq_pair)
-  bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (attn_xq_pair)
+  bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
+  bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
   bool attn_merge_fusion_ = false;           // decode: the last split block merges (no merge kernel)
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
@@ -304,7 +302,6 @@ void CudaBackend::load(const Model& m) {
     decode_bytes_ += cuda::weight_bytes(L.own.back());
     return L.own.back();
   };
-  n_embd_ = hp.n_embd;
   layers_.resize(size_t(hp.n_layer));
   for (int l = 0; l < int(hp.n_layer); ++l) {
     const auto& W = m.layers[size_t(l)];
@@ -525,11 +522,59 @@ void CudaBackend::finalize(Graph& g) {
                         cuda::attn_scratch_floats(int(hp.n_head), int(hp.head_dim), st.attn_splits) * sizeof(float)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.attn_counters), size_t(hp.n_head_kv) * sizeof(unsigned)));
   CUDA_CHECK(cudaMemset(st.attn_counters, 0, size_t(hp.n_head_kv) * sizeof(unsigned)));
-  if (attn_xq_) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.xq_o), cuda::gemv_xq_bytes(hp.q_dim())));
-  if (gemv_xq_) {
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.xq), cuda::gemv_xq_bytes(hp.n_ff)));
-    st.xq_counters = cuda::gemv_xq_counters_alloc(hp.n_ff);
+  plan_xq(g, st);
+}
+
+// The producer -> GEMV pairs whose x is quantized once, by the producer (knobs attn_xq: the
+// attention merge for o_proj; gemv_xq: the gate/up GEMV for down), decided once per graph. A
+// pair: the producer's output is the GEMV's input, nothing else launches between them (so the
+// shared scratch is not touched in between; the pairs of a step follow one another, each reader
+// ending before the next writer passes its PDL wait), the GEMV (and a gate/up producer) has its
+// integer-dot instance, and the vector is whole 32-blocks.
+void CudaBackend::plan_xq(const Graph& g, GraphState& st) {
+  st.xq_role.assign(g.ops.size(), XqRole::None);
+  if (g.n_tokens != 1 || !(attn_xq_ || gemv_xq_)) return;
+  auto back_to_back = [&](int from, int to, int own_group) {  // own_group: the writer's (or -1)
+    for (int i = from + 1; i < to; ++i)
+      if (g.ops[size_t(i)].launch && (own_group < 0 || g.ops[size_t(i)].group != own_group)) return false;
+    return from < to;
+  };
+  auto supported = [&](const Weight* w, Prologue pro, Epilogue epi) {
+    const auto it = mats_.find(w);
+    return it != mats_.end() && cuda::gemv_supported(it->second.type, pro, epi);
+  };
+  bool counters = false;
+  for (const FusionGroup& r : g.groups) {
+    const Op& reader = g.ops[size_t(r.leader())];
+    const bool o = r.kind == GroupKind::OResid && attn_xq_, down = r.kind == GroupKind::DownResid && gemv_xq_;
+    if (!r.accepted || !(o || down) || g.t(reader.in[0]).cols % 32 != 0 ||
+        !supported(reader.w, Prologue::Int8, Epilogue::Residual))
+      continue;
+    int writer = -1;
+    if (o) {
+      for (int i = r.leader() - 1; i >= 0 && writer < 0; --i)
+        if (g.ops[size_t(i)].kind == OpKind::Attention && g.ops[size_t(i)].out[0] == reader.in[0] &&
+            back_to_back(i, r.leader(), -1))
+          writer = i;
+    } else {
+      for (size_t w = 0; w < g.groups.size() && writer < 0; ++w) {
+        const FusionGroup& gu = g.groups[w];
+        if (gu.kind == GroupKind::GateUp && gu.accepted && gu.fold_epilogue && !gu.epilogue.empty() &&
+            g.ops[size_t(gu.epilogue[0])].out[0] == reader.in[0] &&
+            cuda::gemv_supported(layers_[size_t(gu.layer)].gate_up.type, Prologue::None, Epilogue::SiluMulQ) &&
+            back_to_back(gu.leader(), r.leader(), int(w)))
+          writer = gu.leader();
+      }
+      counters = counters || writer >= 0;
+    }
+    if (writer < 0) continue;
+    st.xq_role[size_t(writer)] = XqRole::Write;
+    st.xq_role[size_t(r.leader())] = XqRole::Read;
   }
+  const auto& hp = m_->hp;
+  if (std::find(st.xq_role.begin(), st.xq_role.end(), XqRole::Read) != st.xq_role.end())
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.xq), cuda::gemv_xq_bytes(std::max(hp.q_dim(), hp.n_ff))));
+  if (counters) st.xq_counters = cuda::gemv_xq_counters_alloc(hp.n_ff);
 }
 
 void CudaBackend::matmul(const Weight* w, const float* x, float* y, const float* bias) {
@@ -614,8 +659,7 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       a.n_splits = st.attn_splits;
       a.partial = st.attn_partial;
       if (attn_merge_fusion_) a.counters = st.attn_counters;
-      if (const FusionGroup* o = o_group_after(g, int(&op - g.ops.data())); o && st.xq_o)
-        a.xq = st.xq_o;
+      if (st.xq_role[size_t(&op - g.ops.data())] == XqRole::Write) a.xq = st.xq;
       if (qkv_epilogue_in_attention_)
         for (const auto& grp : g.groups)
           if (grp.kind == GroupKind::QKV && grp.layer == op.layer && grp.accepted) {
@@ -835,7 +879,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
     case GroupKind::GateUp: {
       a.w = &L.gate_up;
       a.y = ptr(st, g, g.ops[size_t(grp.epilogue[0])].out[0]);
-      const bool xq = xq_pair(g, grp, GroupKind::DownResid) >= 0 && st.xq;
+      const bool xq = st.xq_role[size_t(grp.leader())] == XqRole::Write;
       a.xq = xq ? st.xq : nullptr;
       a.xq_counters = xq ? st.xq_counters : nullptr;
       cuda::gemv(pro, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, a, stream_);
@@ -848,74 +892,18 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       const int other = add.in[0] == lead.out[0] ? add.in[1] : add.in[0];
       a.y_residual = ptr(st, g, other);
       a.y = ptr(st, g, add.out[0]);
-      const bool xq = grp.kind == GroupKind::DownResid && xq_pair(g, grp, GroupKind::GateUp) >= 0 && st.xq;
-      const bool xq_o = grp.kind == GroupKind::OResid && attn_op_before(g, grp) >= 0 && st.xq_o;
-      a.xq = xq ? st.xq : xq_o ? st.xq_o : nullptr;
-      cuda::gemv(xq || xq_o ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
+      const bool xq = st.xq_role[size_t(grp.leader())] == XqRole::Read;
+      a.xq = xq ? st.xq : nullptr;
+      cuda::gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
       break;
     }
   }
 }
 
-// The gate/up -> down pair whose x is quantized once, by gate/up (knob gemv_xq): from one group
-// of the pair, the index of the other group (`want`: its kind) or -1. A pair when gate/up's
-// silu*mul output is down's input, the two groups launch back to back (nothing in between reads
-// or writes the shared xq scratch), both weights take integer dots and the vector is whole
-// 32-blocks. Both groups ask the same question, so they agree.
-int CudaBackend::xq_pair(const Graph& g, const FusionGroup& grp, GroupKind want) const {
-  if (!gemv_xq_ || g.n_tokens != 1) return -1;
-  int other = -1;
-  for (size_t i = 0; i < g.groups.size(); ++i)
-    if (g.groups[i].kind == want && g.groups[i].layer == grp.layer && g.groups[i].accepted) other = int(i);
-  if (other < 0) return -1;
-  const FusionGroup& gu = want == GroupKind::GateUp ? g.groups[size_t(other)] : grp;
-  const FusionGroup& dn = want == GroupKind::GateUp ? grp : g.groups[size_t(other)];
-  if (!gu.fold_epilogue || gu.epilogue.empty()) return -1;
-  const Op& silu = g.ops[size_t(gu.epilogue[0])];
-  const Op& down = g.ops[size_t(dn.leader())];
-  if (down.in[0] != silu.out[0] || dn.leader() < gu.leader()) return -1;
-  for (int i = gu.leader() + 1; i < dn.leader(); ++i) {  // only gate/up's own ops in between
-    const Op& op = g.ops[size_t(i)];
-    if (op.launch && (op.group < 0 || &g.groups[size_t(op.group)] != &gu)) return -1;
-  }
-  auto int8 = [](DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; };
-  const LayerDev& L = layers_[size_t(grp.layer)];
-  const auto it = mats_.find(down.w);
-  if (it == mats_.end() || !int8(L.gate_up.type) || !int8(it->second.type)) return -1;
-  if (L.gate_up.rows / 2 != it->second.cols || it->second.cols % 32 != 0) return -1;
-  return other;
-}
-
-// The attention -> o_proj pair whose x is quantized once, by the attention's merge kernel (knob
-// attn_xq): the attention op's output is the o_proj group's input, nothing launches between
-// them, and o_proj takes integer dots. attn_op_before / o_group_after find the partner.
-bool CudaBackend::attn_xq_pair(const Graph& g, int attn, const FusionGroup& o) const {
-  if (!attn_xq_ || g.n_tokens != 1 || attn < 0 || o.kind != GroupKind::OResid || !o.accepted) return false;
-  const Op& at = g.ops[size_t(attn)];
-  const Op& lead = g.ops[size_t(o.leader())];
-  if (at.kind != OpKind::Attention || at.layer != o.layer || lead.in[0] != at.out[0] || o.leader() < attn) return false;
-  for (int i = attn + 1; i < o.leader(); ++i)
-    if (g.ops[size_t(i)].launch) return false;
-  const auto it = mats_.find(lead.w);
-  if (it == mats_.end()) return false;
-  const DType t = it->second.type;
-  return (t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0) && it->second.cols % 32 == 0;
-}
-int CudaBackend::attn_op_before(const Graph& g, const FusionGroup& o) const {
-  for (int i = o.leader() - 1; i >= 0; --i)
-    if (g.ops[size_t(i)].kind == OpKind::Attention) return attn_xq_pair(g, i, o) ? i : -1;
-  return -1;
-}
-const FusionGroup* CudaBackend::o_group_after(const Graph& g, int attn) const {
-  for (const FusionGroup& o : g.groups)
-    if (o.kind == GroupKind::OResid && o.layer == g.ops[size_t(attn)].layer && attn_xq_pair(g, attn, o)) return &o;
-  return nullptr;
-}
-
 void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
   cuda::set_gemv_split_k(tri_resolve(opts_.knobs.gemv_split_k, false));  // this backend's, before any capture
   cuda::set_gemv_coresident(opts_.knobs.gemv_coresident);
-  cuda::set_gemv_wide(tri_resolve(opts_.knobs.gemv_wide, n_embd_ >= cuda::kWideMinEmbd));
+  cuda::set_gemv_wide(tri_resolve(opts_.knobs.gemv_wide, m_->hp.n_embd >= cuda::kWideMinEmbd));
   cuda::set_pdl_early_trigger(tri_resolve(opts_.knobs.pdl_early_trigger, true));
   size_t ev = 0;
   for (const Op& op : g.ops) {

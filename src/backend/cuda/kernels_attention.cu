@@ -33,10 +33,9 @@ void launch(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
   else
     dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX, false>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32),
                     0, s, p);
-  if (!p.counters && p.xq)
-    dev::launch_pdl(&dev::attn_merge_kernel<HD, true>, dim3(p.n_head), dim3(HD), dev::attn_merge_smem(p.n_splits), s, p);
-  else if (!p.counters)
-    dev::launch_pdl(&dev::attn_merge_kernel<HD, false>, dim3(p.n_head), dim3(HD), dev::attn_merge_smem(p.n_splits), s, p);
+  if (!p.counters)
+    dev::launch_pdl(p.xq ? &dev::attn_merge_kernel<HD, true> : &dev::attn_merge_kernel<HD, false>, dim3(p.n_head),
+                    dim3(HD), dev::attn_merge_smem(p.n_splits), s, p);
 }
 template <int HD>
 void launch_g(const dev::AttnParams& p, int G, int n_kv, cudaStream_t s) {

@@ -16,6 +16,20 @@ bool launch_gemv_q8_0(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t)
 bool launch_gemv_f16(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
 bool launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
 
+// Blocks of an instance (`threads` per block) resident per SM with `smem` bytes of dynamic
+// shared memory (0: does not fit), cached per (instance, smem).
+static int gemv_occupancy(const void* func, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, size_t>, int> occ_cache;
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = occ_cache.find({func, smem});
+  if (it != occ_cache.end()) return it->second;
+  int occ = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, func, threads, smem));
+  occ_cache[{func, smem}] = occ;
+  return occ;
+}
+
 // Blocks for a launch: one per row group up to what is resident at once (row groups are dealt
 // round-robin over blocks, so every SM gets an equal share and small matrices still spread over
 // all SMs; warps of a block without a row group only help stage x). One block per SM instead
@@ -26,20 +40,7 @@ bool launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t)
 // loads before the PDL wait (short_shape: 8B and 4B o_proj; 0.6B qkv, o, down). Automatic = one per SM
 // for exactly those (session 6: +1.7 % on 8B, +2.7 % on 4B end to end).
 int gemv_grid(const void* func, int threads, int rows, size_t smem, bool short_shape) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, size_t>, int> occ_cache;
-  int occ;
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    auto it = occ_cache.find({func, smem});
-    if (it == occ_cache.end()) {
-      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, func, threads, smem));
-      if (occ < 1) occ = 1;
-      occ_cache[{func, smem}] = occ;
-    } else {
-      occ = it->second;
-    }
-  }
+  const int occ = std::max(1, gemv_occupancy(func, threads, smem));
   const int n_rg = (rows + kRows - 1) / kRows;
   const int sms = device_sm_count();
   const Tri mode = gemv_coresident_mode();
@@ -107,7 +108,9 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
     if (!a.xq || !a.xq_counters) LMF_FAIL("cuda gemv: SiluMulQ needs xq and xq_counters");
     if ((w.rows / 2) % 32 != 0) LMF_FAIL("cuda gemv: SiluMulQ needs rows/2 % 32 == 0, got ", w.rows);
   }
-  if ((pro == Prologue::Int8 || epi == Epilogue::SiluMulQ) && (reinterpret_cast<uintptr_t>(a.xq) & 15) != 0)
+  // The staging reads the inputs (and AddNorm writes residual_out, SiluMulQ xq) in 16-byte words.
+  auto misaligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) != 0; };
+  if ((pro == Prologue::Int8 || epi == Epilogue::SiluMulQ) && misaligned(a.xq))
     LMF_FAIL("cuda gemv: xq must be 16-byte aligned");
   const bool norm = pro == Prologue::Norm || pro == Prologue::AddNorm;
   if (norm && !a.gamma) LMF_FAIL("cuda gemv: norm prologue needs gamma");
@@ -116,8 +119,6 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
     if (a.residual_out == a.in || a.residual_out == a.residual)
       LMF_FAIL("cuda gemv: residual_out must not alias the inputs (other blocks still read them)");
   }
-  // The staging reads the inputs (and AddNorm writes residual_out) as float4.
-  auto misaligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) != 0; };
   if (misaligned(a.in) || (norm && misaligned(a.gamma)) ||
       (pro == Prologue::AddNorm && (misaligned(a.residual) || misaligned(a.residual_out))))
     LMF_FAIL("cuda gemv: input, gamma, residual and residual_out must be 16-byte aligned");

@@ -42,12 +42,16 @@ __device__ __forceinline__ QuantWord quant_x4(float4 v) {
   return {b0, b1, b2, b3, am, sq};
 }
 
+// The staged int8 word of 4 codes from their round_fadd_bits words (low byte = the code's byte).
+__device__ __forceinline__ uint32_t code_word(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b3) {
+  return (b0 & 0xffu) | ((b1 & 0xffu) << 8) | ((b2 & 0xffu) << 16) | (b3 << 24);
+}
+
 // Stores float4 f of block c of a quantized x (quant_x4's result) in the staging layout: uint4
 // planes lo[nblk], hi[nblk], then int2 {dx, sum q}[nblk] (xs: the layout's start).
 __device__ __forceinline__ void store_quant_word(float4* xs, int nblk, int c, int f, const QuantWord& w) {
-  const uint32_t word = (w.b0 & 0xffu) | ((w.b1 & 0xffu) << 8) | ((w.b2 & 0xffu) << 16) | (w.b3 << 24);
   uint32_t* xw = reinterpret_cast<uint32_t*>(xs);
-  xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = word;
+  xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = code_word(w.b0, w.b1, w.b2, w.b3);
   if (f == 0) reinterpret_cast<int2*>(xs + 2 * size_t(nblk))[c] = make_int2(__float_as_int(w.am / 127.f), w.sq);
 }
 

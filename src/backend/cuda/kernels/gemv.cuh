@@ -64,6 +64,8 @@ constexpr int kGemvThreads = kGemvWarps<T, W> * 32;
 template <DType T, int W>
 constexpr int kMinBlocks = kInt8x<T> ? 16 / W : 1;
 static_assert(kRows % 2 == 0, "SiluMul pairs rows inside a row group");
+// SiluMulQ: row groups whose silu*mul outputs make one 32-block of y (kRows / 2 outputs each).
+constexpr int kRowGroupsPerXqBlock = 64 / kRows;
 
 template <DType T>
 struct WTraits;
@@ -340,7 +342,7 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
   }
 }
 
-// SiluMulQ: 32-block hb of y (written by 16 row groups, now complete) quantized into p.xq by
+// SiluMulQ: 32-block hb of y (written by kRowGroupsPerXqBlock row groups, now complete) quantized into p.xq by
 // one warp, lanes 0-7 holding it as stage_x's lanes hold a block of x: the same codes as the
 // consumer's own staging of y would give.
 __device__ __forceinline__ void xq_quantize_block(const GemvParams& p, int hb, int lane) {
@@ -458,9 +460,8 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
         sq += __shfl_xor_sync(0xffffffffu, sq, 2);
         sq += __shfl_xor_sync(0xffffffffu, sq, 4);
         if (ok) {
-          const uint32_t word = (b0 & 0xffu) | ((b1 & 0xffu) << 8) | ((b2 & 0xffu) << 16) | (b3 << 24);
           uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
-          xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = word;
+          xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = code_word(b0, b1, b2, b3);
           if (f == 0)
             reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk))[c] = make_int2(__float_as_int(am / 127.f), sq);
         }
@@ -656,13 +657,13 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
       for (int base = first; base < n_rg; base += 32 * rg_step) {  // warp-uniform
         const int my_rg = base + lane * rg_step;
         unsigned old = 0;
-        if (my_rg < n_rg) old = atomicAdd(&p.xq_cnt[my_rg >> 4], 1u);
-        unsigned last = __ballot_sync(0xffffffffu, my_rg < n_rg && old == unsigned(64 / kRows - 1));
+        if (my_rg < n_rg) old = atomicAdd(&p.xq_cnt[my_rg / kRowGroupsPerXqBlock], 1u);
+        unsigned last = __ballot_sync(0xffffffffu, my_rg < n_rg && old == unsigned(kRowGroupsPerXqBlock - 1));
         if (last) __threadfence();
         while (last) {
           const int src = __ffs(last) - 1;
           last &= last - 1;
-          const int hb = __shfl_sync(0xffffffffu, my_rg >> 4, src);
+          const int hb = __shfl_sync(0xffffffffu, my_rg / kRowGroupsPerXqBlock, src);
           xq_quantize_block(p, hb, lane);
           if (lane == 0) p.xq_cnt[hb] = 0;
         }
@@ -672,6 +673,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   if constexpr (kTl) tl_end(p.tl);
 }
 
+// Dynamic shared memory per block: the staged x (layouts in the header comment).
 template <DType T>
 inline size_t gemv_smem_bytes(int cols) {
   return kInt8x<T> ? size_t(cols / 32) * (32 + 8) : size_t(cols / 32) * (8 * 16);

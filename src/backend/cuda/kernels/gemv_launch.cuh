@@ -34,6 +34,7 @@ namespace lmf::cuda::dev {
 int gemv_grid(const void* func, int threads, int rows, size_t smem, bool short_shape);  // kernels_gemv.cu
 bool gemv_split_k_enabled();                              // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
+constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
 
 template <DType T, Prologue PRO, Epilogue EPI, int W>
 void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
@@ -41,11 +42,11 @@ void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   const size_t smem = gemv_smem_bytes<T>(p.cols);
   // First call per instance happens before any graph capture. Always opted in: the 48 KB default
   // limit counts the static shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
-  static bool attr_set = false;
-  if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
-    attr_set = true;
-  }
+  static const bool attr_set = [&] {
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxSmem)));
+    return true;
+  }();
+  (void)attr_set;
   // Short shape: a row group's column batches all fit the two batches loaded before the wait.
   const bool short_shape = (p.cols / 32 + 31) / 32 <= 2 * kSteps<T>;
   constexpr int threads = kGemvThreads<T, W>;

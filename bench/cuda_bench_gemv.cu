@@ -15,13 +15,11 @@
 
 #include <array>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/kernels/attention.cuh"  // EXPERIMENT (session 13): cluster occupancy
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/qkv_post.h"
 #include "cuda_bench_util.cuh"
@@ -197,29 +195,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   int* d_pos;
   CUDA_CHECK(cudaMalloc(&d_pos, sizeof(int)));
   CUDA_CHECK(cudaMemcpy(d_pos, &pos, sizeof(int), cudaMemcpyHostToDevice));
-  // LMFUSE_ATTN_CLUSTER_MERGE=1: the split clusters merge short lengths (auto = off).
-  const bool cluster = kn.attn_cluster_merge == Tri::On && !g_merge_fusion;
-  int splits = attn_plan_splits(m.n_kv, n_ctx, cluster);
-  if (const char* e = std::getenv("LMF_EXP_SPLITS")) splits = std::atoi(e);  // EXPERIMENT (session 13)
-  if (cluster) {  // EXPERIMENT (session 13): how many clusters of the split kernel fit at once
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(m.n_kv, splits);
-    cfg.blockDim = dim3(dev::kAttnWarps * 32);
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1;
-    at[0].val.clusterDim.y = kAttnClusterSplits;
-    at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    int nc = -1;
-    if (m.hd == 128 && m.n_head / m.n_kv == 2)
-      CUDA_CHECK(cudaOccupancyMaxActiveClusters(&nc, dev::attn_split_kernel<128, 2, false, true>, &cfg));
-    else if (m.hd == 128 && m.n_head / m.n_kv == 4)
-      CUDA_CHECK(cudaOccupancyMaxActiveClusters(&nc, dev::attn_split_kernel<128, 4, false, true>, &cfg));
-    std::printf("cluster %d x %d splits: %d clusters fit at once (grid needs %d)\n", kAttnClusterSplits, splits, nc,
-                m.n_kv * splits / kAttnClusterSplits);
-  }
+  const int splits = attn_plan_splits(m.n_kv, n_ctx);
   float* part = dev_floats(attn_scratch_floats(m.n_head, m.hd, splits));
   unsigned* ctr = nullptr;  // merge fusion counters (used when g_merge_fusion)
   CUDA_CHECK(cudaMalloc(&ctr, size_t(m.n_kv) * sizeof(unsigned)));
@@ -269,7 +245,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       at.counters = g_merge_fusion ? ctr : nullptr;
       at.tl = slot(l, 2);  // and slot(l, 3) for the merge
       at.xq = xq_o_buf;
-      at.cluster_merge = cluster;
       attention_decode(at, s);
       GemvArgs o;
       o.w = &L[l].o;

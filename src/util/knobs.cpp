@@ -33,8 +33,6 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode: launch the QKV epilogue kernel with programmatic dependent launch (auto = on)"},
       {"attn_merge_fusion", "LMFUSE_ATTN_MERGE_FUSION", &Knobs::attn_merge_fusion,
        "CUDA decode: the last attention split block of each KV head merges the splits (auto = off: a merge kernel)"},
-      {"attn_cluster_merge", "LMFUSE_ATTN_CLUSTER_MERGE", &Knobs::attn_cluster_merge,
-       "CUDA decode: attention splits run as clusters of 8 blocks that merge short lengths (<= 8 used splits) through distributed shared memory, no merge kernel work"},
       {"pdl_early_trigger", "LMFUSE_PDL_EARLY_TRIGGER", &Knobs::pdl_early_trigger,
        "CUDA decode: the QKV epilogue and attention kernels let the next kernel launch before their own wait"},
       {"sample_two_pass", "LMFUSE_SAMPLE_TWO_PASS", &Knobs::sample_two_pass,

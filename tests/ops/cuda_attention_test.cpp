@@ -132,38 +132,6 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
         << what << " Int8 GEMV on xq differs, rel_l2 " << rel_l2(y2, y1);
     free_weight(dw);
   }
-  // Cluster merge (AttnArgs::cluster_merge): its own split count, a multiple of the cluster; the
-  // merge kernel over that count is the reference, bitwise, with and without the int8 copy, and
-  // twice in a row (the merge kernel must skip exactly the lengths the clusters merged).
-  {
-    const int cs = attn_plan_splits(n_kv, n_ctx, true);
-    EXPECT_EQ(cs % kAttnClusterSplits, 0) << what;
-    DevBuf<float> d_ref(q.size()), part_r(attn_scratch_floats(n_head, hd, cs));
-    AttnArgs r = a;
-    r.n_splits = cs;
-    r.out = d_ref.p();
-    r.partial = part_r.p();
-    attention_decode(r);
-    const auto ref_c = d_ref.get();
-    EXPECT_LE(rel_l2(ref_c, ref), 1e-5) << what << " " << cs << " splits";
-    for (int rep = 0; rep < 2; ++rep) {
-      DevBuf<float> d_out4(q.size()), part4(attn_scratch_floats(n_head, hd, cs));
-      DevBuf<uint8_t> d_xq4(gemv_xq_bytes(int64_t(q.size())));
-      AttnArgs c = r;
-      c.out = d_out4.p();
-      c.partial = part4.p();
-      c.cluster_merge = true;
-      if (rep == 1) c.xq = d_xq4.p();
-      attention_decode(c);
-      const auto out4 = d_out4.get();
-      EXPECT_TRUE(d_out4.guards_intact() && part4.guards_intact() && d_xq4.guards_intact()) << what << " cluster";
-      EXPECT_TRUE(std::memcmp(out4.data(), ref_c.data(), ref_c.size() * sizeof(float)) == 0)
-          << what << " cluster merge differs, rel_l2 " << rel_l2(out4, ref_c);
-      if (rep == 1) {
-        EXPECT_TRUE(d_xq4.get() == xq_reference(ref_c)) << what << " cluster xq codes";
-      }
-    }
-  }
   // Merge fusion (the last split block of each KV head merges): the same bits, twice in a row
   // (the counters must be left zero), into a fresh poisoned output.
   DevBuf<unsigned> ctr(std::vector<unsigned>(size_t(n_kv), 0u));
@@ -285,27 +253,4 @@ TEST(CudaAttention, QkvEpilogueInKernelMatchesSeparate) {
         run_attn_post(nh, nkv, hd, 4096, pos, norms, st, seed++);
       }
   run_attn_post(8, 8, 128, 33, 32, true, RopeStyle::NeoX, 600);  // MHA, last position of a tiny context
-}
-
-TEST(CudaAttention, ClusterMergeBadArgumentsFail) {
-  const int n_head = 8, n_kv = 2, hd = 64;
-  const int64_t n_ctx = 256;
-  DevBuf<float> d_q(size_t(n_head) * hd), d_out(size_t(n_head) * hd);
-  DevBuf<uint16_t> d_k(size_t(n_kv) * n_ctx * hd), d_v(size_t(n_kv) * n_ctx * hd);
-  DevBuf<int> d_pos(std::vector<int>{10});
-  const int cs = attn_plan_splits(n_kv, n_ctx, true);
-  DevBuf<float> part(attn_scratch_floats(n_head, hd, cs));
-  AttnArgs a = attn_args(d_q.p(), d_k.p(), d_v.p(), n_head, n_kv, hd, n_ctx, d_pos.p(), d_out.p(), part.p());
-  a.n_splits = cs;
-  a.cluster_merge = true;
-  a.n_splits = cs - 1;  // not whole clusters
-  EXPECT_TRUE(throws_error([&] { attention_decode(a); })) << "cluster merge over " << a.n_splits << " splits accepted";
-  a.n_splits = cs;
-  DevBuf<unsigned> ctr(std::vector<unsigned>(size_t(n_kv), 0u));
-  a.counters = ctr.p();
-  EXPECT_TRUE(throws_error([&] { attention_decode(a); })) << "cluster merge with merge fusion counters accepted";
-  a.counters = nullptr;
-  attention_decode(a);  // valid: runs
-  CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_TRUE(d_out.guards_intact());
 }

@@ -272,7 +272,6 @@ class CudaBackend final : public Backend {
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
   bool attn_merge_fusion_ = false;           // decode: the last split block merges (no merge kernel)
-  bool attn_cluster_merge_ = false;          // decode: the split clusters merge short lengths
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
   cuda::PrefillTuner tuner_;     // measured routes (prefill_tune.h)
@@ -436,10 +435,6 @@ void CudaBackend::prepare(Graph& g) {
   // per model (docs/PERF.md, session 13, `--ab attn_xq`, two runs): 4B 1.012 / 1.012, 8B 1.013 /
   // 0.999, 0.6B 0.983 / 0.993: automatic = on from the wide GEMVs' hidden size.
   attn_xq_ = fusion && tri_resolve(k.attn_xq, m_->hp.n_embd >= cuda::kWideMinEmbd) && !attn_merge_fusion_;
-  // The splits as clusters that merge short lengths themselves (same bits as the merge kernel);
-  // not with merge fusion or the QKV epilogue in the attention kernel (no such instances).
-  attn_cluster_merge_ = fusion && tri_resolve(k.attn_cluster_merge, false) && !attn_merge_fusion_ &&
-                        !qkv_epilogue_in_attention_;
 }
 
 void CudaBackend::prepare_prefill(Graph& g) {
@@ -525,7 +520,7 @@ void CudaBackend::finalize(Graph& g) {
   }
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.qkv_raw), size_t(hp.q_dim() + 2 * hp.kv_dim()) * sizeof(float)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.gateup_tmp), size_t(2 * hp.n_ff) * sizeof(float)));
-  st.attn_splits = cuda::attn_plan_splits(int(hp.n_head_kv), opts_.n_ctx, attn_cluster_merge_);
+  st.attn_splits = cuda::attn_plan_splits(int(hp.n_head_kv), opts_.n_ctx);
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.attn_partial),
                         cuda::attn_scratch_floats(int(hp.n_head), int(hp.head_dim), st.attn_splits) * sizeof(float)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.attn_counters), size_t(hp.n_head_kv) * sizeof(unsigned)));
@@ -667,7 +662,6 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       a.n_splits = st.attn_splits;
       a.partial = st.attn_partial;
       if (attn_merge_fusion_) a.counters = st.attn_counters;
-      a.cluster_merge = attn_cluster_merge_;
       if (st.xq_role[size_t(&op - g.ops.data())] == XqRole::Write) a.xq = st.xq;
       if (qkv_epilogue_in_attention_)
         for (const auto& grp : g.groups)

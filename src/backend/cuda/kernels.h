@@ -167,18 +167,8 @@ struct AttnArgs {
   // GEMV's Int8 prologue, gemv_xq_bytes(n_head * head_dim) bytes, 16-byte aligned (knob
   // LMFUSE_ATTN_XQ).
   uint8_t* xq = nullptr;
-  // Cluster merge (knob LMFUSE_ATTN_CLUSTER_MERGE): the splits run as clusters of
-  // kAttnClusterSplits blocks, which merge lengths of at most that many used splits through
-  // distributed shared memory (the merge kernel's bits) instead of the merge kernel. n_splits a
-  // multiple of kAttnClusterSplits (attn_plan_splits(..., true)); not with counters or qkv_raw.
-  bool cluster_merge = false;
 };
-#ifndef LMF_ATTN_CLUSTER_SPLITS  // build-time override for measurements only
-#define LMF_ATTN_CLUSTER_SPLITS 8
-#endif
-constexpr int kAttnClusterSplits = LMF_ATTN_CLUSTER_SPLITS;
-// Plan-time split count for this device; cluster_merge: a multiple of kAttnClusterSplits.
-int attn_plan_splits(int n_kv_head, int64_t n_ctx, bool cluster_merge = false);
+int attn_plan_splits(int n_kv_head, int64_t n_ctx);  // plan-time split count for this device
 size_t attn_scratch_floats(int n_head, int head_dim, int n_splits);
 void attention_decode(const AttnArgs& a, cudaStream_t s = nullptr);
 

@@ -8,17 +8,12 @@
 
 namespace lmf::cuda {
 
-int attn_plan_splits(int n_kv_head, int64_t n_ctx, bool cluster_merge) {
+int attn_plan_splits(int n_kv_head, int64_t n_ctx) {
   // About two blocks per SM at full length; never slices shorter than 16 positions.
   // (3, 4 and 6 per SM measured slower at depth 4096 with the batched merge: docs/PERF.md, session 7)
-  constexpr int C = kAttnClusterSplits;
-  int want = (2 * device_sm_count() + n_kv_head - 1) / n_kv_head;
-  // Clusters: whole clusters, rounded down so the grid still fits two blocks per SM (33 -> 32 on
-  // an H200 with 8 KV heads); short contexts get one cluster, most of whose blocks exit at once.
-  if (cluster_merge) want = std::max(C, want / C * C);
+  const int want = (2 * device_sm_count() + n_kv_head - 1) / n_kv_head;
   const int64_t cap = std::max<int64_t>(1, n_ctx / 16);
-  const int n = int(std::max<int64_t>(1, std::min<int64_t>(want, cap)));
-  return cluster_merge ? (n + C - 1) / C * C : n;
+  return int(std::max<int64_t>(1, std::min<int64_t>(want, cap)));
 }
 
 size_t attn_scratch_floats(int n_head, int head_dim, int n_splits) {
@@ -31,14 +26,7 @@ namespace {
 constexpr int kMaxFusedSplits = 512;
 
 template <int HD, int GMAX>
-void launch(const dev::AttnParams& p, int n_kv, bool cluster, cudaStream_t s) {
-  if (cluster) {
-    dev::launch_pdl_cluster(&dev::attn_split_kernel<HD, GMAX, false, true>, dim3(n_kv, p.n_splits),
-                            dim3(dev::kAttnWarps * 32), 0, s, dim3(1, kAttnClusterSplits, 1), p);
-    dev::launch_pdl(p.xq ? &dev::attn_merge_kernel<HD, true, true> : &dev::attn_merge_kernel<HD, false, true>,
-                    dim3(p.n_head), dim3(HD), dev::attn_merge_smem(p.n_splits), s, p);
-    return;
-  }
+void launch(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
   if (p.raw)
     dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX, true>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32),
                     0, s, p);
@@ -50,11 +38,11 @@ void launch(const dev::AttnParams& p, int n_kv, bool cluster, cudaStream_t s) {
                     dim3(HD), dev::attn_merge_smem(p.n_splits), s, p);
 }
 template <int HD>
-void launch_g(const dev::AttnParams& p, int G, int n_kv, bool cluster, cudaStream_t s) {
-  if (G <= 1) launch<HD, 1>(p, n_kv, cluster, s);
-  else if (G <= 2) launch<HD, 2>(p, n_kv, cluster, s);
-  else if (G <= 4) launch<HD, 4>(p, n_kv, cluster, s);
-  else launch<HD, 8>(p, n_kv, cluster, s);
+void launch_g(const dev::AttnParams& p, int G, int n_kv, cudaStream_t s) {
+  if (G <= 1) launch<HD, 1>(p, n_kv, s);
+  else if (G <= 2) launch<HD, 2>(p, n_kv, s);
+  else if (G <= 4) launch<HD, 4>(p, n_kv, s);
+  else launch<HD, 8>(p, n_kv, s);
 }
 }  // namespace
 
@@ -90,19 +78,15 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.early = dev::pdl_early_trigger();
   p.counters = a.n_splits <= kMaxFusedSplits ? a.counters : nullptr;
   if (a.xq && p.counters) LMF_FAIL("cuda attention: xq needs the merge kernel (no merge fusion counters)");
-  if (a.cluster_merge && (a.counters || a.qkv_raw || a.n_splits % kAttnClusterSplits != 0))
-    LMF_FAIL("cuda attention: the cluster merge needs n_splits a multiple of ", kAttnClusterSplits,
-             " (got ", a.n_splits, ") and neither merge fusion counters nor the in-kernel QKV epilogue");
   if ((reinterpret_cast<uintptr_t>(a.xq) & 15) != 0) LMF_FAIL("cuda attention: xq must be 16-byte aligned");
   p.xq = a.xq;
   // POST appends this token's k, v: the caches are the backend's device buffers (writable).
   p.k_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.k_cache));
   p.v_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.v_cache));
   const int G = a.n_head / a.n_kv_head;
-  const bool cl = a.cluster_merge;
-  if (a.head_dim == 32) launch_g<32>(p, G, a.n_kv_head, cl, s);
-  else if (a.head_dim == 64) launch_g<64>(p, G, a.n_kv_head, cl, s);
-  else launch_g<128>(p, G, a.n_kv_head, cl, s);
+  if (a.head_dim == 32) launch_g<32>(p, G, a.n_kv_head, s);
+  else if (a.head_dim == 64) launch_g<64>(p, G, a.n_kv_head, s);
+  else launch_g<128>(p, G, a.n_kv_head, s);
 }
 
 }  // namespace lmf::cuda

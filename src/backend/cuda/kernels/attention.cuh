@@ -18,17 +18,7 @@
 // L: at least kMinSliceSteps warp steps' worth of positions (attn_slice), so at L = 20 one or two
 // splits per KV head do the work; the other blocks exit at once and the merge reads only the
 // ceil(L / slice) used splits (one split: a plain copy).
-// Cluster merge (CM, knob LMFUSE_ATTN_CLUSTER_MERGE): the splits of a KV head are launched as
-// thread-block clusters of kAttnClusterSplits blocks. When a length's used splits all lie in the
-// first cluster (L <= 128 positions with the 16-position minimum slice), those blocks merge
-// through distributed shared memory instead of the merge kernel: each block leaves its
-// normalized o_s and (m_s, l_s) in its own shared memory, one cluster barrier, then the
-// cluster's blocks share the outputs, read every used block's values and sum them with the
-// merge kernel's expressions in split order (the same bits), and the merge kernel returns at
-// once. One used split writes its result directly, like the merge kernel's copy. Longer
-// lengths take the merge kernel as before.
 #pragma once
-#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include "backend/cuda/kernels/act_quant.cuh"
@@ -38,10 +28,7 @@
 namespace lmf::cuda::dev {
 
 constexpr int kAttnWarps = 4;
-#ifndef LMF_ATTN_MIN_SLICE_STEPS  // build-time override for measurements only
-#define LMF_ATTN_MIN_SLICE_STEPS 2
-#endif
-constexpr int kMinSliceSteps = LMF_ATTN_MIN_SLICE_STEPS;  // a slice spans >= this many block steps (SLOTS positions each)
+constexpr int kMinSliceSteps = 2;  // a slice spans >= this many block steps (SLOTS positions each)
 // Warp steps whose K/V loads are issued together: 8 (measured best at depth 4096 and at tg128,
 // docs/PERF.md session 6), 4 for GQA groups of 8 (registers: q and acc already take 128).
 template <int GMAX>
@@ -210,52 +197,7 @@ __device__ __forceinline__ void attn_merge_heads(const AttnParams& p, int kvh, i
   }
 }
 
-// Cluster merge (see the header comment): the G heads' outputs of KV head kvh from the `used`
-// blocks of its first cluster, whose o_s [GMAX][HD], m_s and l_s [GMAX] lie in each block's
-// shared memory at so / sm / sl. Every block of the cluster calls it (both barriers). The merge
-// kernel's expressions and order: M = max m_s over l_s > 0, w_s = l_s e^(m_s - M), den += w_s,
-// num = fma(o_s, w_s, num), out = num / den; and its int8 copy of out when p.xq is set.
-template <int HD, int GMAX>
-__device__ __forceinline__ void attn_cluster_merge(const AttnParams& p, int kvh, int G, int used, float* so,
-                                                   float* sm, float* sl) {
-  namespace cg = cooperative_groups;
-  constexpr int NT = kAttnWarps * 32;
-  cg::cluster_group cl = cg::this_cluster();
-  cl.sync();  // every used block's o_s, m_s, l_s written
-  const int rank = int(cl.block_rank());
-  // Warp-uniform trip count: G * HD and NT are multiples of 32, so a warp holds 32 consecutive
-  // outputs of one head (one int8 block for quant_warp_store).
-  for (int idx = rank * NT + int(threadIdx.x); idx < G * HD; idx += kAttnClusterSplits * NT) {
-    const int g = idx / HD;
-    float ms[kAttnClusterSplits], ls[kAttnClusterSplits], os[kAttnClusterSplits];
-#pragma unroll
-    for (int s = 0; s < kAttnClusterSplits; ++s)
-      if (s < used) {  // all loads issued before any use
-        ms[s] = *cl.map_shared_rank(sm + g, s);
-        ls[s] = *cl.map_shared_rank(sl + g, s);
-        os[s] = *cl.map_shared_rank(so + idx, s);
-      }
-    float M = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < kAttnClusterSplits; ++s)
-      if (s < used && ls[s] > 0.f) M = fmaxf(M, ms[s]);
-    float den = 0.f, num = 0.f;
-#pragma unroll
-    for (int s = 0; s < kAttnClusterSplits; ++s)
-      if (s < used) {
-        const float w = ls[s] > 0.f ? ls[s] * __expf(ms[s] - M) : 0.f;
-        den += w;
-        num = fmaf(os[s], w, num);
-      }
-    const float o = num / den;
-    const int oi = kvh * G * HD + idx;
-    p.out[oi] = o;
-    if (p.xq) quant_warp_store(o, reinterpret_cast<float4*>(p.xq), p.n_head * (HD / 32), oi >> 5, threadIdx.x & 31);
-  }
-  cl.sync();  // the other blocks' shared memory is read: they may exit
-}
-
-template <int HD, int GMAX, bool POST, bool CM = false>
+template <int HD, int GMAX, bool POST>
 __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __grid_constant__ AttnParams p) {
   constexpr int LPT = HD / 8;     // lanes per timestep
   constexpr int TPW = 32 / LPT;   // timesteps per warp step
@@ -266,7 +208,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   __shared__ __align__(16) float sm_q[POST ? GMAX : 1][POST ? HD : 1];  // POST: this block's q heads
   __shared__ float sm_kv[POST ? 2 : 1][POST ? HD : 1];    // POST: k, v at pos (fp32 staging)
   __shared__ __align__(16) __half sm_kvh[POST ? 2 : 1][POST ? HD : 1];  // ... as cached (fp16)
-  __shared__ float sm_o[CM ? GMAX * HD : 1], sm_ol[CM ? GMAX : 1];  // CM: o_s, l_s for the cluster
 
   tl_start(p.tl);
   const int kvh = blockIdx.x, split = blockIdx.y;
@@ -281,16 +222,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   const int chunk = attn_slice<HD>(L, p.n_splits);
   const int start = split * chunk, end = min(L, start + chunk);
   const int used = attn_used_splits(L, p.n_splits, chunk);
-  // One split, under merge fusion or the cluster merge: this block writes the output.
-  const bool direct = (CM || p.counters) && used == 1;
-  // Grid-uniform (L is the same for every block): the first cluster's blocks merge.
-  const bool cmerge = CM && used > 1 && used <= kAttnClusterSplits;
+  const bool direct = p.counters && used == 1;  // merge fusion, one split: write the output
   if (start >= L) {  // unused split: the merge does not read it
-    if constexpr (CM)
-      if (cmerge && split < kAttnClusterSplits) {  // the first cluster's barriers need every block
-        cooperative_groups::this_cluster().sync();
-        cooperative_groups::this_cluster().sync();
-      }
     tl_end(p.tl);
     return;
   }
@@ -465,18 +398,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
     const float o = den > 0.f ? num / den : 0.f;
     if (direct) {  // the only split: its normalized result is the output (the merge's copy)
       p.out[size_t(h) * HD + d] = o;
-      if constexpr (CM)  // a warp holds 32 consecutive outputs of head h
-        if (p.xq)
-          quant_warp_store(o, reinterpret_cast<float4*>(p.xq), p.n_head * (HD / 32), (h * HD + d) >> 5,
-                           threadIdx.x & 31);
       continue;
     }
-    if constexpr (CM)
-      if (cmerge) {  // left for the cluster (m_s = sm_M, unchanged from here on)
-        sm_o[idx] = o;
-        if (d == 0) sm_ol[g] = den;
-        continue;
-      }
     const size_t ps = size_t(h) * p.n_splits + split;
     p.part_o[ps * HD + d] = o;
     if (d == 0) {
@@ -484,10 +407,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
       p.part_ml[ps * 2 + 1] = den;
     }
   }
-  if constexpr (CM)
-    if (cmerge) {
-      attn_cluster_merge<HD, GMAX>(p, kvh, G, used, sm_o, sm_M, sm_ol);
-    }
   if (!p.counters || direct) {
     tl_end(p.tl);
     return;
@@ -517,12 +436,15 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
 // serially. Sums run in split order (den += w_s, num = fma(o_s, w_s, num)); a split with l_s = 0
 // gets w_s = 0, which adds exact zeros.
 constexpr int kMergeBatch = 64;
+// Up to this many used splits (every length <= 256 positions), each thread loads every split's
+// (m_s, l_s) and o_s itself, all at once, and computes M and the weights in registers: no shared
+// memory, no barriers (the three barriers and the serial chain between them were most of the
+// merge's ~2.4 µs at 5 used splits: docs/PERF.md, session 13). Same expressions and order.
+constexpr int kMergeFewSplits = 16;
 inline size_t attn_merge_smem(int n_splits) { return size_t(2) * size_t(n_splits) * sizeof(float); }
 
 // XQ: p.xq is set (its own instance, so the default one is unchanged).
-// CM: the split kernel ran as clusters and merged lengths of at most kAttnClusterSplits used
-// splits itself (nothing left to do here).
-template <int HD, bool XQ, bool CM = false>
+template <int HD, bool XQ>
 __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ AttnParams p) {
   extern __shared__ float merge_sh[];  // [n_splits] m_s, then w_s; [n_splits] l_s
   unsigned long long* tl = p.tl ? p.tl + kTlWords : nullptr;
@@ -535,11 +457,6 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
   const int L = *p.pos + 1;
   const int chunk = attn_slice<HD>(L, p.n_splits);
   const int used = attn_used_splits(L, p.n_splits, chunk);
-  if constexpr (CM)
-    if (used <= kAttnClusterSplits) {
-      tl_end(tl);
-      return;
-    }
   // out, and its int8 codes for the next GEMV when asked (a warp's 32 outputs are one block).
   auto write_out = [&](float o) {
     p.out[size_t(h) * HD + d] = o;
@@ -548,6 +465,32 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
   };
   if (used == 1) {  // one split holds the whole (normalized) result
     write_out(__ldcg(po));
+    tl_end(tl);
+    return;
+  }
+  if (used <= kMergeFewSplits) {
+    constexpr int K = kMergeFewSplits;
+    float2 mls[K];  // (m_s, l_s)
+    float os[K];
+#pragma unroll
+    for (int s = 0; s < K; ++s)
+      if (s < used) {
+        mls[s] = __ldcg(reinterpret_cast<const float2*>(ml) + s);
+        os[s] = __ldcg(po + size_t(s) * HD);
+      }
+    float M = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < K; ++s)
+      if (s < used && mls[s].y > 0.f) M = fmaxf(M, mls[s].x);
+    float den = 0.f, num = 0.f;
+#pragma unroll
+    for (int s = 0; s < K; ++s)
+      if (s < used) {
+        const float w = mls[s].y > 0.f ? mls[s].y * __expf(mls[s].x - M) : 0.f;
+        den += w;
+        num = fmaf(os[s], w, num);
+      }
+    write_out(num / den);
     tl_end(tl);
     return;
   }

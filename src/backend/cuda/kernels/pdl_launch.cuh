@@ -35,30 +35,20 @@ __device__ __forceinline__ void pdl_wait_trigger(bool early) {
   if (!early) pdl_launch_dependents();
 }
 
-// cluster: thread-block cluster dimensions, or {1, 1, 1} for none (the grid must be a multiple).
 template <class... Params, class... Args>
-void launch_pdl_cluster(void (*k)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, dim3 cluster,
-                        Args&&... args) {
+void launch_pdl(void (*k)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  cudaLaunchAttribute at[2];
+  cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  at[1].id = cudaLaunchAttributeClusterDimension;
-  at[1].val.clusterDim.x = cluster.x;
-  at[1].val.clusterDim.y = cluster.y;
-  at[1].val.clusterDim.z = cluster.z;
   cfg.attrs = at;
-  cfg.numAttrs = cluster.x * cluster.y * cluster.z > 1 ? 2 : 1;
+  cfg.numAttrs = 1;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...));
-}
-
-template <class... Params, class... Args>
-void launch_pdl(void (*k)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
-  launch_pdl_cluster(k, grid, block, smem, s, dim3(1, 1, 1), std::forward<Args>(args)...);
 }
 
 }  // namespace lmf::cuda::dev

@@ -151,7 +151,7 @@ bool g_merge_fusion = false;  // the chain's attention: merge fused into the spl
 void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DType t, int pos,
                         bool timeline = false) {
   // GEMV block width as the backend picks it for this model (LMFUSE_GEMV_WIDE: 0/1/auto); the
-  // producer-quantized x of o_proj and down (LMFUSE_ATTN_XQ / LMFUSE_GEMV_XQ = 1; auto = off).
+  // producer-quantized x of o_proj (LMFUSE_ATTN_XQ, auto as the backend) and down (LMFUSE_GEMV_XQ = 1).
   const Knobs kn = Knobs::from_env();
   set_gemv_wide(tri_resolve(kn.gemv_wide, m.hidden >= kWideMinEmbd));
   const int64_t n_ctx = 4096;
@@ -188,7 +188,8 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
     CUDA_CHECK(cudaMalloc(&xq_buf, gemv_xq_bytes(m.ffn)));
     xq_cnt = gemv_xq_counters_alloc(m.ffn);
   }
-  const bool xq_o = kn.attn_xq == Tri::On && !g_merge_fusion;  // needs the merge kernel
+  // As the backend: automatic = on from the wide GEMVs' hidden size (session 13).
+  const bool xq_o = tri_resolve(kn.attn_xq, m.hidden >= kWideMinEmbd) && !g_merge_fusion;  // needs the merge kernel
   uint8_t* xq_o_buf = nullptr;
   if (xq_o) CUDA_CHECK(cudaMalloc(&xq_o_buf, gemv_xq_bytes(int64_t(m.n_head) * m.hd)));
   float* raw = dev_floats(qkv_rows);

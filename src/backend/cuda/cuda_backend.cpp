@@ -426,6 +426,9 @@ void CudaBackend::prepare(Graph& g) {
   // per SM it wins on every size (docs/PERF.md, session 7: 0.6B +5.0 %, 4B +1.3 %, 8B +1.9 %).
   // launch_pdl still honours set_programmatic_launch.
   qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, true);
+  // Measured slower (docs/PERF.md S13-1/S13-2: 0.94x 8B, 0.96x 0.6B): gate/up's counting tail
+  // costs ~3.8 µs per 8B layer, and down's shorter staging does not shorten down (its weight
+  // stream is the bound once the staging is that short). Automatic = off.
   gemv_xq_ = k.fusion != Tri::Off && tri_resolve(k.gemv_xq, false);
   // Same arithmetic as the merge kernel (bitwise: cuda_op_tests CudaAttention), one launch fewer,
   // but slower (docs/PERF.md, session 8: 0.93-0.96x; the last block's fence, count and merge are

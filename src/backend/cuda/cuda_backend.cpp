@@ -434,7 +434,7 @@ void CudaBackend::prepare(Graph& g) {
   // but slower (docs/PERF.md, session 8: 0.93-0.96x; the last block's fence, count and merge are
   // a longer serial chain than the merge kernel's launch): automatic = off.
   attn_merge_fusion_ = fusion && tri_resolve(k.attn_merge_fusion, false);
-  // o_proj's x quantized by the attention (needs the merge kernel or the cluster merge). Measured
+  // o_proj's x quantized by the attention's merge kernel (so not with merge fusion). Measured
   // per model (docs/PERF.md, session 13, `--ab attn_xq`, two runs): 4B 1.012 / 1.012, 8B 1.013 /
   // 0.999, 0.6B 0.983 / 0.993: automatic = on from the wide GEMVs' hidden size.
   attn_xq_ = fusion && tri_resolve(k.attn_xq, m_->hp.n_embd >= cuda::kWideMinEmbd) && !attn_merge_fusion_;

@@ -436,10 +436,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
 // serially. Sums run in split order (den += w_s, num = fma(o_s, w_s, num)); a split with l_s = 0
 // gets w_s = 0, which adds exact zeros.
 constexpr int kMergeBatch = 64;
-// Up to this many used splits (every length <= 256 positions), each thread loads every split's
-// (m_s, l_s) and o_s itself, all at once, and computes M and the weights in registers: no shared
-// memory, no barriers (the three barriers and the serial chain between them were most of the
-// merge's ~2.4 µs at 5 used splits: docs/PERF.md, session 13). Same expressions and order.
+// Up to this many used splits (lengths up to 16 minimum slices at least: 256 positions at
+// head_dim 128), each thread loads every split's (m_s, l_s) and o_s itself, all at once, and
+// computes M and the weights in registers: no shared memory, none of the three barriers. Same
+// expressions and order. Measured (docs/PERF.md S13-5): the merge 2.41 -> 2.09 µs per 8B layer at
+// 5 used splits, chain +0.4-1.3 % (8B) and +0.9-2.7 % (0.6B) at positions 16-127.
 constexpr int kMergeFewSplits = 16;
 inline size_t attn_merge_smem(int n_splits) { return size_t(2) * size_t(n_splits) * sizeof(float); }
 

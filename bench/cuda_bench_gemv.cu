@@ -410,8 +410,10 @@ int main(int argc, char** argv) {
     // short run for a profiler, e.g. scripts/gpu_ncu.sh on the attention kernels), or its launch
     // timeline (POS up to 4095).
     if (argc > 3 && std::string(argv[1]) == "--chain") {
-      bench_decode_chain(s, copy, std::string(argv[2]) == "8b" ? q8b : q06, DType::Q4_0, std::atoi(argv[3]),
-                         argc > 4 && std::string(argv[4]) == "timeline");
+      const ModelShape& m = std::string(argv[2]) == "8b" ? q8b : q06;
+      // The early trigger as the backend picks it for this model (LMFUSE_PDL_EARLY_TRIGGER).
+      set_pdl_early_trigger(tri_resolve(Knobs::from_env().pdl_early_trigger, m.hidden >= kWideMinEmbd));
+      bench_decode_chain(s, copy, m, DType::Q4_0, std::atoi(argv[3]), argc > 4 && std::string(argv[4]) == "timeline");
       return 0;
     }
     // `cuda_bench_gemv SUBSTR`: only the Q4_0 plain GEMVs whose shape name contains SUBSTR (a short

@@ -910,7 +910,11 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
   cuda::set_gemv_split_k(tri_resolve(opts_.knobs.gemv_split_k, false));  // this backend's, before any capture
   cuda::set_gemv_coresident(opts_.knobs.gemv_coresident);
   cuda::set_gemv_wide(tri_resolve(opts_.knobs.gemv_wide, m_->hp.n_embd >= cuda::kWideMinEmbd));
-  cuda::set_pdl_early_trigger(tri_resolve(opts_.knobs.pdl_early_trigger, true));
+  // Early trigger: measured per model on the current kernels (docs/PERF.md S13-7, `--ab
+  // pdl_early_trigger`): 8B 1.009-1.020, 4B 1.003-1.005, 0.6B 0.969 in three runs (session 8,
+  // before the wide GEMVs and the two-pass merge changes, 0.6B had 1.010). On from the wide
+  // GEMVs' hidden size.
+  cuda::set_pdl_early_trigger(tri_resolve(opts_.knobs.pdl_early_trigger, m_->hp.n_embd >= cuda::kWideMinEmbd));
   size_t ev = 0;
   for (const Op& op : g.ops) {
     if (!op.launch) continue;

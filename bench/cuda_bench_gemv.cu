@@ -153,7 +153,8 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   // GEMV block width as the backend picks it for this model (LMFUSE_GEMV_WIDE: 0/1/auto); the
   // producer-quantized x of o_proj (LMFUSE_ATTN_XQ, auto as the backend) and down (LMFUSE_GEMV_XQ = 1).
   const Knobs kn = Knobs::from_env();
-  set_gemv_wide(tri_resolve(kn.gemv_wide, m.hidden >= kWideMinEmbd));
+  const bool large = large_decode_model(m.hidden);
+  set_gemv_wide(tri_resolve(kn.gemv_wide, large));
   const int64_t n_ctx = 4096;
   const int qkv_rows = (m.n_head + 2 * m.n_kv) * m.hd;
   struct Layer {
@@ -189,7 +190,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
     xq_cnt = gemv_xq_counters_alloc(m.ffn);
   }
   // As the backend: automatic = on from the wide GEMVs' hidden size (session 13).
-  const bool xq_o = tri_resolve(kn.attn_xq, m.hidden >= kWideMinEmbd) && !g_merge_fusion;  // needs the merge kernel
+  const bool xq_o = tri_resolve(kn.attn_xq, large) && !g_merge_fusion;  // needs the merge kernel
   uint8_t* xq_o_buf = nullptr;
   if (xq_o) CUDA_CHECK(cudaMalloc(&xq_o_buf, gemv_xq_bytes(int64_t(m.n_head) * m.hd)));
   float* raw = dev_floats(qkv_rows);
@@ -412,7 +413,7 @@ int main(int argc, char** argv) {
     if (argc > 3 && std::string(argv[1]) == "--chain") {
       const ModelShape& m = std::string(argv[2]) == "8b" ? q8b : q06;
       // The early trigger as the backend picks it for this model (LMFUSE_PDL_EARLY_TRIGGER).
-      set_pdl_early_trigger(tri_resolve(Knobs::from_env().pdl_early_trigger, m.hidden >= kWideMinEmbd));
+      set_pdl_early_trigger(tri_resolve(Knobs::from_env().pdl_early_trigger, large_decode_model(m.hidden)));
       bench_decode_chain(s, copy, m, DType::Q4_0, std::atoi(argv[3]), argc > 4 && std::string(argv[4]) == "timeline");
       return 0;
     }

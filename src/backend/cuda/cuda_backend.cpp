@@ -437,7 +437,7 @@ void CudaBackend::prepare(Graph& g) {
   // o_proj's x quantized by the attention's merge kernel (so not with merge fusion). Measured
   // per model (docs/PERF.md, session 13, `--ab attn_xq`, two runs): 4B 1.012 / 1.012, 8B 1.013 /
   // 0.999, 0.6B 0.983 / 0.993: automatic = on from the wide GEMVs' hidden size.
-  attn_xq_ = fusion && tri_resolve(k.attn_xq, m_->hp.n_embd >= cuda::kWideMinEmbd) && !attn_merge_fusion_;
+  attn_xq_ = fusion && tri_resolve(k.attn_xq, cuda::large_decode_model(hp.n_embd)) && !attn_merge_fusion_;
 }
 
 void CudaBackend::prepare_prefill(Graph& g) {
@@ -909,12 +909,12 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
 void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
   cuda::set_gemv_split_k(tri_resolve(opts_.knobs.gemv_split_k, false));  // this backend's, before any capture
   cuda::set_gemv_coresident(opts_.knobs.gemv_coresident);
-  cuda::set_gemv_wide(tri_resolve(opts_.knobs.gemv_wide, m_->hp.n_embd >= cuda::kWideMinEmbd));
+  const bool large = cuda::large_decode_model(m_->hp.n_embd);
+  cuda::set_gemv_wide(tri_resolve(opts_.knobs.gemv_wide, large));
   // Early trigger: measured per model on the current kernels (docs/PERF.md S13-7, `--ab
   // pdl_early_trigger`): 8B 1.009-1.020, 4B 1.003-1.005, 0.6B 0.969 in three runs (session 8,
-  // before the wide GEMVs and the two-pass merge changes, 0.6B had 1.010). On from the wide
-  // GEMVs' hidden size.
-  cuda::set_pdl_early_trigger(tri_resolve(opts_.knobs.pdl_early_trigger, m_->hp.n_embd >= cuda::kWideMinEmbd));
+  // before the wide GEMVs and session 13's merge kernel, 0.6B had 1.010). On for large models.
+  cuda::set_pdl_early_trigger(tri_resolve(opts_.knobs.pdl_early_trigger, large));
   size_t ev = 0;
   for (const Op& op : g.ops) {
     if (!op.launch) continue;

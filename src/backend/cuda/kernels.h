@@ -231,6 +231,9 @@ bool gemv_wide();
 // (docs/PERF.md session 12, lmfuse bench --ab gemv_wide) 8B (4096) +4.2 %, 4B (2560) +1.0 %,
 // 0.6B (1024) -6.8 %; a mix (wide only for the large matrices) lost on 4B (a 16-warp block
 // holds all registers of an SM, so it cannot start beside the previous kernel's narrow block).
+// The same threshold decides the other size-dependent decode choices (session 13: the PDL early
+// trigger and o_proj's x quantized by the merge), so it is asked of large_decode_model.
 constexpr int64_t kWideMinEmbd = 2560;
+constexpr bool large_decode_model(int64_t n_embd) { return n_embd >= kWideMinEmbd; }
 
 }  // namespace lmf::cuda

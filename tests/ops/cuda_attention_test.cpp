@@ -54,7 +54,8 @@ std::vector<uint8_t> xq_reference(const std::vector<float>& x) {
   return r;
 }
 
-void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t seed) {
+// staged: pass 1 from shared-memory stages (AttnArgs::staged) instead of the register form.
+void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t seed, bool staged) {
   std::mt19937 rng(seed);
   const int G = n_head / n_kv;
   auto q = randn(size_t(n_head) * hd, rng);
@@ -90,11 +91,12 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
   DevBuf<uint16_t> d_k(kc), d_v(vc);
   DevBuf<int> d_pos(std::vector<int>{len - 1});
   DevBuf<float> part(attn_scratch_floats(n_head, hd, attn_plan_splits(n_kv, n_ctx)));
-  const AttnArgs a = attn_args(d_q.p(), d_k.p(), d_v.p(), n_head, n_kv, hd, n_ctx, d_pos.p(), d_out.p(), part.p());
+  AttnArgs a = attn_args(d_q.p(), d_k.p(), d_v.p(), n_head, n_kv, hd, n_ctx, d_pos.p(), d_out.p(), part.p());
+  a.staged = staged;
   attention_decode(a);  // separate merge kernel
   auto out = d_out.get();
-  const std::string what = "heads " + std::to_string(n_head) + "/" + std::to_string(n_kv) + " hd " +
-                           std::to_string(hd) + " len " + std::to_string(len);
+  const std::string what = std::string(staged ? "staged " : "") + "heads " + std::to_string(n_head) + "/" +
+                           std::to_string(n_kv) + " hd " + std::to_string(hd) + " len " + std::to_string(len);
   EXPECT_TRUE(all_finite(out) && d_out.guards_intact() && part.guards_intact()) << what;
   EXPECT_LE(rel_l2(out, ref), 1e-5) << what;
   // The merge kernel's int8 copy of out for the o_proj GEMV (AttnArgs::xq): the same out bits,
@@ -156,16 +158,20 @@ TEST(CudaAttention, LengthsHeadDimsGqa) {
   uint32_t seed = 1;
   for (int hd : {32, 64, 128})
     for (auto [nh, nkv] : {std::pair{16, 8}, std::pair{32, 8}})
-      for (int len : {1, 7, 100, 128, 300, 4096}) run_attn(nh, nkv, hd, 4096, len, seed++);
+      for (int len : {1, 7, 100, 128, 300, 4096})
+        for (bool staged : {false, true}) run_attn(nh, nkv, hd, 4096, len, seed++, staged);
 }
 
 TEST(CudaAttention, OddGroupsAndContexts) {
-  run_attn(14, 2, 64, 1000, 999, 50);   // qwen2-0.5b: 7 query heads per KV head
-  run_attn(8, 8, 128, 33, 33, 51);      // MHA, tiny context
-  run_attn(28, 4, 128, 8192, 5000, 52); // qwen2-7b grouping
-  run_attn(4, 2, 32, 128, 100, 53);     // tiny test model: head_dim 32
-  run_attn(6, 6, 32, 64, 64, 54);
-  run_attn(8, 1, 32, 8192, 8000, 55);  // MQA: 264 planned splits, 125 used (merge: several passes)
+  for (bool st : {false, true}) {
+    run_attn(14, 2, 64, 1000, 999, 50, st);   // qwen2-0.5b: 7 query heads per KV head
+    run_attn(8, 8, 128, 33, 33, 51, st);      // MHA, tiny context
+    run_attn(28, 4, 128, 8192, 5000, 52, st); // qwen2-7b grouping
+    run_attn(4, 2, 32, 128, 100, 53, st);     // tiny test model: head_dim 32
+    run_attn(6, 6, 32, 64, 64, 54, st);
+    run_attn(8, 1, 32, 8192, 8000, 55, st);  // MQA: 264 planned splits, 125 used (merge: several passes)
+    run_attn(8, 2, 128, 40960, 40000, 56, st);  // qwen3's full context: many stages per slice
+  }
 }
 
 // The QKV epilogue inside the attention kernel (AttnArgs::qkv_raw) vs the separate epilogue
@@ -173,7 +179,8 @@ TEST(CudaAttention, OddGroupsAndContexts) {
 // output, every cache row and the guard zones must be bitwise identical (same arithmetic). Short
 // (one split), mid and long (several splits, the new row in the last one) lengths.
 namespace {
-void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool norms, RopeStyle st, uint32_t seed) {
+void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool norms, RopeStyle st, uint32_t seed,
+                   bool staged) {
   std::mt19937 rng(seed);
   const int rows = (n_head + 2 * n_kv) * hd;
   auto raw = randn(size_t(rows), rng);
@@ -208,7 +215,8 @@ void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool no
   pa.v_cache = v1.p();
   pa.n_ctx = n_ctx;
   qkv_post(pa, nullptr);
-  const AttnArgs a = attn_args(d_q.p(), k1.p(), v1.p(), n_head, n_kv, hd, n_ctx, d_pos.p(), d_out1.p(), part1.p());
+  AttnArgs a = attn_args(d_q.p(), k1.p(), v1.p(), n_head, n_kv, hd, n_ctx, d_pos.p(), d_out1.p(), part1.p());
+  a.staged = staged;
   attention_decode(a);
   // Fused: the attention kernel runs the epilogue from the raw row.
   AttnArgs b = a;
@@ -225,8 +233,9 @@ void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool no
   b.theta = pa.theta;
   attention_decode(b);
   auto o1 = d_out1.get(), o2 = d_out2.get();
-  const std::string what = "heads " + std::to_string(n_head) + "/" + std::to_string(n_kv) + " hd " +
-                           std::to_string(hd) + " pos " + std::to_string(pos) + (norms ? " norms" : "");
+  const std::string what = std::string(staged ? "staged " : "") + "heads " + std::to_string(n_head) + "/" +
+                           std::to_string(n_kv) + " hd " + std::to_string(hd) + " pos " + std::to_string(pos) +
+                           (norms ? " norms" : "");
   EXPECT_TRUE(all_finite(o2) && d_out2.guards_intact() && part2.guards_intact()) << what;
   EXPECT_TRUE(std::memcmp(o1.data(), o2.data(), o1.size() * sizeof(float)) == 0)
       << what << " output differs, rel_l2 " << rel_l2(o2, o1);
@@ -250,7 +259,9 @@ TEST(CudaAttention, QkvEpilogueInKernelMatchesSeparate) {
       for (int pos : {0, 6, 300, 4095}) {
         const bool norms = (seed & 1) != 0;
         const RopeStyle st = (seed % 3) ? RopeStyle::NeoX : RopeStyle::Adjacent;
-        run_attn_post(nh, nkv, hd, 4096, pos, norms, st, seed++);
+        for (bool staged : {false, true}) run_attn_post(nh, nkv, hd, 4096, pos, norms, st, seed, staged);
+        ++seed;
       }
-  run_attn_post(8, 8, 128, 33, 32, true, RopeStyle::NeoX, 600);  // MHA, last position of a tiny context
+  for (bool staged : {false, true})  // MHA, last position of a tiny context
+    run_attn_post(8, 8, 128, 33, 32, true, RopeStyle::NeoX, 600, staged);
 }

@@ -167,6 +167,9 @@ struct AttnArgs {
   // GEMV's Int8 prologue, gemv_xq_bytes(n_head * head_dim) bytes, 16-byte aligned (knob
   // LMFUSE_ATTN_XQ).
   uint8_t* xq = nullptr;
+  // Pass 1 from shared-memory stages, a lane per position (kernels/attention_staged.cuh; knob
+  // LMFUSE_ATTN_STAGED) instead of the register form (attention.cuh). Same partials and merge.
+  bool staged = false;
 };
 int attn_plan_splits(int n_kv_head, int64_t n_ctx);  // plan-time split count for this device
 size_t attn_scratch_floats(int n_head, int head_dim, int n_splits);

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/attention_staged.cuh"
 
 namespace lmf::cuda {
 
@@ -21,13 +22,26 @@ size_t attn_scratch_floats(int n_head, int head_dim, int n_splits) {
 }
 
 namespace {
-// Splits a fused merge can take: its weights use the split block's sm_acc (1024 * GMAX floats for
-// every head_dim) for 2 * G * used floats.
-constexpr int kMaxFusedSplits = 512;
+// The staged split kernel's shared memory (above the 48 KB default), set once per instance.
+template <int HD, int GMAX, bool POST>
+void launch_staged(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
+  constexpr size_t smem = dev::attn_staged_smem<HD, GMAX>();
+  static const bool ready = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(&dev::attn_staged_kernel<HD, GMAX, POST>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    return true;
+  }();
+  (void)ready;
+  dev::launch_pdl(&dev::attn_staged_kernel<HD, GMAX, POST>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32),
+                  smem, s, p);
+}
 
 template <int HD, int GMAX>
-void launch(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
-  if (p.raw)
+void launch(const dev::AttnParams& p, int n_kv, bool staged, cudaStream_t s) {
+  if (staged) {
+    if (p.raw) launch_staged<HD, GMAX, true>(p, n_kv, s);
+    else launch_staged<HD, GMAX, false>(p, n_kv, s);
+  } else if (p.raw)
     dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX, true>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32),
                     0, s, p);
   else
@@ -38,11 +52,11 @@ void launch(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
                     dim3(HD), dev::attn_merge_smem(p.n_splits), s, p);
 }
 template <int HD>
-void launch_g(const dev::AttnParams& p, int G, int n_kv, cudaStream_t s) {
-  if (G <= 1) launch<HD, 1>(p, n_kv, s);
-  else if (G <= 2) launch<HD, 2>(p, n_kv, s);
-  else if (G <= 4) launch<HD, 4>(p, n_kv, s);
-  else launch<HD, 8>(p, n_kv, s);
+void launch_g(const dev::AttnParams& p, int G, int n_kv, bool staged, cudaStream_t s) {
+  if (G <= 1) launch<HD, 1>(p, n_kv, staged, s);
+  else if (G <= 2) launch<HD, 2>(p, n_kv, staged, s);
+  else if (G <= 4) launch<HD, 4>(p, n_kv, staged, s);
+  else launch<HD, 8>(p, n_kv, staged, s);
 }
 }  // namespace
 
@@ -76,7 +90,7 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.theta = a.theta;
   p.tl = a.tl;
   p.early = dev::pdl_early_trigger();
-  p.counters = a.n_splits <= kMaxFusedSplits ? a.counters : nullptr;
+  p.counters = a.n_splits <= dev::kMaxFusedSplits ? a.counters : nullptr;
   if (a.xq && p.counters) LMF_FAIL("cuda attention: xq needs the merge kernel (no merge fusion counters)");
   if ((reinterpret_cast<uintptr_t>(a.xq) & 15) != 0) LMF_FAIL("cuda attention: xq must be 16-byte aligned");
   p.xq = a.xq;
@@ -84,9 +98,9 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.k_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.k_cache));
   p.v_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.v_cache));
   const int G = a.n_head / a.n_kv_head;
-  if (a.head_dim == 32) launch_g<32>(p, G, a.n_kv_head, s);
-  else if (a.head_dim == 64) launch_g<64>(p, G, a.n_kv_head, s);
-  else launch_g<128>(p, G, a.n_kv_head, s);
+  if (a.head_dim == 32) launch_g<32>(p, G, a.n_kv_head, a.staged, s);
+  else if (a.head_dim == 64) launch_g<64>(p, G, a.n_kv_head, a.staged, s);
+  else launch_g<128>(p, G, a.n_kv_head, a.staged, s);
 }
 
 }  // namespace lmf::cuda

@@ -128,6 +128,9 @@ __device__ __forceinline__ void head_post_warp(const float* src, const float* ga
 // counters only for n_splits <= kMaxFusedSplits, which fits).
 // Each thread owns up to NI outputs and keeps kFusedMergeBatch part_o loads of each in flight.
 constexpr int kFusedMergeBatch = 8;
+// Splits a fused merge can take: its weights use the split block's shared memory (sm_acc here:
+// 1024 * GMAX floats for every head_dim; the staged kernel's ring) for 2 * G * used floats.
+constexpr int kMaxFusedSplits = 512;
 template <int HD, int GMAX>
 __device__ __forceinline__ void attn_merge_heads(const AttnParams& p, int kvh, int G, int used, float* smem) {
   constexpr int NT = kAttnWarps * 32;

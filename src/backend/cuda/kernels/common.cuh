@@ -172,6 +172,20 @@ __device__ __forceinline__ void tl_end(unsigned long long* slot) {
   if (slot && (threadIdx.x & 31) == 0) atomicMax(slot + 2, global_ns());
 }
 
+// Ampere-style asynchronous copies global -> shared (16 bytes, through L2 only; valid false:
+// the 16 bytes are zero-filled), committed in groups and waited for per thread (then a barrier
+// makes every thread's copies visible to the block; the barrier is also what orders the
+// compiler's shared-memory reads after the wait).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid = true) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>  // every group but the newest N complete (for this thread's copies)
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
 // Brings the 128-byte line holding p into this SM's L1 (no register, no wait): for data that
 // does not depend on the previous kernel, issued before pdl_wait so later loads hit L1.
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }

@@ -1,0 +1,303 @@
+// Decode attention pass 1 from shared-memory stages (knob LMFUSE_ATTN_STAGED; the register form
+// is attn_split_kernel in attention.cuh). Same grid, slices, POST epilogue, partial outputs and
+// merge (kernel or fused) as that kernel; a different inner layout:
+// - K/V rows of the block's slice are copied to shared memory by cp.async in stages of
+//   kStagePos positions, kStages stages in flight, the first ones issued before the PDL wait
+//   (every row but pos is final then). Rows are padded by 16 bytes, so lanes reading the same
+//   16-byte chunk of consecutive rows hit distinct banks.
+// - Scores: a lane per position (kAttnWarps / (kStagePos / 32) warps split the dims of each 32
+//   positions), q read from shared memory as broadcasts, G heads per K load: no shuffles.
+// - Softmax once per stage and head: one warp per head takes the stage's max, rescales, writes
+//   the probabilities; each lane keeps its own part of the sum until the end.
+// - P.V: a thread per two dims and every NTG-th position of the stage, G heads' accumulators in
+//   registers; at the end the NTG position groups are summed in a fixed order.
+// The outputs are (m, l, o = num / l) per split and head, as the register form writes them (not
+// its bits: the reductions run in another order).
+#pragma once
+#include "backend/cuda/kernels/attention.cuh"
+
+namespace lmf::cuda::dev {
+
+constexpr int kStagePos = 64;  // positions per stage
+constexpr int kStages = 2;     // stages in flight per block
+template <int HD>
+constexpr int kStageRow = HD + 8;  // halves per row in shared memory (16-byte pad)
+// Dynamic shared memory: the ring of stages, which at the end also holds the position groups'
+// accumulators and, for the fused merge, its 2 * G * used weights.
+template <int HD, int GMAX>
+constexpr size_t attn_staged_smem() {
+  const size_t ring = size_t(kStages) * 2 * kStagePos * kStageRow<HD> * sizeof(__half);
+  const size_t merge = size_t(2) * GMAX * kMaxFusedSplits * sizeof(float);
+  return ring > merge ? ring : merge;
+}
+
+template <int HD, int GMAX, bool POST>
+__global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const __grid_constant__ AttnParams p) {
+  constexpr int NT = kAttnWarps * 32;
+  constexpr int SP = kStagePos;
+  constexpr int RS = kStageRow<HD>;
+  constexpr int CH = HD / 8;       // 16-byte chunks per row
+  constexpr int NPG = SP / 32;     // 32-position groups per stage
+  constexpr int DSPLIT = kAttnWarps / NPG;  // warps (dim parts) per position group
+  constexpr int CPP = CH / DSPLIT;          // chunks per part
+  constexpr int DP = HD / 2;                // P.V: dim pairs
+  constexpr int NTG = NT / DP;              // P.V: position groups
+  constexpr int HW = (GMAX + kAttnWarps - 1) / kAttnWarps;  // softmax heads per warp
+  static_assert(NPG * DSPLIT == kAttnWarps && CH % DSPLIT == 0 && NT % DP == 0, "stage layout");
+  extern __shared__ __align__(16) unsigned char attn_ring[];  // [kStages][K, V][SP][RS] halves
+  __shared__ __align__(16) float sq[GMAX][HD];  // this block's query heads (not scaled)
+  __shared__ float ss[DSPLIT][GMAX][SP];        // the dim parts' partial scores
+  __shared__ __align__(16) float sp[SP][GMAX];  // the stage's probabilities
+  __shared__ float scorr[GMAX], sl[GMAX], smx[GMAX];
+  __shared__ float sm_kv[POST ? 2 : 1][POST ? HD : 1];                  // POST: k, v at pos (fp32)
+  __shared__ __align__(16) __half sm_kvh[POST ? 2 : 1][POST ? HD : 1];  // ... as cached (fp16)
+
+  tl_start(p.tl);
+  const int kvh = blockIdx.x, split = blockIdx.y;
+  const int G = p.n_head / p.n_kv;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int L = *p.pos + 1;
+  const int chunk = attn_slice<HD>(L, p.n_splits);
+  const int start = split * chunk, end = min(L, start + chunk);
+  const int used = attn_used_splits(L, p.n_splits, chunk);
+  const bool direct = p.counters && used == 1;  // merge fusion, one split: write the output
+  if (start >= L) {  // unused split: the merge does not read it
+    tl_end(p.tl);
+    return;
+  }
+  const int pos = L - 1;
+  const bool has_pos = start <= pos && pos < end;  // the row at pos is filled after the wait
+  const int n_stage = (end - start + SP - 1) / SP;
+  const __half* K = p.k + size_t(kvh) * p.n_ctx * HD;
+  const __half* V = p.v + size_t(kvh) * p.n_ctx * HD;
+  __half* ring = reinterpret_cast<__half*>(attn_ring);
+  auto stage_rows = [&](int i, int kv) { return ring + size_t((i % kStages) * 2 + kv) * SP * RS; };
+  // Stage i's rows but the one at pos, as one commit group (an empty group past the slice, so
+  // the wait below always counts kStages - 1 newer groups).
+  auto issue = [&](int i) {
+    if (i < n_stage) {
+      const int a = start + i * SP, n = min(SP, end - a);
+      __half* dk = stage_rows(i, 0);
+      __half* dv = stage_rows(i, 1);
+      for (int idx = tid; idx < n * CH; idx += NT) {
+        const int r = idx / CH, c = idx % CH;
+        if (a + r == pos) continue;
+        cp_async16(dk + r * RS + c * 8, K + size_t(a + r) * HD + c * 8);
+        cp_async16(dv + r * RS + c * 8, V + size_t(a + r) * HD + c * 8);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int i = 0; i < kStages; ++i) issue(i);
+
+  pdl_wait_trigger(p.early);  // q and the cache row at pos come from the previous kernel
+  tl_waited_phase(p.tl);
+  if constexpr (POST) {
+    for (int g = warp; g < G; g += kAttnWarps)
+      head_post_warp<HD>(p.raw + size_t(kvh * G + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, pos,
+                         sq[g], lane);
+    if (has_pos && warp < 2) {  // warp 0: k (norm + RoPE), warp 1: v (as is)
+      const bool is_k = warp == 0;
+      const float* src = p.raw + size_t(p.n_head + (is_k ? 0 : p.n_kv) + kvh) * HD;
+      head_post_warp<HD>(src, is_k ? p.k_norm : nullptr, p.eps, is_k, p.rope_neox != 0, p.theta, pos, sm_kv[warp],
+                         lane);
+      __half* dst = (is_k ? p.k_w : p.v_w) + (size_t(kvh) * p.n_ctx + pos) * HD;
+      for (int d = lane; d < HD; d += 32) {
+        const __half h = __float2half_rn(sm_kv[warp][d]);
+        dst[d] = h;
+        sm_kvh[warp][d] = h;
+      }
+    }
+  } else {
+    const float4* src = reinterpret_cast<const float4*>(p.q + size_t(kvh * G) * HD);
+    for (int i = tid; i < G * HD / 4; i += NT) reinterpret_cast<float4*>(&sq[0][0])[i] = src[i];
+  }
+  __syncthreads();
+
+  float m_run[HW], lpart[HW];  // softmax warps: heads warp + kAttnWarps * j
+#pragma unroll
+  for (int j = 0; j < HW; ++j) {
+    m_run[j] = -INFINITY;
+    lpart[j] = 0.f;
+  }
+  const int dp = tid % DP, tg = tid / DP;  // P.V
+  float acc[GMAX][2];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) acc[g][0] = acc[g][1] = 0.f;
+  const int pg = warp % NPG, part = warp / NPG;  // scores
+
+  for (int i = 0; i < n_stage; ++i) {
+    const int a = start + i * SP, n = min(SP, end - a);
+    const __half* sk = stage_rows(i, 0);
+    const __half* sv = stage_rows(i, 1);
+    cp_async_wait<kStages - 1>();
+    if (has_pos && pos < a + n && tid < 2 * CH) {  // the row at pos, now final
+      const int kv = tid / CH, c = tid % CH;
+      uint4 val;
+      if constexpr (POST)
+        val = *reinterpret_cast<const uint4*>(&sm_kvh[kv][c * 8]);
+      else
+        val = __ldcg(reinterpret_cast<const uint4*>((kv ? V : K) + size_t(pos) * HD + c * 8));
+      *reinterpret_cast<uint4*>(const_cast<__half*>(kv ? sv : sk) + (pos - a) * RS + c * 8) = val;
+    }
+    __syncthreads();
+    if (pg * 32 < n) {  // warp-uniform: scores of positions a + pg * 32 + lane, this warp's dims
+      float s[GMAX];
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) s[g] = 0.f;
+      const __half* row = sk + (pg * 32 + lane) * RS + part * CPP * 8;
+#pragma unroll
+      for (int c = 0; c < CPP; ++c) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(row + c * 8);
+        const __half2* h2 = reinterpret_cast<const __half2*>(&raw);
+        float kf[8];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = __half22float2(h2[e]);
+          kf[2 * e] = f.x;
+          kf[2 * e + 1] = f.y;
+        }
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) {
+          if (g >= G) break;
+          const float4* q4 = reinterpret_cast<const float4*>(&sq[g][(part * CPP + c) * 8]);
+          const float4 qa = q4[0], qb = q4[1];
+          const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+          for (int e = 0; e < 8; ++e) s[g] = fmaf(qv[e], kf[e], s[g]);
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) {
+        if (g >= G) break;
+        ss[part][g][pg * 32 + lane] = s[g];
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < HW; ++j) {  // softmax of head g over the stage
+      const int g = warp + kAttnWarps * j;
+      if (g >= G) break;  // warp-uniform
+      float sc[NPG], mx = -INFINITY;
+#pragma unroll
+      for (int k = 0; k < NPG; ++k) {
+        const int t = lane + 32 * k;
+        float v = -INFINITY;
+        if (t < n) {
+          v = 0.f;
+#pragma unroll
+          for (int d = 0; d < DSPLIT; ++d) v += ss[d][g][t];
+          v *= p.scale;
+        }
+        sc[k] = v;
+        mx = fmaxf(mx, v);
+      }
+      mx = warp_max(mx);
+      const float mn = fmaxf(m_run[j], mx);
+      const float corr = __expf(m_run[j] - mn);  // m = -inf -> 0
+      float l = lpart[j] * corr;
+#pragma unroll
+      for (int k = 0; k < NPG; ++k) {
+        const int t = lane + 32 * k;
+        const float pe = t < n ? __expf(sc[k] - mn) : 0.f;
+        sp[t][g] = pe;
+        l += pe;
+      }
+      lpart[j] = l;
+      m_run[j] = mn;
+      if (lane == 0) scorr[g] = corr;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) {
+      if (g >= G) break;
+      const float c = scorr[g];
+      acc[g][0] *= c;
+      acc[g][1] *= c;
+    }
+#pragma unroll 4
+    for (int t = tg; t < n; t += NTG) {
+      const float2 v = __half22float2(*reinterpret_cast<const __half2*>(sv + t * RS + 2 * dp));
+      float pe[GMAX];
+      if constexpr (GMAX % 4 == 0) {
+#pragma unroll
+        for (int g = 0; g < GMAX; g += 4) {
+          const float4 p4 = *reinterpret_cast<const float4*>(&sp[t][g]);
+          pe[g] = p4.x;
+          pe[g + 1] = p4.y;
+          pe[g + 2] = p4.z;
+          pe[g + 3] = p4.w;
+        }
+      } else {
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) pe[g] = sp[t][g];
+      }
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) {
+        if (g >= G) break;
+        acc[g][0] = fmaf(pe[g], v.x, acc[g][0]);
+        acc[g][1] = fmaf(pe[g], v.y, acc[g][1]);
+      }
+    }
+    __syncthreads();  // the stage's slot, scores and probabilities are free
+    issue(i + kStages);
+  }
+  tl_mark(p.tl, 0);  // this block through its positions
+#pragma unroll
+  for (int j = 0; j < HW; ++j) {
+    const int g = warp + kAttnWarps * j;
+    if (g >= G) break;
+    const float l = warp_sum(lpart[j]);
+    if (lane == 0) {
+      sl[g] = l;
+      smx[g] = m_run[j];
+    }
+  }
+  // The position groups' accumulators, in the ring (no copy is in flight: every stage of the
+  // slice has been waited for, the later groups are empty).
+  float* red = reinterpret_cast<float*>(attn_ring);  // [NTG][GMAX][HD]
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    if (g >= G) break;
+    *reinterpret_cast<float2*>(&red[(tg * GMAX + g) * HD + 2 * dp]) = make_float2(acc[g][0], acc[g][1]);
+  }
+  __syncthreads();
+  tl_mark(p.tl, 1);  // partials in shared memory
+  for (int idx = tid; idx < G * HD; idx += NT) {
+    const int g = idx / HD, d = idx % HD;
+    float num = 0.f;
+#pragma unroll
+    for (int k = 0; k < NTG; ++k) num += red[(k * GMAX + g) * HD + d];
+    const float o = num / sl[g];  // l >= 1: the slice's largest score adds e^0
+    const int h = kvh * G + g;
+    if (direct) {  // the only split: its normalized result is the output (the merge's copy)
+      p.out[size_t(h) * HD + d] = o;
+      continue;
+    }
+    const size_t ps = size_t(h) * p.n_splits + split;
+    p.part_o[ps * HD + d] = o;
+    if (d == 0) {
+      p.part_ml[ps * 2] = smx[g];
+      p.part_ml[ps * 2 + 1] = sl[g];
+    }
+  }
+  if (!p.counters || direct) {
+    tl_end(p.tl);
+    return;
+  }
+  // Merge fusion: as attn_split_kernel's (the last block of this KV head merges its used splits).
+  __shared__ bool sm_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) sm_last = atomicAdd(&p.counters[kvh], 1u) == unsigned(used - 1);
+  __syncthreads();
+  if (sm_last) {
+    __threadfence();
+    attn_merge_heads<HD, GMAX>(p, kvh, G, used, reinterpret_cast<float*>(attn_ring));
+    if (threadIdx.x == 0) p.counters[kvh] = 0;  // ready for the next launch
+  }
+  tl_end(p.tl);
+}
+
+}  // namespace lmf::cuda::dev

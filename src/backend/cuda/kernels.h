@@ -168,7 +168,8 @@ struct AttnArgs {
   // LMFUSE_ATTN_XQ).
   uint8_t* xq = nullptr;
   // Pass 1 from shared-memory stages, a lane per position (kernels/attention_staged.cuh; knob
-  // LMFUSE_ATTN_STAGED) instead of the register form (attention.cuh). Same partials and merge.
+  // LMFUSE_ATTN_STAGED, automatic on) instead of the register form (kernels/attention.cuh). Same
+  // partials and merge.
   bool staged = false;
 };
 int attn_plan_splits(int n_kv_head, int64_t n_ctx);  // plan-time split count for this device

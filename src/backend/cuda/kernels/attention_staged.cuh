@@ -1,15 +1,17 @@
 // Decode attention pass 1 from shared-memory stages (knob LMFUSE_ATTN_STAGED; the register form
-// is attn_split_kernel in attention.cuh). Same grid, slices, POST epilogue, partial outputs and
-// merge (kernel or fused) as that kernel; a different inner layout:
+// is attn_split_regs in attention.cuh). Same grid, slices, POST epilogue, partial outputs and
+// merge (kernel or fused) as the register form; a different inner layout:
 // - K/V rows of the block's slice are copied to shared memory by cp.async in stages of
 //   kStagePos positions, kStages stages in flight, the first ones issued before the PDL wait
 //   (every row but pos is final then). Rows are padded by 16 bytes, so lanes reading the same
 //   16-byte chunk of consecutive rows hit distinct banks.
 // - Scores: a lane per position (kAttnWarps / (kStagePos / 32) warps split the dims of each 32
-//   positions), q read from shared memory as broadcasts, G heads per K load: no shuffles.
+//   positions), q read from shared memory as broadcasts, GMAX heads per K load: no shuffles.
+//   Heads past G (G = 3, 5, 6, 7 in a wider instance) run on zero q and are not written, so the
+//   inner loops have no branches.
 // - Softmax once per stage and head: one warp per head takes the stage's max, rescales, writes
 //   the probabilities; each lane keeps its own part of the sum until the end.
-// - P.V: a thread per two dims and every NTG-th position of the stage, G heads' accumulators in
+// - P.V: a thread per kStagedDpt dims and every NTG-th position of the stage, the heads' accumulators in
 //   registers; at the end the NTG position groups are summed in a fixed order.
 // The outputs are (m, l, o = num / l) per split and head, as the register form writes them (not
 // its bits: the reductions run in another order).
@@ -22,17 +24,30 @@ constexpr int kStagePos = 64;  // positions per stage
 constexpr int kStages = 2;     // stages in flight per block
 template <int HD>
 constexpr int kStageRow = HD + 8;  // halves per row in shared memory (16-byte pad)
+// P.V: dims per thread (registers: G accumulators each).
+template <int GMAX>
+constexpr int kStagedDpt = GMAX >= 8 ? 2 : 4;
 // Dynamic shared memory: the ring of stages, which at the end also holds the position groups'
-// accumulators and, for the fused merge, its 2 * G * used weights.
+// accumulators and, for the fused merge, its 2 * G * used weights; then q [GMAX][HD], the dim
+// parts' partial scores [DSPLIT][GMAX][kStagePos] and the probabilities [kStagePos][GMAX] (all
+// floats).
 template <int HD, int GMAX>
-constexpr size_t attn_staged_smem() {
+constexpr size_t attn_staged_ring() {
   const size_t ring = size_t(kStages) * 2 * kStagePos * kStageRow<HD> * sizeof(__half);
   const size_t merge = size_t(2) * GMAX * kMaxFusedSplits * sizeof(float);
-  return ring > merge ? ring : merge;
+  const size_t red = size_t(kAttnWarps * 32 / (HD / kStagedDpt<GMAX>)) * GMAX * HD * sizeof(float);
+  const size_t m = ring > merge ? ring : merge;
+  return m > red ? m : red;
+}
+template <int HD, int GMAX>
+constexpr size_t attn_staged_smem() {
+  constexpr int dsplit = kAttnWarps / (kStagePos / 32);
+  return attn_staged_ring<HD, GMAX>() + sizeof(float) * (size_t(GMAX) * HD + size_t(dsplit) * GMAX * kStagePos +
+                                                         size_t(kStagePos) * GMAX);
 }
 
 template <int HD, int GMAX, bool POST>
-__global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const __grid_constant__ AttnParams p) {
+__device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   constexpr int NT = kAttnWarps * 32;
   constexpr int SP = kStagePos;
   constexpr int RS = kStageRow<HD>;
@@ -40,14 +55,17 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const _
   constexpr int NPG = SP / 32;     // 32-position groups per stage
   constexpr int DSPLIT = kAttnWarps / NPG;  // warps (dim parts) per position group
   constexpr int CPP = CH / DSPLIT;          // chunks per part
-  constexpr int DP = HD / 2;                // P.V: dim pairs
-  constexpr int NTG = NT / DP;              // P.V: position groups
+  constexpr int DPT = kStagedDpt<GMAX>;     // P.V: dims per thread
+  constexpr int DQ = HD / DPT;              // P.V: threads per position
+  constexpr int NTG = NT / DQ;              // P.V: position groups
   constexpr int HW = (GMAX + kAttnWarps - 1) / kAttnWarps;  // softmax heads per warp
-  static_assert(NPG * DSPLIT == kAttnWarps && CH % DSPLIT == 0 && NT % DP == 0, "stage layout");
-  extern __shared__ __align__(16) unsigned char attn_ring[];  // [kStages][K, V][SP][RS] halves
-  __shared__ __align__(16) float sq[GMAX][HD];  // this block's query heads (not scaled)
-  __shared__ float ss[DSPLIT][GMAX][SP];        // the dim parts' partial scores
-  __shared__ __align__(16) float sp[SP][GMAX];  // the stage's probabilities
+  constexpr int RPI = NT / CH;              // copy: rows per pass of the block
+  static_assert(NPG * DSPLIT == kAttnWarps && CH % DSPLIT == 0 && NT % DQ == 0 && SP % RPI == 0, "layout");
+  extern __shared__ __align__(16) unsigned char attn_ring[];  // [kStages][K, V][SP][RS] halves, ...
+  // ... then this block's query heads (not scaled; 0 past G), the partial scores, the probabilities.
+  auto sq = reinterpret_cast<float(*)[HD]>(attn_ring + attn_staged_ring<HD, GMAX>());
+  auto ss = reinterpret_cast<float(*)[GMAX][SP]>(&sq[GMAX][0]);
+  auto sp = reinterpret_cast<float(*)[GMAX]>(&ss[DSPLIT][0][0]);
   __shared__ float scorr[GMAX], sl[GMAX], smx[GMAX];
   __shared__ float sm_kv[POST ? 2 : 1][POST ? HD : 1];                  // POST: k, v at pos (fp32)
   __shared__ __align__(16) __half sm_kvh[POST ? 2 : 1][POST ? HD : 1];  // ... as cached (fp16)
@@ -68,22 +86,28 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const _
   const int pos = L - 1;
   const bool has_pos = start <= pos && pos < end;  // the row at pos is filled after the wait
   const int n_stage = (end - start + SP - 1) / SP;
-  const __half* K = p.k + size_t(kvh) * p.n_ctx * HD;
-  const __half* V = p.v + size_t(kvh) * p.n_ctx * HD;
   __half* ring = reinterpret_cast<__half*>(attn_ring);
   auto stage_rows = [&](int i, int kv) { return ring + size_t((i % kStages) * 2 + kv) * SP * RS; };
+  // This thread's 16-byte chunk of rows r0, r0 + RPI, ... of every stage.
+  const int c0 = tid % CH, r0 = tid / CH;
+  const __half* Kt = p.k + (size_t(kvh) * p.n_ctx + r0) * HD + c0 * 8;
+  const __half* Vt = p.v + (size_t(kvh) * p.n_ctx + r0) * HD + c0 * 8;
   // Stage i's rows but the one at pos, as one commit group (an empty group past the slice, so
   // the wait below always counts kStages - 1 newer groups).
   auto issue = [&](int i) {
     if (i < n_stage) {
       const int a = start + i * SP, n = min(SP, end - a);
-      __half* dk = stage_rows(i, 0);
-      __half* dv = stage_rows(i, 1);
-      for (int idx = tid; idx < n * CH; idx += NT) {
-        const int r = idx / CH, c = idx % CH;
-        if (a + r == pos) continue;
-        cp_async16(dk + r * RS + c * 8, K + size_t(a + r) * HD + c * 8);
-        cp_async16(dv + r * RS + c * 8, V + size_t(a + r) * HD + c * 8);
+      __half* dk = stage_rows(i, 0) + r0 * RS + c0 * 8;
+      __half* dv = stage_rows(i, 1) + r0 * RS + c0 * 8;
+      const __half* sk = Kt + size_t(a) * HD;
+      const __half* sv = Vt + size_t(a) * HD;
+#pragma unroll
+      for (int j = 0; j < SP / RPI; ++j) {
+        const int r = r0 + j * RPI;
+        if (r < n && a + r != pos) {
+          cp_async16(dk + j * RPI * RS, sk + j * RPI * HD);
+          cp_async16(dv + j * RPI * RS, sv + j * RPI * HD);
+        }
       }
     }
     cp_async_commit();
@@ -113,6 +137,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const _
     const float4* src = reinterpret_cast<const float4*>(p.q + size_t(kvh * G) * HD);
     for (int i = tid; i < G * HD / 4; i += NT) reinterpret_cast<float4*>(&sq[0][0])[i] = src[i];
   }
+  for (int i = G * HD + tid; i < GMAX * HD; i += NT) (&sq[0][0])[i] = 0.f;  // heads past G
   __syncthreads();
 
   float m_run[HW], lpart[HW];  // softmax warps: heads warp + kAttnWarps * j
@@ -121,10 +146,12 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const _
     m_run[j] = -INFINITY;
     lpart[j] = 0.f;
   }
-  const int dp = tid % DP, tg = tid / DP;  // P.V
-  float acc[GMAX][2];
+  const int dq = tid % DQ, tg = tid / DQ;  // P.V: dims DPT * dq.., positions tg, tg + NTG, ...
+  float acc[GMAX][DPT];
 #pragma unroll
-  for (int g = 0; g < GMAX; ++g) acc[g][0] = acc[g][1] = 0.f;
+  for (int g = 0; g < GMAX; ++g)
+#pragma unroll
+    for (int e = 0; e < DPT; ++e) acc[g][e] = 0.f;
   const int pg = warp % NPG, part = warp / NPG;  // scores
 
   for (int i = 0; i < n_stage; ++i) {
@@ -138,7 +165,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const _
       if constexpr (POST)
         val = *reinterpret_cast<const uint4*>(&sm_kvh[kv][c * 8]);
       else
-        val = __ldcg(reinterpret_cast<const uint4*>((kv ? V : K) + size_t(pos) * HD + c * 8));
+        val = __ldcg(reinterpret_cast<const uint4*>((kv ? p.v : p.k) + (size_t(kvh) * p.n_ctx + pos) * HD + c * 8));
       *reinterpret_cast<uint4*>(const_cast<__half*>(kv ? sv : sk) + (pos - a) * RS + c * 8) = val;
     }
     __syncthreads();
@@ -160,7 +187,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const _
         }
 #pragma unroll
         for (int g = 0; g < GMAX; ++g) {
-          if (g >= G) break;
           const float4* q4 = reinterpret_cast<const float4*>(&sq[g][(part * CPP + c) * 8]);
           const float4 qa = q4[0], qb = q4[1];
           const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
@@ -169,16 +195,13 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const _
         }
       }
 #pragma unroll
-      for (int g = 0; g < GMAX; ++g) {
-        if (g >= G) break;
-        ss[part][g][pg * 32 + lane] = s[g];
-      }
+      for (int g = 0; g < GMAX; ++g) ss[part][g][pg * 32 + lane] = s[g];
     }
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < HW; ++j) {  // softmax of head g over the stage
       const int g = warp + kAttnWarps * j;
-      if (g >= G) break;  // warp-uniform
+      if (g >= GMAX) break;
       float sc[NPG], mx = -INFINITY;
 #pragma unroll
       for (int k = 0; k < NPG; ++k) {
@@ -211,14 +234,30 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const _
     __syncthreads();
 #pragma unroll
     for (int g = 0; g < GMAX; ++g) {
-      if (g >= G) break;
       const float c = scorr[g];
-      acc[g][0] *= c;
-      acc[g][1] *= c;
+#pragma unroll
+      for (int e = 0; e < DPT; ++e) acc[g][e] *= c;
     }
 #pragma unroll 4
     for (int t = tg; t < n; t += NTG) {
-      const float2 v = __half22float2(*reinterpret_cast<const __half2*>(sv + t * RS + 2 * dp));
+      float v[DPT];
+      {
+        const __half2* h2 = reinterpret_cast<const __half2*>(sv + t * RS + DPT * dq);
+        __half2 hv[DPT / 2];
+        if constexpr (DPT == 4) {
+          const uint2 raw = *reinterpret_cast<const uint2*>(h2);
+          hv[0] = *reinterpret_cast<const __half2*>(&raw.x);
+          hv[DPT / 2 - 1] = *reinterpret_cast<const __half2*>(&raw.y);
+        } else {
+          hv[0] = h2[0];
+        }
+#pragma unroll
+        for (int e = 0; e < DPT / 2; ++e) {
+          const float2 f = __half22float2(hv[e]);
+          v[2 * e] = f.x;
+          v[2 * e + 1] = f.y;
+        }
+      }
       float pe[GMAX];
       if constexpr (GMAX % 4 == 0) {
 #pragma unroll
@@ -234,11 +273,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const _
         for (int g = 0; g < GMAX; ++g) pe[g] = sp[t][g];
       }
 #pragma unroll
-      for (int g = 0; g < GMAX; ++g) {
-        if (g >= G) break;
-        acc[g][0] = fmaf(pe[g], v.x, acc[g][0]);
-        acc[g][1] = fmaf(pe[g], v.y, acc[g][1]);
-      }
+      for (int g = 0; g < GMAX; ++g)
+#pragma unroll
+        for (int e = 0; e < DPT; ++e) acc[g][e] = fmaf(pe[g], v[e], acc[g][e]);
     }
     __syncthreads();  // the stage's slot, scores and probabilities are free
     issue(i + kStages);
@@ -247,7 +284,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const _
 #pragma unroll
   for (int j = 0; j < HW; ++j) {
     const int g = warp + kAttnWarps * j;
-    if (g >= G) break;
+    if (g >= GMAX) break;
     const float l = warp_sum(lpart[j]);
     if (lane == 0) {
       sl[g] = l;
@@ -258,10 +295,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const _
   // slice has been waited for, the later groups are empty).
   float* red = reinterpret_cast<float*>(attn_ring);  // [NTG][GMAX][HD]
 #pragma unroll
-  for (int g = 0; g < GMAX; ++g) {
-    if (g >= G) break;
-    *reinterpret_cast<float2*>(&red[(tg * GMAX + g) * HD + 2 * dp]) = make_float2(acc[g][0], acc[g][1]);
-  }
+  for (int g = 0; g < GMAX; ++g)
+#pragma unroll
+    for (int e = 0; e < DPT; ++e) red[(tg * GMAX + g) * HD + DPT * dq + e] = acc[g][e];
   __syncthreads();
   tl_mark(p.tl, 1);  // partials in shared memory
   for (int idx = tid; idx < G * HD; idx += NT) {
@@ -286,7 +322,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const _
     tl_end(p.tl);
     return;
   }
-  // Merge fusion: as attn_split_kernel's (the last block of this KV head merges its used splits).
+  // Merge fusion: as the register form's (the last block of this KV head merges its used splits).
   __shared__ bool sm_last;
   __threadfence();
   __syncthreads();
@@ -298,6 +334,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const _
     if (threadIdx.x == 0) p.counters[kvh] = 0;  // ready for the next launch
   }
   tl_end(p.tl);
+}
+
+template <int HD, int GMAX, bool POST>
+__global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const __grid_constant__ AttnParams p) {
+  attn_staged_body<HD, GMAX, POST>(p);
 }
 
 }  // namespace lmf::cuda::dev

@@ -40,10 +40,23 @@ constexpr size_t attn_staged_ring() {
   return m > red ? m : red;
 }
 template <int HD, int GMAX>
-constexpr size_t attn_staged_smem() {
+constexpr size_t attn_staged_smem_used() {
   constexpr int dsplit = kAttnWarps / (kStagePos / 32);
   return attn_staged_ring<HD, GMAX>() + sizeof(float) * (size_t(GMAX) * HD + size_t(dsplit) * GMAX * kStagePos +
                                                          size_t(kStagePos) * GMAX);
+}
+// What a block requests: at least kStagedSmemRequest, more than it uses (75 KB at head_dim 128,
+// 4 heads). Measured (docs/PERF.md, S14-7, 8B chain against the register form): 75 KB per block
+// 0.94 at pos 8 and 0.97 at pos 64; 87-93 KB 1.00 and 1.03; 105 KB 0.94 and 0.97 again; the
+// timeline of the slow sizes shows the gate/up GEMV's blocks placed unevenly (+2.4 µs, down
+// resident 4.5 µs before gate/up ends instead of 2). Why the size of two attention blocks per SM
+// decides the placement of the GEMV two launches later is not understood; the value is a
+// measured setting of this GPU.
+constexpr size_t kStagedSmemRequest = 90 * 1024;
+template <int HD, int GMAX>
+constexpr size_t attn_staged_smem() {
+  constexpr size_t used = attn_staged_smem_used<HD, GMAX>();
+  return used > kStagedSmemRequest ? used : kStagedSmemRequest;
 }
 
 template <int HD, int GMAX, bool POST>

@@ -435,9 +435,8 @@ void CudaBackend::prepare(Graph& g) {
   // but slower (docs/PERF.md, session 8: 0.93-0.96x; the last block's fence, count and merge are
   // a longer serial chain than the merge kernel's launch): automatic = off.
   attn_merge_fusion_ = fusion && tri_resolve(k.attn_merge_fusion, false);
-  // A kernel form, not a fusion (so not under the master switch). Measured faster at every
-  // length (docs/PERF.md, session 14, S14-3: chain 8B +3.3 % at pos 64 to +14.7 % at 4095, 0.6B
-  // +0.9 % to +17.8 %): automatic = on.
+  // A kernel form, not a fusion (so not under the master switch). Measured (docs/PERF.md, S14-8,
+  // `--ab attn_staged`): tg128 0.6B 1.001, 4B 0.999, 8B 1.015; 8B at depth 4096 1.143: automatic = on.
   attn_staged_ = tri_resolve(k.attn_staged, true);
   // o_proj's x quantized by the attention's merge kernel (so not with merge fusion). Measured
   // per model (docs/PERF.md, session 13, `--ab attn_xq`, two runs): 4B 1.012 / 1.012, 8B 1.013 /

@@ -200,6 +200,48 @@ __device__ __forceinline__ void attn_merge_heads(const AttnParams& p, int kvh, i
   }
 }
 
+// POST, after the PDL wait: every warp normalizes and rotates the block's query heads into q_out
+// (G of them; q_out[g] for head kvh * G + g) and, in the block whose slice holds pos, warp 0
+// builds k (norm + RoPE) and warp 1 v at pos into kv (fp32), then writes them to the caches and
+// to kv_h (fp16, as cached). Used by both forms of pass 1 (attention_staged.cuh).
+template <int HD>
+__device__ __forceinline__ void attn_post_epilogue(const AttnParams& p, int kvh, int G, int pos, bool has_pos,
+                                                   float (*q_out)[HD], float (*kv)[HD], __half (*kv_h)[HD]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int g = warp; g < G; g += kAttnWarps)
+    head_post_warp<HD>(p.raw + size_t(kvh * G + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, pos,
+                       q_out[g], lane);
+  if (has_pos && warp < 2) {  // warp 0: k (norm + RoPE), warp 1: v (as is)
+    const bool is_k = warp == 0;
+    const float* src = p.raw + size_t(p.n_head + (is_k ? 0 : p.n_kv) + kvh) * HD;
+    head_post_warp<HD>(src, is_k ? p.k_norm : nullptr, p.eps, is_k, p.rope_neox != 0, p.theta, pos, kv[warp], lane);
+    __half* dst = (is_k ? p.k_w : p.v_w) + (size_t(kvh) * p.n_ctx + pos) * HD;
+    for (int d = lane; d < HD; d += 32) {
+      const __half h = __float2half_rn(kv[warp][d]);
+      dst[d] = h;
+      kv_h[warp][d] = h;
+    }
+  }
+}
+
+// Merge fusion, after a split block has written its partials: the last block of KV head kvh to
+// finish merges its used splits (the merge kernel's arithmetic, attn_merge_heads), so no second
+// launch. Classic last-block pattern: publish the partials, count, and the block that sees
+// used - 1 reads them through L2. smem: 2 * G * used floats the block no longer needs.
+template <int HD, int GMAX>
+__device__ __forceinline__ void attn_merge_last_block(const AttnParams& p, int kvh, int G, int used, float* smem) {
+  __shared__ bool sm_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) sm_last = atomicAdd(&p.counters[kvh], 1u) == unsigned(used - 1);
+  __syncthreads();
+  if (sm_last) {
+    __threadfence();
+    attn_merge_heads<HD, GMAX>(p, kvh, G, used, smem);
+    if (threadIdx.x == 0) p.counters[kvh] = 0;  // ready for the next launch
+  }
+}
+
 template <int HD, int GMAX, bool POST>
 __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __grid_constant__ AttnParams p) {
   constexpr int LPT = HD / 8;     // lanes per timestep
@@ -270,21 +312,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   pdl_wait_trigger(p.early);  // q and the cache row at pos come from the previous kernel
   tl_waited_phase(p.tl);
   if constexpr (POST) {
-    for (int g = warp; g < G; g += kAttnWarps)
-      head_post_warp<HD>(p.raw + size_t(kvh * G + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, pos,
-                         sm_q[g], lane);
-    if (has_pos && warp < 2) {  // warp 0: k (norm + RoPE), warp 1: v (as is)
-      const bool is_k = warp == 0;
-      const float* src = p.raw + size_t(p.n_head + (is_k ? 0 : p.n_kv) + kvh) * HD;
-      head_post_warp<HD>(src, is_k ? p.k_norm : nullptr, p.eps, is_k, p.rope_neox != 0, p.theta, pos, sm_kv[warp],
-                         lane);
-      __half* dst = (is_k ? p.k_w : p.v_w) + (size_t(kvh) * p.n_ctx + pos) * HD;
-      for (int d = lane; d < HD; d += 32) {
-        const __half h = __float2half_rn(sm_kv[warp][d]);
-        dst[d] = h;
-        sm_kvh[warp][d] = h;
-      }
-    }
+    attn_post_epilogue<HD>(p, kvh, G, pos, has_pos, sm_q, sm_kv, sm_kvh);
     __syncthreads();
   }
 #pragma unroll
@@ -414,19 +442,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
     tl_end(p.tl);
     return;
   }
-  // Merge fusion: the last block of this KV head to finish merges its used splits (the merge
-  // kernel's arithmetic, attn_merge_heads), so no second launch. Classic last-block pattern:
-  // publish the partials, count, and the block that sees used - 1 reads them through L2.
-  __shared__ bool sm_last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) sm_last = atomicAdd(&p.counters[kvh], 1u) == unsigned(used - 1);
-  __syncthreads();
-  if (sm_last) {
-    __threadfence();
-    attn_merge_heads<HD, GMAX>(p, kvh, G, used, &sm_acc[0][0][0]);
-    if (threadIdx.x == 0) p.counters[kvh] = 0;  // ready for the next launch
-  }
+  attn_merge_last_block<HD, GMAX>(p, kvh, G, used, &sm_acc[0][0][0]);
   tl_end(p.tl);
 }
 

@@ -131,21 +131,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   pdl_wait_trigger(p.early);  // q and the cache row at pos come from the previous kernel
   tl_waited_phase(p.tl);
   if constexpr (POST) {
-    for (int g = warp; g < G; g += kAttnWarps)
-      head_post_warp<HD>(p.raw + size_t(kvh * G + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, pos,
-                         sq[g], lane);
-    if (has_pos && warp < 2) {  // warp 0: k (norm + RoPE), warp 1: v (as is)
-      const bool is_k = warp == 0;
-      const float* src = p.raw + size_t(p.n_head + (is_k ? 0 : p.n_kv) + kvh) * HD;
-      head_post_warp<HD>(src, is_k ? p.k_norm : nullptr, p.eps, is_k, p.rope_neox != 0, p.theta, pos, sm_kv[warp],
-                         lane);
-      __half* dst = (is_k ? p.k_w : p.v_w) + (size_t(kvh) * p.n_ctx + pos) * HD;
-      for (int d = lane; d < HD; d += 32) {
-        const __half h = __float2half_rn(sm_kv[warp][d]);
-        dst[d] = h;
-        sm_kvh[warp][d] = h;
-      }
-    }
+    attn_post_epilogue<HD>(p, kvh, G, pos, has_pos, sq, sm_kv, sm_kvh);
   } else {
     const float4* src = reinterpret_cast<const float4*>(p.q + size_t(kvh * G) * HD);
     for (int i = tid; i < G * HD / 4; i += NT) reinterpret_cast<float4*>(&sq[0][0])[i] = src[i];
@@ -335,17 +321,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
     tl_end(p.tl);
     return;
   }
-  // Merge fusion: as the register form's (the last block of this KV head merges its used splits).
-  __shared__ bool sm_last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) sm_last = atomicAdd(&p.counters[kvh], 1u) == unsigned(used - 1);
-  __syncthreads();
-  if (sm_last) {
-    __threadfence();
-    attn_merge_heads<HD, GMAX>(p, kvh, G, used, reinterpret_cast<float*>(attn_ring));
-    if (threadIdx.x == 0) p.counters[kvh] = 0;  // ready for the next launch
-  }
+  attn_merge_last_block<HD, GMAX>(p, kvh, G, used, reinterpret_cast<float*>(attn_ring));
   tl_end(p.tl);
 }
 

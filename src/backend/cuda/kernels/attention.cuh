@@ -75,6 +75,25 @@ struct AttnParams {
   uint8_t* xq;
 };
 
+// This block's slice of the positions [0, L), L = *pos + 1: [start, end) (empty when start >= L),
+// the splits the merge reads, and whether the block writes the output itself (merge fusion with
+// one used split). The same for both forms of pass 1.
+struct AttnSlice {
+  int L, start, end, used;
+  bool direct;
+};
+template <int HD>
+__device__ __forceinline__ AttnSlice attn_block_slice(const AttnParams& p, int split) {
+  AttnSlice s;
+  s.L = *p.pos + 1;
+  const int chunk = attn_slice<HD>(s.L, p.n_splits);
+  s.start = split * chunk;
+  s.end = min(s.L, s.start + chunk);
+  s.used = attn_used_splits(s.L, p.n_splits, chunk);
+  s.direct = p.counters && s.used == 1;
+  return s;
+}
+
 // Head `src` [HD] -> out [HD] (shared memory) for one warp: optional RMSNorm (gamma), then RoPE
 // at pos unless rope is false; lane l handles elements l, l + 32, ... Norm and RoPE arithmetic
 // of the unfused kernels (common.cuh, head_sumsq_warp / head_norm / rope_rotate).
@@ -263,11 +282,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   // before it (written by earlier steps) are final, so the slice and the first batch of K/V loads
   // need not wait for the previous kernel. q and the row at pos (that kernel's output, or this
   // block's under POST) are read after the wait.
-  const int L = *p.pos + 1;
-  const int chunk = attn_slice<HD>(L, p.n_splits);
-  const int start = split * chunk, end = min(L, start + chunk);
-  const int used = attn_used_splits(L, p.n_splits, chunk);
-  const bool direct = p.counters && used == 1;  // merge fusion, one split: write the output
+  const AttnSlice bs = attn_block_slice<HD>(p, split);
+  const int L = bs.L, start = bs.start, end = bs.end, used = bs.used;
+  const bool direct = bs.direct;  // merge fusion, one split: write the output
   if (start >= L) {  // unused split: the merge does not read it
     tl_end(p.tl);
     return;

@@ -87,11 +87,9 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   const int kvh = blockIdx.x, split = blockIdx.y;
   const int G = p.n_head / p.n_kv;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int L = *p.pos + 1;
-  const int chunk = attn_slice<HD>(L, p.n_splits);
-  const int start = split * chunk, end = min(L, start + chunk);
-  const int used = attn_used_splits(L, p.n_splits, chunk);
-  const bool direct = p.counters && used == 1;  // merge fusion, one split: write the output
+  const AttnSlice bs = attn_block_slice<HD>(p, split);
+  const int L = bs.L, start = bs.start, end = bs.end, used = bs.used;
+  const bool direct = bs.direct;  // merge fusion, one split: write the output
   if (start >= L) {  // unused split: the merge does not read it
     tl_end(p.tl);
     return;

@@ -191,7 +191,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   }
   // As the backend: automatic = on from the wide GEMVs' hidden size (session 13).
   const bool xq_o = tri_resolve(kn.attn_xq, large) && !g_merge_fusion;  // needs the merge kernel
-  const bool staged = tri_resolve(kn.attn_staged, true);  // as the backend (session 14)
+  const bool staged = tri_resolve(kn.attn_staged, kAttnStagedAuto);  // as the backend
   uint8_t* xq_o_buf = nullptr;
   if (xq_o) CUDA_CHECK(cudaMalloc(&xq_o_buf, gemv_xq_bytes(int64_t(m.n_head) * m.hd)));
   float* raw = dev_floats(qkv_rows);

@@ -435,9 +435,8 @@ void CudaBackend::prepare(Graph& g) {
   // but slower (docs/PERF.md, session 8: 0.93-0.96x; the last block's fence, count and merge are
   // a longer serial chain than the merge kernel's launch): automatic = off.
   attn_merge_fusion_ = fusion && tri_resolve(k.attn_merge_fusion, false);
-  // A kernel form, not a fusion (so not under the master switch). Measured (docs/PERF.md, S14-8,
-  // `--ab attn_staged`): tg128 0.6B 1.001, 4B 0.999, 8B 1.015; 8B at depth 4096 1.143: automatic = on.
-  attn_staged_ = tri_resolve(k.attn_staged, true);
+  // A kernel form, not a fusion (so not under the master switch); automatic: kAttnStagedAuto.
+  attn_staged_ = tri_resolve(k.attn_staged, cuda::kAttnStagedAuto);
   // o_proj's x quantized by the attention's merge kernel (so not with merge fusion). Measured
   // per model (docs/PERF.md, session 13, `--ab attn_xq`, two runs): 4B 1.012 / 1.012, 8B 1.013 /
   // 0.999, 0.6B 0.983 / 0.993: automatic = on from the wide GEMVs' hidden size.

@@ -172,6 +172,9 @@ struct AttnArgs {
   // partials and merge.
   bool staged = false;
 };
+// LMFUSE_ATTN_STAGED automatic: on (docs/PERF.md, S14-8, `--ab attn_staged`: tg128 0.6B 1.001,
+// 4B 0.999, 8B 1.015; 8B at depth 4096 1.143). Read by the backend and the chain benchmark.
+constexpr bool kAttnStagedAuto = true;
 int attn_plan_splits(int n_kv_head, int64_t n_ctx);  // plan-time split count for this device
 size_t attn_scratch_floats(int n_head, int head_dim, int n_splits);
 void attention_decode(const AttnArgs& a, cudaStream_t s = nullptr);

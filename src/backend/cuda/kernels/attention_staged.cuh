@@ -153,8 +153,8 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
 
   for (int i = 0; i < n_stage; ++i) {
     const int a = start + i * SP, n = min(SP, end - a);
-    const __half* sk = stage_rows(i, 0);
-    const __half* sv = stage_rows(i, 1);
+    __half* sk = stage_rows(i, 0);
+    __half* sv = stage_rows(i, 1);
     cp_async_wait<kStages - 1>();
     if (has_pos && pos < a + n && tid < 2 * CH) {  // the row at pos, now final
       const int kv = tid / CH, c = tid % CH;
@@ -163,7 +163,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
         val = *reinterpret_cast<const uint4*>(&sm_kvh[kv][c * 8]);
       else
         val = __ldcg(reinterpret_cast<const uint4*>((kv ? p.v : p.k) + (size_t(kvh) * p.n_ctx + pos) * HD + c * 8));
-      *reinterpret_cast<uint4*>(const_cast<__half*>(kv ? sv : sk) + (pos - a) * RS + c * 8) = val;
+      *reinterpret_cast<uint4*>((kv ? sv : sk) + (pos - a) * RS + c * 8) = val;
     }
     __syncthreads();
     if (pg * 32 < n) {  // warp-uniform: scores of positions a + pg * 32 + lane, this warp's dims

@@ -1,0 +1,171 @@
+// What a dependency between two phases of the decode step costs on this GPU, by the two ways a
+// step can hand over (no gtest: runs on the bare GPU machine; docs/PERF.md, session 15):
+//  (a) a kernel boundary with programmatic dependent launch, as the decode chain runs now: N
+//      kernels of G blocks replayed in a CUDA graph, each waiting (griddepcontrol.wait) before it
+//      reads what its predecessor wrote and triggering its successor after the wait;
+//  (b) a grid barrier inside one persistent kernel of G co-resident blocks: N phases, each block
+//      arriving on a counter in global memory (one atomic per block) and spinning on it until
+//      every block has arrived, the form a persistent decode-layer kernel would use.
+// Each phase or kernel does the least dependent work: thread 0 of block b reads the value block
+// b+1 wrote in the previous phase (an L2 round trip) and writes its own, so the chain cannot be
+// satisfied early. Blocks are 512 threads, one per SM (the wide GEMVs), or 256 threads, two per
+// SM (the narrow GEMVs). Prints µs per joint.
+// Build standalone: nvcc -O3 -std=c++20 -gencode arch=compute_90,code=sm_90 bench/cuda_bench_sync.cu
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#define CK(x)                                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+namespace {
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// One dependent hand-over per phase: block b reads block b+1's value of the previous phase.
+__device__ __forceinline__ void touch(unsigned* vals, int phase) {
+  if (threadIdx.x == 0) {
+    const int G = int(gridDim.x), b = int(blockIdx.x);
+    const unsigned* src = vals + size_t(phase & 1) * G;
+    unsigned* dst = vals + size_t((phase + 1) & 1) * G;
+    dst[b] = __ldcg(src + (b + 1) % G) + 1;
+  }
+}
+
+__global__ void chain_kernel(unsigned* vals, int phase) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  touch(vals, phase);
+}
+
+// Grid barrier: form 0 = __threadfence + atomicAdd, spin on a volatile read; form 1 = red.release
+// arrival, spin on ld.acquire; form 2 = a flag per block (st.release of the phase number, no
+// contended address), thread t < G of every block polling flag t (ld.acquire), then the block
+// barrier.
+__device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+template <int FORM>
+__global__ void persistent_kernel(unsigned* vals, unsigned* count, int phases) {
+  for (int ph = 0; ph < phases; ++ph) {
+    touch(vals, ph);
+    __syncthreads();
+    if (FORM == 2) {
+      // count: G flags, zero at launch
+      if (threadIdx.x == 0) st_release(count + blockIdx.x, unsigned(ph + 1));
+      for (int t = int(threadIdx.x); t < int(gridDim.x); t += int(blockDim.x))
+        while (ld_acquire(count + t) < unsigned(ph + 1)) {
+        }
+    } else if (threadIdx.x == 0) {
+      const unsigned target = unsigned(ph + 1) * gridDim.x;
+      if (FORM == 0) {
+        __threadfence();
+        atomicAdd(count, 1u);
+        while (*reinterpret_cast<volatile unsigned*>(count) < target) {
+        }
+        __threadfence();
+      } else {
+        red_release(count, 1u);
+        while (ld_acquire(count) < target) {
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+template <class F>
+double time_graph_us(cudaStream_t s, F body, int reps) {
+  body();
+  CK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  body();
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  CK(cudaGraphLaunch(ge, s));
+  CK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  CK(cudaEventRecord(a, s));
+  for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, s));
+  CK(cudaEventRecord(b, s));
+  CK(cudaEventSynchronize(b));
+  float ms = 0;
+  CK(cudaEventElapsedTime(&ms, a, b));
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  return 1e3 * ms / reps;
+}
+
+}  // namespace
+
+int main() {
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  unsigned *vals, *count;
+  CK(cudaMalloc(&vals, 2 * 4 * size_t(sms) * sizeof(unsigned)));
+  CK(cudaMalloc(&count, 2 * size_t(sms) * sizeof(unsigned)));
+  CK(cudaMemset(vals, 0, 2 * 4 * size_t(sms) * sizeof(unsigned)));
+  const int N = 512, reps = 20;
+  std::printf("%d SMs, %d joints per replay, mean of %d replays\n", sms, N, reps);
+  for (int per_sm : {1, 2}) {
+    const int G = sms * per_sm, T = per_sm == 1 ? 512 : 256;
+    for (bool pdl : {true, false}) {
+      auto chain = [&] {
+        for (int i = 0; i < N; ++i) {
+          cudaLaunchConfig_t cfg{};
+          cfg.gridDim = dim3(G);
+          cfg.blockDim = dim3(T);
+          cfg.stream = s;
+          cudaLaunchAttribute at[1];
+          at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+          at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+          cfg.attrs = at;
+          cfg.numAttrs = 1;
+          CK(cudaLaunchKernelEx(&cfg, chain_kernel, vals, i));
+        }
+      };
+      const double us = time_graph_us(s, chain, reps);
+      std::printf("kernel chain (%s), %4d blocks x %3d threads: %7.3f us per joint\n", pdl ? "PDL  " : "plain", G, T,
+                  us / N);
+    }
+    for (int form : {0, 1, 2}) {
+      auto pers = [&] {
+        CK(cudaMemsetAsync(count, 0, size_t(G) * sizeof(unsigned), s));
+        if (form == 0)
+          persistent_kernel<0><<<G, T, 0, s>>>(vals, count, N);
+        else if (form == 1)
+          persistent_kernel<1><<<G, T, 0, s>>>(vals, count, N);
+        else
+          persistent_kernel<2><<<G, T, 0, s>>>(vals, count, N);
+        CK(cudaGetLastError());
+      };
+      const double us = time_graph_us(s, pers, reps);
+      std::printf("grid barrier (%s), %4d blocks x %3d threads: %7.3f us per joint\n",
+                  form == 0 ? "fence+atomicAdd " : form == 1 ? "red.release/acq" : "flag per block ", G, T, us / N);
+    }
+  }
+  CK(cudaFree(vals));
+  CK(cudaFree(count));
+  return 0;
+}

@@ -155,6 +155,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   const Knobs kn = Knobs::from_env();
   const bool large = large_decode_model(m.hidden);
   set_gemv_wide(tri_resolve(kn.gemv_wide, large));
+  set_gemv_prefetch(tri_resolve(kn.gemv_prefetch, kGemvPrefetchAuto));
   const int64_t n_ctx = 4096;
   const int qkv_rows = (m.n_head + 2 * m.n_kv) * m.hd;
   struct Layer {
@@ -366,6 +367,7 @@ int main(int argc, char** argv) {
 
     const ModelShape q8b{"qwen3-8b", 36, 4096, 32, 8, 128, 12288};
     const ModelShape q06{"qwen3-0.6b", 28, 1024, 16, 8, 128, 3072};
+    const ModelShape q4b{"qwen3-4b", 36, 2560, 32, 8, 128, 9728};
     const Shape s8[] = {{"8b.qkv", 6144, 4096}, {"8b.o", 4096, 4096}, {"8b.gateup", 24576, 4096}, {"8b.down", 4096, 12288}};
     const Shape s06[] = {{"0.6b.qkv", 4096, 1024}, {"0.6b.o", 1024, 2048}, {"0.6b.gateup", 6144, 1024}, {"0.6b.down", 1024, 3072}};
     // `cuda_bench_gemv --timeline`: only the decode chains' launch timelines (Q4_0, 8B and 0.6B,
@@ -409,11 +411,12 @@ int main(int argc, char** argv) {
       g_merge_fusion = false;
       return 0;
     }
-    // `cuda_bench_gemv --chain 8b|0.6b POS [timeline]`: only that Q4_0 decode chain, timed (a
+    // `cuda_bench_gemv --chain 8b|4b|0.6b POS [timeline]`: only that Q4_0 decode chain, timed (a
     // short run for a profiler, e.g. scripts/gpu_ncu.sh on the attention kernels), or its launch
     // timeline (POS up to 4095).
     if (argc > 3 && std::string(argv[1]) == "--chain") {
-      const ModelShape& m = std::string(argv[2]) == "8b" ? q8b : q06;
+      const std::string mn = argv[2];
+      const ModelShape& m = mn == "8b" ? q8b : mn == "4b" ? q4b : q06;
       // The early trigger as the backend picks it for this model (LMFUSE_PDL_EARLY_TRIGGER).
       set_pdl_early_trigger(tri_resolve(Knobs::from_env().pdl_early_trigger, large_decode_model(m.hidden)));
       bench_decode_chain(s, copy, m, DType::Q4_0, std::atoi(argv[3]), argc > 4 && std::string(argv[4]) == "timeline");

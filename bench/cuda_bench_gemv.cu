@@ -155,7 +155,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   const Knobs kn = Knobs::from_env();
   const bool large = large_decode_model(m.hidden);
   set_gemv_wide(tri_resolve(kn.gemv_wide, large));
-  set_gemv_prefetch(tri_resolve(kn.gemv_prefetch, kGemvPrefetchAuto));
   const int64_t n_ctx = 4096;
   const int qkv_rows = (m.n_head + 2 * m.n_kv) * m.hd;
   struct Layer {

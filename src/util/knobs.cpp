@@ -31,8 +31,6 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode GEMV: split the columns of short-and-wide matrices over several warps (auto = off)"},
       {"qkv_post_pdl", "LMFUSE_QKV_POST_PDL", &Knobs::qkv_post_pdl,
        "CUDA decode: launch the QKV epilogue kernel with programmatic dependent launch (auto = on)"},
-      {"gemv_prefetch", "LMFUSE_GEMV_PREFETCH", &Knobs::gemv_prefetch,
-       "CUDA decode GEMV (wide blocks): each warp's third and fourth weight batches copied into shared memory before the PDL wait, so the weights keep streaming while x is staged"},
       {"attn_staged", "LMFUSE_ATTN_STAGED", &Knobs::attn_staged,
        "CUDA decode: attention pass 1 copies K/V into shared-memory stages and gives each position a lane (0 = the register form)"},
       {"attn_merge_fusion", "LMFUSE_ATTN_MERGE_FUSION", &Knobs::attn_merge_fusion,

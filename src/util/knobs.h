@@ -27,7 +27,6 @@ struct Knobs {
   Tri attn_xq = Tri::Auto;          // LMFUSE_ATTN_XQ: o_proj's x quantized once, by the attention merge kernel (auto = hidden size >= 2560, S13-2)
   Tri gemv_split_k = Tri::Auto;     // LMFUSE_GEMV_SPLIT_K: several warps per row group in short-wide decode GEMVs
   Tri qkv_post_pdl = Tri::Auto;     // LMFUSE_QKV_POST_PDL: the QKV epilogue kernel launched with PDL (auto = on)
-  Tri gemv_prefetch = Tri::Auto;    // LMFUSE_GEMV_PREFETCH: wide decode GEMVs copy their 3rd/4th weight batches into shared memory before the PDL wait
   Tri attn_staged = Tri::Auto;      // LMFUSE_ATTN_STAGED: decode attention pass 1 from shared-memory stages, a lane per position (auto = on)
   Tri attn_merge_fusion = Tri::Auto;  // LMFUSE_ATTN_MERGE_FUSION: decode attention merged by its last split block
   Tri pdl_early_trigger = Tri::Auto;  // LMFUSE_PDL_EARLY_TRIGGER: short decode kernels release the next before their wait (auto = hidden size >= 2560)

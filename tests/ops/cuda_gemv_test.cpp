@@ -217,68 +217,6 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
   set_gemv_wide(false);
 }
 
-// Weights prefetched into shared memory across the x staging (set_gemv_prefetch, wide blocks):
-// the same bits as without, for every integer-dot type, each prologue/epilogue the decode step
-// uses on such shapes, whole and partial column groups (cols/32 = 128, 80, 304, 256, 32) and a
-// partial last row group; the launch must actually take the prefetch (gemv_prefetch_applies).
-TEST(CudaGemv, SharedMemoryPrefetchBitwise) {
-  struct Case {
-    Prologue pro;
-    Epilogue epi;
-    Shape s;
-  };
-  const Case cases[] = {{Prologue::Norm, Epilogue::SiluMul, {24576, 4096}},  // 8B gate/up
-                        {Prologue::Norm, Epilogue::SiluMul, {19456, 2560}},  // 4B gate/up
-                        {Prologue::AddNorm, Epilogue::SiluMul, {19456, 2560}},
-                        {Prologue::None, Epilogue::Residual, {4096, 12288}},  // 8B down
-                        {Prologue::None, Epilogue::Residual, {2560, 9728}},   // 4B down
-                        {Prologue::None, Epilogue::Residual, {1002, 8192}},
-                        {Prologue::Norm, Epilogue::Store, {50002, 1024}}};  // logits-like
-  uint32_t seed = 1100;
-  set_gemv_wide(true);
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
-    for (const Case& c : cases) {
-      std::mt19937 rng(seed++);
-      const Shape s = c.s;
-      auto wq = random_rows(t, s.rows, s.cols, rng);
-      DeviceWeight dw = upload_weight(repack_rows(t, wq.data(), s.rows, s.cols));
-      auto in = randn(s.cols, rng), res = randn(s.cols, rng), gamma = randn(s.cols, rng, 0.5f);
-      const int64_t ny = c.epi == Epilogue::SiluMul ? s.rows / 2 : s.rows;
-      auto yres = randn(ny, rng);
-      DevBuf<float> d_in(in), d_res(res), d_gamma(gamma), d_rout(s.cols), d_rout2(s.cols), d_yres(yres), d_y(ny),
-          d_y2(ny);
-      auto run = [&](bool pf, DevBuf<float>& y, DevBuf<float>& rout) {
-        set_gemv_prefetch(pf);
-        EXPECT_EQ(gemv_prefetch_applies(dw), pf) << dtype_name(t) << " " << s.rows << "x" << s.cols;
-        GemvArgs a;
-        a.w = &dw;
-        a.in = d_in.p();
-        a.residual = d_res.p();
-        a.residual_out = rout.p();
-        a.gamma = d_gamma.p();
-        a.y = y.p();
-        a.y_residual = d_yres.p();
-        gemv(c.pro, c.epi, a);
-      };
-      run(true, d_y, d_rout);
-      run(false, d_y2, d_rout2);
-      auto y = d_y.get(), y2 = d_y2.get();
-      int64_t diff = 0;
-      for (int64_t i = 0; i < ny; ++i) diff += std::memcmp(&y[i], &y2[i], sizeof(float)) != 0;
-      const std::string what = lmf::cat(dtype_name(t), " pro ", int(c.pro), " epi ", int(c.epi), " ", s.rows, "x", s.cols);
-      EXPECT_TRUE(all_finite(y)) << what << " unwritten output";
-      EXPECT_TRUE(d_y.guards_intact()) << what;
-      EXPECT_EQ(diff, int64_t(0)) << what << " rel_l2 " << rel_l2(y, y2);
-      if (c.pro == Prologue::AddNorm) {
-        auto r1 = d_rout.get(), r2 = d_rout2.get();
-        EXPECT_EQ(std::memcmp(r1.data(), r2.data(), r1.size() * sizeof(float)), 0) << what;
-      }
-      free_weight(dw);
-    }
-  set_gemv_prefetch(false);
-  set_gemv_wide(false);
-}
-
 // Down's x quantized once, by the gate/up GEMV (SiluMulQ -> Int8 prologue), against down
 // quantizing gate/up's output itself (SiluMul -> None): the same h and the same down output, bit
 // for bit, in both block widths. Two rounds: the per-block counters must be left zero. xq starts

@@ -915,7 +915,6 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
   cuda::set_gemv_coresident(opts_.knobs.gemv_coresident);
   const bool large = cuda::large_decode_model(m_->hp.n_embd);
   cuda::set_gemv_wide(tri_resolve(opts_.knobs.gemv_wide, large));
-  cuda::set_gemv_prefetch(tri_resolve(opts_.knobs.gemv_prefetch, cuda::kGemvPrefetchAuto));
   // Early trigger: measured per model on the current kernels (docs/PERF.md S13-7, `--ab
   // pdl_early_trigger`): 8B 1.009-1.020, 4B 1.003-1.005, 0.6B 0.969 in three runs (session 8,
   // before the wide GEMVs and session 13's merge kernel, 0.6B had 1.010). On for large models.

@@ -234,14 +234,6 @@ void set_gemv_coresident(Tri mode);
 // Set before capture.
 void set_gemv_wide(bool on);
 bool gemv_wide();
-// Wide integer-dot GEMVs whose warps read more than two batches of weights also copy their third
-// and fourth batches into shared memory before the PDL wait (cp.async), so the weight stream
-// keeps going while x is staged (gemv.cuh, "Prefetch into shared memory"). Same bits either way.
-// Default off; the backend sets it from LMFUSE_GEMV_PREFETCH. Set before capture.
-void set_gemv_prefetch(bool on);
-constexpr bool kGemvPrefetchAuto = false;
-// Whether a GEMV over w, launched now (knobs as set), takes the prefetch (tests, benchmarks).
-bool gemv_prefetch_applies(const DeviceWeight& w);  // LMFUSE_GEMV_PREFETCH automatic (until measured: session 15)
 // Automatic wide GEMV blocks from this hidden size on, for every GEMV of the model: measured
 // (docs/PERF.md session 12, lmfuse bench --ab gemv_wide) 8B (4096) +4.2 %, 4B (2560) +1.0 %,
 // 0.6B (1024) -6.8 %; a mix (wide only for the large matrices) lost on 4B (a 16-warp block

@@ -56,10 +56,7 @@ std::atomic<bool> g_split_k{false};
 std::atomic<int> g_coresident{int(Tri::Auto)};
 std::atomic<bool> g_pdl_early{true};
 std::atomic<bool> g_wide{false};
-std::atomic<bool> g_prefetch{false};
 }  // namespace
-void set_gemv_prefetch(bool on) { g_prefetch.store(on, std::memory_order_relaxed); }
-bool dev::gemv_prefetch_enabled() { return g_prefetch.load(std::memory_order_relaxed); }
 void set_gemv_wide(bool on) { g_wide.store(on, std::memory_order_relaxed); }
 bool gemv_wide() { return g_wide.load(std::memory_order_relaxed); }
 bool dev::pdl_early_trigger() { return g_pdl_early.load(std::memory_order_relaxed); }
@@ -167,21 +164,6 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
     default: break;
   }
   LMF_CHECK(ok, "gemv instance missing");
-}
-
-bool gemv_prefetch_applies(const DeviceWeight& w) {
-  dev::GemvParams p{};
-  p.q = w.q;
-  p.scales = w.scales;
-  p.rows = int(w.rows);
-  p.cols = int(w.cols);
-  if (!gemv_wide()) return false;
-  switch (w.type) {
-    case DType::Q4_0: return dev::gemv_use_prefetch<DType::Q4_0>(p);
-    case DType::Q4_1: return dev::gemv_use_prefetch<DType::Q4_1>(p);
-    case DType::Q8_0: return dev::gemv_use_prefetch<DType::Q8_0>(p);
-    default: return false;
-  }
 }
 
 size_t gemv_xq_bytes(int64_t cols) { return size_t(cols / 32) * 40; }

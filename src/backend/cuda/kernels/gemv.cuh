@@ -36,13 +36,6 @@
 // and are added in sub order by warp sub 0, which runs the epilogue. The order depends only on
 // the shape (the host picks k from rows/cols/type), so results are deterministic. Off by default
 // (set_gemv_split_k in kernels.h: measured no gain), then k = 1.
-//
-// Prefetch into shared memory (PF batches per warp, 0 or 2; set_gemv_prefetch). Before the PDL
-// wait a warp issues its first two batches as register loads (above) and, with PF, its next PF
-// batches as cp.async copies into PF shared-memory slots of its own (the same 16-byte pieces per
-// lane and the same L2 evict-first hint; a fragment's scales as 16-byte chunks, so the host asks
-// cols/32 % 8 == 0), so the weight stream keeps going while x is staged; the loop takes those
-// batches from the slots. Same data, same order: bit-identical outputs.
 #pragma once
 #include <cuda_fp16.h>
 
@@ -217,76 +210,12 @@ __device__ __forceinline__ float dot_f16x(const uint4 (&q)[4], const float4 (&x)
   return s0 + s1;
 }
 
-// cp.async of 16 bytes through L2 only, with an L2 cache-policy hint (the weights' evict-first).
-__device__ __forceinline__ void cp_async16_hint(void* smem, const void* gmem, uint64_t pol) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "l"(pol));
-}
-
-// Bytes of one fragment (one step of a row group) in a prefetch slot: kRows x P pieces of 32
-// lanes x 16 bytes, then kRows rows of 32 scales. A slot holds a batch: kSteps<T> fragments.
-template <DType T>
-constexpr int kFragSlotBytes = kRows * WTraits<T>::P * 512 + kRows * 32 * WTraits<T>::scale_bytes;
-template <DType T>
-constexpr int kPfSlotBytes = kSteps<T> * kFragSlotBytes<T>;
-
 // One step's weights for a row group: kRows rows x P pieces, plus the block scales.
 template <DType T>
 struct Frag {
   static constexpr int P = WTraits<T>::P;
-  static constexpr int SB = WTraits<T>::scale_bytes;
   uint4 w[kRows][P];
   uint32_t sc[kRows];
-
-  // The pieces load() would read, issued as cp.async copies into a fragment slot
-  // (kFragSlotBytes): piece (r, pc) of lane l < gb at ((r*P + pc)*32 + l)*16, then row r's gb
-  // scales at kRows*P*512 + r*32*SB, copied in 16-byte chunks (the host asks nblk % 8 == 0, so
-  // a group's scales are whole, aligned chunks).
-  static __device__ __forceinline__ void load_async(uint8_t* slot, const GemvParams& p, int rg, int g, int nblk,
-                                                    int lane, uint64_t pol) {
-    const int gb = min(32, nblk - 32 * g);
-    const size_t row_stride = size_t(nblk) * P * 16;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int row = rg * kRows + r;
-      if (lane < gb && row < p.rows) {
-        const uint8_t* base = p.q + size_t(row) * row_stride + size_t(g) * 32 * P * 16;
-#pragma unroll
-        for (int pc = 0; pc < P; ++pc) cp_async16_hint(slot + ((r * P + pc) * 32 + lane) * 16, base + (pc * gb + lane) * 16, pol);
-      }
-    }
-    if constexpr (SB > 0) {
-      const int chr = gb * SB / 16;  // chunks per row: 2*SB for a whole group
-      if (lane < kRows * chr) {
-        const int r = lane / chr, ch = lane - r * chr, row = rg * kRows + r;
-        if (row < p.rows)
-          cp_async16_hint(slot + kRows * P * 512 + r * 32 * SB + ch * 16,
-                          p.scales + (size_t(row) * nblk + size_t(g) * 32) * SB + ch * 16, pol);
-      }
-    }
-  }
-  // The fragment from its slot (after this lane's wait and a __syncwarp: the scales were copied
-  // by other lanes). Rows past the end and lanes past the group read as zero, as load() does.
-  __device__ __forceinline__ void load_smem(const uint8_t* slot, const GemvParams& p, int rg, int g, int nblk,
-                                            int lane) {
-    const int gb = min(32, nblk - 32 * g);
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (lane < gb && rg * kRows + r < p.rows) {
-#pragma unroll
-        for (int pc = 0; pc < P; ++pc) w[r][pc] = *reinterpret_cast<const uint4*>(slot + ((r * P + pc) * 32 + lane) * 16);
-        const uint8_t* sp = slot + kRows * P * 512 + r * 32 * SB + lane * SB;
-        if constexpr (SB == 2)
-          sc[r] = *reinterpret_cast<const uint16_t*>(sp);
-        else if constexpr (SB == 4)
-          sc[r] = *reinterpret_cast<const uint32_t*>(sp);
-      } else {
-#pragma unroll
-        for (int pc = 0; pc < P; ++pc) w[r][pc] = make_uint4(0, 0, 0, 0);
-        sc[r] = 0;
-      }
-    }
-  }
 
   __device__ __forceinline__ void load(const GemvParams& p, int rg, int g, int nblk, int lane, uint64_t pol) {
     const int gb = min(32, nblk - 32 * g);
@@ -543,16 +472,9 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   }
 }
 
-// Shared-memory offset of the prefetch slots (after the staged x, 128-byte aligned).
-template <DType T>
-__host__ __device__ constexpr size_t gemv_pf_offset(int cols) {
-  return ((kInt8x<T> ? size_t(cols / 32) * (32 + 8) : size_t(cols / 32) * (8 * 16)) + 127) & ~size_t(127);
-}
-
-template <DType T, Prologue PRO, Epilogue EPI, int W, int PF = 0>
+template <DType T, Prologue PRO, Epilogue EPI, int W>
 __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     gemv_kernel(const __grid_constant__ GemvParams p) {
-  static_assert(PF == 0 || (PF == 2 && kInt8x<T>), "prefetch slots: 0 or 2 batches, integer-dot types");
   // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
   // {dx, sum q}[nblk] (see the header comment).
   extern __shared__ float4 xs4[];
@@ -597,22 +519,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (b.g + u < ngroups) nxt[u].load(p, b.rg, b.g + u, nblk, lane, pol);
-  // PF: the next PF batches into this warp's slots (one cp.async group each, empty past the end).
-  uint8_t* pf_slots = nullptr;
-  if constexpr (PF > 0) {
-    pf_slots = reinterpret_cast<uint8_t*>(xs4) + gemv_pf_offset<T>(p.cols) + size_t(warp) * PF * kPfSlotBytes<T>;
-    Pos c = b;
-#pragma unroll
-    for (int j = 0; j < PF; ++j) {
-      c = next_pos(c);
-      if (c.rg < n_rg)
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (c.g + u < ngroups)
-            Frag<T>::load_async(pf_slots + j * kPfSlotBytes<T> + u * kFragSlotBytes<T>, p, c.rg, c.g + u, nblk, lane, pol);
-      cp_async_commit();
-    }
-  }
   // The Norm prologue's second pass reads gamma after the block reduction: its lines are
   // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
   if constexpr (PRO == Prologue::Norm || PRO == Prologue::AddNorm)
@@ -717,23 +623,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         load_yres(after.rg);
       }
   };
-  int kb = 2;  // PF: index in this warp's sequence of the batch load_batch loads next
   auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
-    if constexpr (PF > 0) {
-      if (kb < 2 + PF) {  // batches 2 .. PF+1 are in the slots, in order
-        const int j = kb++ - 2;
-        if (j == 0)
-          cp_async_wait<PF - 1>();
-        else
-          cp_async_wait<0>();
-        __syncwarp();
-        if (at.rg < n_rg)
-#pragma unroll
-          for (int u = 0; u < U; ++u)
-            if (at.g + u < ngroups) buf[u].load_smem(pf_slots + j * kPfSlotBytes<T> + u * kFragSlotBytes<T>, p, at.rg, at.g + u, nblk, lane);
-        return;
-      }
-    }
     if (at.rg < n_rg)
 #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -780,19 +670,13 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
       }
     }
   }
-  if constexpr (PF > 0) cp_async_wait<0>();  // slots a short loop never reached
   if constexpr (kTl) tl_end(p.tl);
 }
 
-// Dynamic shared memory per block: the staged x (layouts in the header comment), and with PF the
-// prefetch slots of its warps.
+// Dynamic shared memory per block: the staged x (layouts in the header comment).
 template <DType T>
 inline size_t gemv_smem_bytes(int cols) {
   return kInt8x<T> ? size_t(cols / 32) * (32 + 8) : size_t(cols / 32) * (8 * 16);
-}
-template <DType T, int W, int PF>
-inline size_t gemv_smem_bytes_pf(int cols) {
-  return PF == 0 ? gemv_smem_bytes<T>(cols) : gemv_pf_offset<T>(cols) + size_t(kGemvWarps<T, W>) * PF * kPfSlotBytes<T>;
 }
 
 }  // namespace lmf::cuda::dev

@@ -33,14 +33,13 @@ namespace lmf::cuda::dev {
 
 int gemv_grid(const void* func, int threads, int rows, size_t smem, bool short_shape);  // kernels_gemv.cu
 bool gemv_split_k_enabled();                              // kernels_gemv.cu
-bool gemv_prefetch_enabled();                             // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
 constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
 
-template <DType T, Prologue PRO, Epilogue EPI, int W, int PF = 0>
+template <DType T, Prologue PRO, Epilogue EPI, int W>
 void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
-  auto* k = &gemv_kernel<T, PRO, EPI, W, PF>;
-  const size_t smem = gemv_smem_bytes_pf<T, W, PF>(p.cols);
+  auto* k = &gemv_kernel<T, PRO, EPI, W>;
+  const size_t smem = gemv_smem_bytes<T>(p.cols);
   // First call per instance happens before any graph capture. Always opted in: the 48 KB default
   // limit counts the static shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
   static const bool attr_set = [&] {
@@ -57,29 +56,10 @@ void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   launch_pdl(k, dim3(grid), dim3(threads), smem, s, q);
 }
 
-// Whether a wide launch takes the shared-memory prefetch (gemv.cuh, PF): the knob, a warp with
-// more batches than its two register ones (rounds of row groups x batches per row group, one
-// block per SM), column groups whose scales are whole 16-byte chunks (cols/32 % 8 == 0), 16-byte
-// aligned weights and scales, no split-K,
-// and the slots within the opted-in shared memory.
-template <DType T>
-bool gemv_use_prefetch(const GemvParams& p) {
-  if (!gemv_prefetch_enabled() || gemv_split_k_enabled()) return false;
-  const int nblk = p.cols / 32;
-  if (nblk % 8 != 0 || ((reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.scales)) & 15) != 0)
-    return false;
-  if (gemv_smem_bytes_pf<T, kWideWarps, 2>(p.cols) > kGemvMaxSmem) return false;
-  const long n_rg = (p.rows + kRows - 1) / kRows, warps = long(device_sm_count()) * kWideWarps;
-  const long rounds = (n_rg + warps - 1) / warps, per_rg = ((nblk + 31) / 32 + kSteps<T> - 1) / kSteps<T>;
-  return rounds * per_rg > 2;
-}
-
 // wide: the 16-warp block for the integer-dot types (gemv_wide); F16/BF16 have one width.
 template <DType T, Prologue PRO, Epilogue EPI>
 void launch_gemv_instance(const GemvParams& p, bool wide, cudaStream_t s) {
   if constexpr (kInt8x<T>) {
-    if constexpr (EPI != Epilogue::QKV)
-      if (wide && gemv_use_prefetch<T>(p)) return launch_gemv_width<T, PRO, EPI, kWideWarps, 2>(p, s);
     if (wide) return launch_gemv_width<T, PRO, EPI, kWideWarps>(p, s);
     launch_gemv_width<T, PRO, EPI, kNarrowWarps>(p, s);
   } else if constexpr (PRO != Prologue::Int8 && EPI != Epilogue::SiluMulQ) {

@@ -392,13 +392,13 @@ int main(int argc, char** argv) {
       }
       // The same at pos 0 with the short kernels triggering after their wait (knob
       // LMFUSE_PDL_EARLY_TRIGGER=0), then the timed chains both ways.
-      set_pdl_early_trigger(false);
+      set_pdl_early_trigger(0);
       std::printf("pdl_early_trigger=0:\n");
       bench_decode_chain(s, copy, q8b, DType::Q4_0, 0, true);
       bench_decode_chain(s, copy, q06, DType::Q4_0, 0, true);
       bench_decode_chain(s, copy, q8b, DType::Q4_0, 64, true);
       timed_chains();
-      set_pdl_early_trigger(true);
+      set_pdl_early_trigger(kEarlyAll);
       std::printf("pdl_early_trigger=1:\n");
       timed_chains();
       // The merge fused into the split kernel (knob LMFUSE_ATTN_MERGE_FUSION=1): timeline at pos
@@ -417,7 +417,8 @@ int main(int argc, char** argv) {
       const std::string mn = argv[2];
       const ModelShape& m = mn == "8b" ? q8b : mn == "4b" ? q4b : q06;
       // The early trigger as the backend picks it for this model (LMFUSE_PDL_EARLY_TRIGGER).
-      set_pdl_early_trigger(tri_resolve(Knobs::from_env().pdl_early_trigger, large_decode_model(m.hidden)));
+      const Tri early = Knobs::from_env().pdl_early_trigger;
+      set_pdl_early_trigger(early == Tri::On ? kEarlyAll : early == Tri::Off ? 0 : pdl_early_auto(m.hidden));
       bench_decode_chain(s, copy, m, DType::Q4_0, std::atoi(argv[3]), argc > 4 && std::string(argv[4]) == "timeline");
       return 0;
     }

@@ -158,7 +158,7 @@ TEST(CudaAttention, LengthsHeadDimsGqa) {
   uint32_t seed = 1;
   for (int hd : {32, 64, 128})
     for (auto [nh, nkv] : {std::pair{16, 8}, std::pair{32, 8}})
-      for (int len : {1, 7, 100, 128, 300, 4096})
+      for (int len : {1, 7, 64, 65, 100, 128, 300, 4096})  // 64 | 65: the staged form's single-split edge
         for (bool staged : {false, true}) run_attn(nh, nkv, hd, 4096, len, seed++, staged);
 }
 
@@ -256,7 +256,7 @@ TEST(CudaAttention, QkvEpilogueInKernelMatchesSeparate) {
   uint32_t seed = 500;
   for (int hd : {32, 64, 128})
     for (auto [nh, nkv] : {std::pair{16, 8}, std::pair{32, 8}, std::pair{14, 2}})
-      for (int pos : {0, 6, 300, 4095}) {
+      for (int pos : {0, 6, 63, 64, 300, 4095}) {
         const bool norms = (seed & 1) != 0;
         const RopeStyle st = (seed % 3) ? RopeStyle::NeoX : RopeStyle::Adjacent;
         for (bool staged : {false, true}) run_attn_post(nh, nkv, hd, 4096, pos, norms, st, seed, staged);

@@ -915,10 +915,12 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
   cuda::set_gemv_coresident(opts_.knobs.gemv_coresident);
   const bool large = cuda::large_decode_model(m_->hp.n_embd);
   cuda::set_gemv_wide(tri_resolve(opts_.knobs.gemv_wide, large));
-  // Early trigger: measured per model on the current kernels (docs/PERF.md S13-7, `--ab
-  // pdl_early_trigger`): 8B 1.009-1.020, 4B 1.003-1.005, 0.6B 0.969 in three runs (session 8,
-  // before the wide GEMVs and session 13's merge kernel, 0.6B had 1.010). On for large models.
-  cuda::set_pdl_early_trigger(tri_resolve(opts_.knobs.pdl_early_trigger, large));
+  // Early trigger: 1 = every short kernel, 0 = none, automatic = per kernel by model size
+  // (cuda::pdl_early_auto; docs/PERF.md S15-4).
+  const Tri early = opts_.knobs.pdl_early_trigger;
+  cuda::set_pdl_early_trigger(early == Tri::On    ? cuda::kEarlyAll
+                              : early == Tri::Off ? 0
+                                                  : cuda::pdl_early_auto(m_->hp.n_embd));
   size_t ev = 0;
   for (const Op& op : g.ops) {
     if (!op.launch) continue;

@@ -217,8 +217,18 @@ int device_sm_count();  // current device, cached
 void set_programmatic_launch(bool on);
 // The short kernels of the decode chain (QKV epilogue, attention split and merge) let the next
 // kernel launch before their own PDL wait instead of after it (pdl_launch.cuh pdl_wait_trigger;
-// knob LMFUSE_PDL_EARLY_TRIGGER). Set before capture.
-void set_pdl_early_trigger(bool on);
+// knob LMFUSE_PDL_EARLY_TRIGGER), each kernel chosen by a bit. Set before capture.
+enum PdlEarly : int { kEarlyQkvPost = 1, kEarlySplit = 2, kEarlyMerge = 4, kEarlyAll = 7 };
+void set_pdl_early_trigger(int mask);
+// The automatic mask (docs/PERF.md, S15-3/S15-4): the QKV epilogue and the split on every model
+// (0.6B tg128 +3.2 %, against none), the merge too from this hidden size, where o_proj's weights,
+// loaded during the split once the merge has triggered, are large enough to pay for slowing the
+// split (8B: with the merge 555.0 / 551.9 t/s, without 546.8 / 546.3; 4B: without 694.6 / 697.0,
+// with 692.9 / 690.3; 0.6B: without 1,769.9 / 1,771.8, with 1,710.4 / 1,718.6 = none).
+constexpr int64_t kEarlyMergeMinEmbd = 4096;
+constexpr int pdl_early_auto(int64_t n_embd) {
+  return kEarlyQkvPost | kEarlySplit | (n_embd >= kEarlyMergeMinEmbd ? kEarlyMerge : 0);
+}
 // In-block split-K for short-and-wide GEMVs (gemv.cuh, "Split-K inside a block"). Default off:
 // measured on the H200 at the 8B shapes it did not help (o 9.5 -> 10.0 us, down 19.5 -> 19.3 us,
 // qkv+QKV epilogue 15.5 -> 19.8 us). Results stay deterministic either way. Set before capture.

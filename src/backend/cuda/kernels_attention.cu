@@ -21,6 +21,17 @@ size_t attn_scratch_floats(int n_head, int head_dim, int n_splits) {
   return size_t(n_head) * n_splits * (head_dim + 2);
 }
 
+namespace dev {
+// Slices of at least 2 block steps of the register form (16 positions at head_dim 128); the
+// staged form also takes lengths up to one stage (kStagePos = 64 positions) in a single split.
+// Measured (docs/PERF.md, S15-3/S15-4, chain, staged form): one split beats 2-5 short ones by
+// 2-4 % per token at L = 17 and 41 on 0.6B, 4B and 8B, is even at L = 65, and loses 1-2 % at
+// L = 128 (a block's stages are serial); longer minimum slices or fewer splits lose at 64-1023.
+AttnSliceRule attn_slice_rule(int head_dim, bool staged) {
+  return AttnSliceRule{kMinSliceSteps * kAttnWarps * (32 / (head_dim / 8)), staged ? kStagePos : 0};
+}
+}  // namespace dev
+
 namespace {
 // The staged split kernel's shared memory (above the 48 KB default), set once per instance.
 template <int HD, int GMAX, bool POST>
@@ -47,9 +58,12 @@ void launch(const dev::AttnParams& p, int n_kv, bool staged, cudaStream_t s) {
   else
     dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX, false>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32),
                     0, s, p);
-  if (!p.counters)
+  if (!p.counters) {
+    dev::AttnParams pm = p;
+    pm.early = (dev::pdl_early_trigger() & kEarlyMerge) != 0;
     dev::launch_pdl(p.xq ? &dev::attn_merge_kernel<HD, true> : &dev::attn_merge_kernel<HD, false>, dim3(p.n_head),
-                    dim3(HD), dev::attn_merge_smem(p.n_splits), s, p);
+                    dim3(HD), dev::attn_merge_smem(p.n_splits), s, pm);
+  }
 }
 template <int HD>
 void launch_g(const dev::AttnParams& p, int G, int n_kv, bool staged, cudaStream_t s) {
@@ -89,7 +103,8 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.rope_neox = a.rope == RopeStyle::NeoX ? 1 : 0;
   p.theta = a.theta;
   p.tl = a.tl;
-  p.early = dev::pdl_early_trigger();
+  p.early = (dev::pdl_early_trigger() & kEarlySplit) != 0;
+  p.slice = dev::attn_slice_rule(a.head_dim, a.staged);
   p.counters = a.n_splits <= dev::kMaxFusedSplits ? a.counters : nullptr;
   if (a.xq && p.counters) LMF_FAIL("cuda attention: xq needs the merge kernel (no merge fusion counters)");
   if ((reinterpret_cast<uintptr_t>(a.xq) & 15) != 0) LMF_FAIL("cuda attention: xq must be 16-byte aligned");

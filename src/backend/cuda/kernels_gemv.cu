@@ -54,13 +54,13 @@ namespace {
 std::atomic<bool> g_pdl{true};
 std::atomic<bool> g_split_k{false};
 std::atomic<int> g_coresident{int(Tri::Auto)};
-std::atomic<bool> g_pdl_early{true};
+std::atomic<int> g_pdl_early{kEarlyAll};
 std::atomic<bool> g_wide{false};
 }  // namespace
 void set_gemv_wide(bool on) { g_wide.store(on, std::memory_order_relaxed); }
 bool gemv_wide() { return g_wide.load(std::memory_order_relaxed); }
-bool dev::pdl_early_trigger() { return g_pdl_early.load(std::memory_order_relaxed); }
-void set_pdl_early_trigger(bool on) { g_pdl_early.store(on, std::memory_order_relaxed); }
+int dev::pdl_early_trigger() { return g_pdl_early.load(std::memory_order_relaxed); }
+void set_pdl_early_trigger(int mask) { g_pdl_early.store(mask, std::memory_order_relaxed); }
 bool dev::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
 bool dev::gemv_split_k_enabled() { return g_split_k.load(std::memory_order_relaxed); }
 Tri dev::gemv_coresident_mode() { return Tri(g_coresident.load(std::memory_order_relaxed)); }

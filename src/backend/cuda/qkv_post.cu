@@ -79,7 +79,7 @@ void qkv_post(const QkvPostArgs& a, cudaStream_t s) {
   const dim3 grid(unsigned(a.n_head + 2 * a.n_kv_head), unsigned(a.T));
   if (a.pdl) {
     QkvPostArgs k = a;
-    k.early = dev::pdl_early_trigger();
+    k.early = (dev::pdl_early_trigger() & kEarlyQkvPost) != 0;
     dev::launch_pdl(&qkv_post_kernel, grid, dim3(unsigned(a.head_dim)), 0, s, k);
   } else {
     qkv_post_kernel<<<grid, a.head_dim, 0, s>>>(a);

@@ -34,12 +34,17 @@ constexpr int kMinSliceSteps = 2;  // a slice spans >= this many block steps (SL
 template <int GMAX>
 constexpr int kStepsInFlight = GMAX >= 8 ? 4 : 8;
 
-// Positions per split for length L (same formula in both kernels).
-template <int HD>
-__device__ __forceinline__ int attn_slice(int L, int n_splits) {
-  constexpr int SLOTS = kAttnWarps * (32 / (HD / 8));
-  return max((L + n_splits - 1) / n_splits, kMinSliceSteps * SLOTS);
+// How the positions [0, L) are cut into splits (attn_slice; attn_slice_rule on the host): one
+// split holding all of them while L <= single_max (the merge is then a copy), else slices of
+// max(ceil(L / n_splits), min_slice) positions.
+struct AttnSliceRule {
+  int min_slice, single_max;
+};
+// Positions per split for length L (same formula in both kernels and the merge).
+__device__ __forceinline__ int attn_slice(int L, int n_splits, const AttnSliceRule& r) {
+  return L <= r.single_max ? L : max((L + n_splits - 1) / n_splits, r.min_slice);
 }
+AttnSliceRule attn_slice_rule(int head_dim, bool staged);  // kernels_attention.cu (host)
 // Splits holding positions for length L with slices of `chunk` (attn_slice): the merge reads these.
 __device__ __forceinline__ int attn_used_splits(int L, int n_splits, int chunk) {
   return min(n_splits, (L + chunk - 1) / chunk);
@@ -50,6 +55,7 @@ struct AttnParams {
   const __half* k;
   const __half* v;
   int n_head, n_kv, n_ctx, n_splits;
+  AttnSliceRule slice;  // how the positions are cut into splits (attn_slice)
   const int* pos;
   float* out;
   float* part_o;   // [n_head][n_splits][HD]
@@ -86,7 +92,7 @@ template <int HD>
 __device__ __forceinline__ AttnSlice attn_block_slice(const AttnParams& p, int split) {
   AttnSlice s;
   s.L = *p.pos + 1;
-  const int chunk = attn_slice<HD>(s.L, p.n_splits);
+  const int chunk = attn_slice(s.L, p.n_splits, p.slice);
   s.start = split * chunk;
   s.end = min(s.L, s.start + chunk);
   s.used = attn_used_splits(s.L, p.n_splits, chunk);
@@ -492,7 +498,7 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
   const float* ml = p.part_ml + size_t(h) * p.n_splits * 2;
   const float* po = p.part_o + size_t(h) * p.n_splits * HD + d;
   const int L = *p.pos + 1;
-  const int chunk = attn_slice<HD>(L, p.n_splits);
+  const int chunk = attn_slice(L, p.n_splits, p.slice);
   const int used = attn_used_splits(L, p.n_splits, chunk);
   // out, and its int8 codes for the next GEMV when asked (a warp's 32 outputs are one block).
   auto write_out = [&](float o) {

@@ -15,7 +15,8 @@
 namespace lmf::cuda::dev {
 
 bool pdl_enabled();  // kernels_gemv.cu; set_programmatic_launch in kernels.h
-bool pdl_early_trigger();  // kernels_gemv.cu; set_pdl_early_trigger in kernels.h
+// Which short kernels trigger early (kernels.h PdlEarly bits); kernels_gemv.cu, set_pdl_early_trigger.
+int pdl_early_trigger();
 
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 // Lets the next PDL kernel be scheduled once every block of this grid has run this (blocks of

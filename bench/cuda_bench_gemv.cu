@@ -249,6 +249,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       at.tl = slot(l, 2);  // and slot(l, 3) for the merge
       at.xq = xq_o_buf;
       at.staged = staged;
+      at.single_split = tri_resolve(kn.attn_single_split, kAttnSingleSplitAuto);  // as the backend
       attention_decode(at, s);
       GemvArgs o;
       o.w = &L[l].o;

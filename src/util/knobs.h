@@ -28,8 +28,9 @@ struct Knobs {
   Tri gemv_split_k = Tri::Auto;     // LMFUSE_GEMV_SPLIT_K: several warps per row group in short-wide decode GEMVs
   Tri qkv_post_pdl = Tri::Auto;     // LMFUSE_QKV_POST_PDL: the QKV epilogue kernel launched with PDL (auto = on)
   Tri attn_staged = Tri::Auto;      // LMFUSE_ATTN_STAGED: decode attention pass 1 from shared-memory stages, a lane per position (auto = on)
+  Tri attn_single_split = Tri::Auto;  // LMFUSE_ATTN_SINGLE_SPLIT: staged decode attention takes up to 64 positions in one split (auto = on)
   Tri attn_merge_fusion = Tri::Auto;  // LMFUSE_ATTN_MERGE_FUSION: decode attention merged by its last split block
-  Tri pdl_early_trigger = Tri::Auto;  // LMFUSE_PDL_EARLY_TRIGGER: short decode kernels release the next before their wait (auto = per kernel: epilogue and split always, the merge from hidden size 4096)
+  Tri pdl_early_trigger = Tri::Auto;  // LMFUSE_PDL_EARLY_TRIGGER: short decode kernels release the next before their wait (auto = per kernel: epilogue and split always, the merge from hidden size 2560)
   Tri sample_two_pass = Tri::Auto;  // LMFUSE_SAMPLE_TWO_PASS: GPU top-k sampling in two passes (auto = on: 110 -> 28 us per step, PERF.md S12-1)
   Tri prefill_inkernel_dequant = Tri::Auto;  // LMFUSE_PREFILL_INKERNEL_DEQUANT
   Tri prefill_route_tune = Tri::Auto;  // LMFUSE_PREFILL_ROUTE_TUNE: time the routes per shape (0 = fitted rule)

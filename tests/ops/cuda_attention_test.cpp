@@ -93,6 +93,7 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
   DevBuf<float> part(attn_scratch_floats(n_head, hd, attn_plan_splits(n_kv, n_ctx)));
   AttnArgs a = attn_args(d_q.p(), d_k.p(), d_v.p(), n_head, n_kv, hd, n_ctx, d_pos.p(), d_out.p(), part.p());
   a.staged = staged;
+  a.single_split = true;  // the backend's automatic choice (the staged form's single split to 64)
   attention_decode(a);  // separate merge kernel
   auto out = d_out.get();
   const std::string what = std::string(staged ? "staged " : "") + "heads " + std::to_string(n_head) + "/" +
@@ -217,6 +218,7 @@ void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool no
   qkv_post(pa, nullptr);
   AttnArgs a = attn_args(d_q.p(), k1.p(), v1.p(), n_head, n_kv, hd, n_ctx, d_pos.p(), d_out1.p(), part1.p());
   a.staged = staged;
+  a.single_split = true;  // the backend's automatic choice (the staged form's single split to 64)
   attention_decode(a);
   // Fused: the attention kernel runs the epilogue from the raw row.
   AttnArgs b = a;

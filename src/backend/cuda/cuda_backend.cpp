@@ -273,6 +273,7 @@ class CudaBackend final : public Backend {
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
   bool attn_merge_fusion_ = false;           // decode: the last split block merges (no merge kernel)
   bool attn_staged_ = false;                 // decode: attention pass 1 from shared-memory stages
+  bool attn_single_split_ = false;           // decode: staged attention up to 64 positions in one split
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
   cuda::PrefillTuner tuner_;     // measured routes (prefill_tune.h)
@@ -437,6 +438,8 @@ void CudaBackend::prepare(Graph& g) {
   attn_merge_fusion_ = fusion && tri_resolve(k.attn_merge_fusion, false);
   // A kernel form, not a fusion (so not under the master switch); automatic: kAttnStagedAuto.
   attn_staged_ = tri_resolve(k.attn_staged, cuda::kAttnStagedAuto);
+  // A slicing policy of the staged form, not a fusion; automatic: kAttnSingleSplitAuto.
+  attn_single_split_ = tri_resolve(k.attn_single_split, cuda::kAttnSingleSplitAuto);
   // o_proj's x quantized by the attention's merge kernel (so not with merge fusion). Measured
   // per model (docs/PERF.md, session 13, `--ab attn_xq`, two runs): 4B 1.012 / 1.012, 8B 1.013 /
   // 0.999, 0.6B 0.983 / 0.993: automatic = on from the wide GEMVs' hidden size.
@@ -669,6 +672,7 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       a.partial = st.attn_partial;
       if (attn_merge_fusion_) a.counters = st.attn_counters;
       a.staged = attn_staged_;
+      a.single_split = attn_single_split_;
       if (st.xq_role[size_t(&op - g.ops.data())] == XqRole::Write) a.xq = st.xq;
       if (qkv_epilogue_in_attention_)
         for (const auto& grp : g.groups)

@@ -171,10 +171,14 @@ struct AttnArgs {
   // LMFUSE_ATTN_STAGED, automatic on) instead of the register form (kernels/attention.cuh). Same
   // partials and merge.
   bool staged = false;
+  // With staged: lengths up to one stage (64 positions) in a single split, whose merge is a copy
+  // (knob LMFUSE_ATTN_SINGLE_SPLIT, automatic kAttnSingleSplitAuto); else slices of >= 16.
+  bool single_split = false;
 };
 // LMFUSE_ATTN_STAGED automatic: on (docs/PERF.md, S14-8, `--ab attn_staged`: tg128 0.6B 1.001,
 // 4B 0.999, 8B 1.015; 8B at depth 4096 1.143). Read by the backend and the chain benchmark.
 constexpr bool kAttnStagedAuto = true;
+constexpr bool kAttnSingleSplitAuto = true;  // docs/PERF.md S15-3/S15-4
 int attn_plan_splits(int n_kv_head, int64_t n_ctx);  // plan-time split count for this device
 size_t attn_scratch_floats(int n_head, int head_dim, int n_splits);
 void attention_decode(const AttnArgs& a, cudaStream_t s = nullptr);
@@ -220,15 +224,6 @@ void set_programmatic_launch(bool on);
 // knob LMFUSE_PDL_EARLY_TRIGGER), each kernel chosen by a bit. Set before capture.
 enum PdlEarly : int { kEarlyQkvPost = 1, kEarlySplit = 2, kEarlyMerge = 4, kEarlyAll = 7 };
 void set_pdl_early_trigger(int mask);
-// The automatic mask (docs/PERF.md, S15-3/S15-4): the QKV epilogue and the split on every model
-// (0.6B tg128 +3.2 %, against none), the merge too from this hidden size, where o_proj's weights,
-// loaded during the split once the merge has triggered, are large enough to pay for slowing the
-// split (8B: with the merge 555.0 / 551.9 t/s, without 546.8 / 546.3; 4B: without 694.6 / 697.0,
-// with 692.9 / 690.3; 0.6B: without 1,769.9 / 1,771.8, with 1,710.4 / 1,718.6 = none).
-constexpr int64_t kEarlyMergeMinEmbd = 4096;
-constexpr int pdl_early_auto(int64_t n_embd) {
-  return kEarlyQkvPost | kEarlySplit | (n_embd >= kEarlyMergeMinEmbd ? kEarlyMerge : 0);
-}
 // In-block split-K for short-and-wide GEMVs (gemv.cuh, "Split-K inside a block"). Default off:
 // measured on the H200 at the 8B shapes it did not help (o 9.5 -> 10.0 us, down 19.5 -> 19.3 us,
 // qkv+QKV epilogue 15.5 -> 19.8 us). Results stay deterministic either way. Set before capture.
@@ -252,5 +247,13 @@ bool gemv_wide();
 // trigger and o_proj's x quantized by the merge), so it is asked of large_decode_model.
 constexpr int64_t kWideMinEmbd = 2560;
 constexpr bool large_decode_model(int64_t n_embd) { return n_embd >= kWideMinEmbd; }
+// The automatic early-trigger mask (docs/PERF.md, S15-3 to S15-6): the QKV epilogue and the split
+// on every model (0.6B tg128 +3.2 % against none), the merge too on large models, where o_proj's
+// weights, loaded during the split once the merge has triggered, pay for slowing the split (8B:
+// with 555.0 / 551.9 t/s, without 546.8 / 546.3; 4B with the single split: with 703.3 / 708.8,
+// without 698.9 / 696.7; 0.6B: with 1,710.4 / 1,718.6, without 1,769.9 / 1,771.8).
+constexpr int pdl_early_auto(int64_t n_embd) {
+  return kEarlyQkvPost | kEarlySplit | (large_decode_model(n_embd) ? kEarlyMerge : 0);
+}
 
 }  // namespace lmf::cuda

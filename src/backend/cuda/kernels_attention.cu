@@ -23,12 +23,13 @@ size_t attn_scratch_floats(int n_head, int head_dim, int n_splits) {
 
 namespace dev {
 // Slices of at least 2 block steps of the register form (16 positions at head_dim 128); the
-// staged form also takes lengths up to one stage (kStagePos = 64 positions) in a single split.
+// staged form with AttnArgs::single_split also takes lengths up to one stage (kStagePos = 64
+// positions) in a single split.
 // Measured (docs/PERF.md, S15-3/S15-4, chain, staged form): one split beats 2-5 short ones by
 // 2-4 % per token at L = 17 and 41 on 0.6B, 4B and 8B, is even at L = 65, and loses 1-2 % at
 // L = 128 (a block's stages are serial); longer minimum slices or fewer splits lose at 64-1023.
-AttnSliceRule attn_slice_rule(int head_dim, bool staged) {
-  return AttnSliceRule{kMinSliceSteps * kAttnWarps * (32 / (head_dim / 8)), staged ? kStagePos : 0};
+AttnSliceRule attn_slice_rule(int head_dim, bool single) {
+  return AttnSliceRule{kMinSliceSteps * kAttnWarps * (32 / (head_dim / 8)), single ? kStagePos : 0};
 }
 }  // namespace dev
 
@@ -104,7 +105,7 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.theta = a.theta;
   p.tl = a.tl;
   p.early = (dev::pdl_early_trigger() & kEarlySplit) != 0;
-  p.slice = dev::attn_slice_rule(a.head_dim, a.staged);
+  p.slice = dev::attn_slice_rule(a.head_dim, a.staged && a.single_split);
   p.counters = a.n_splits <= dev::kMaxFusedSplits ? a.counters : nullptr;
   if (a.xq && p.counters) LMF_FAIL("cuda attention: xq needs the merge kernel (no merge fusion counters)");
   if ((reinterpret_cast<uintptr_t>(a.xq) & 15) != 0) LMF_FAIL("cuda attention: xq must be 16-byte aligned");

@@ -44,7 +44,7 @@ struct AttnSliceRule {
 __device__ __forceinline__ int attn_slice(int L, int n_splits, const AttnSliceRule& r) {
   return L <= r.single_max ? L : max((L + n_splits - 1) / n_splits, r.min_slice);
 }
-AttnSliceRule attn_slice_rule(int head_dim, bool staged);  // kernels_attention.cu (host)
+AttnSliceRule attn_slice_rule(int head_dim, bool single);  // kernels_attention.cu (host)
 // Splits holding positions for length L with slices of `chunk` (attn_slice): the merge reads these.
 __device__ __forceinline__ int attn_used_splits(int L, int n_splits, int chunk) {
   return min(n_splits, (L + chunk - 1) / chunk);

@@ -10,20 +10,14 @@
 // b+1 wrote in the previous phase (an L2 round trip) and writes its own, so the chain cannot be
 // satisfied early. Blocks are 512 threads, one per SM (the wide GEMVs), or 256 threads, two per
 // SM (the narrow GEMVs). Prints µs per joint.
-// Build standalone: nvcc -O3 -std=c++20 -gencode arch=compute_90,code=sm_90 bench/cuda_bench_sync.cu
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstdlib>
 
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
+#include "backend/cuda/cuda_check.h"
+#include "cuda_bench_util.cuh"
+
+using lmf::cuda::bench::time_graph;
 
 namespace {
 
@@ -89,43 +83,17 @@ __global__ void persistent_kernel(unsigned* vals, unsigned* count, int phases) {
   }
 }
 
-template <class F>
-double time_graph_us(cudaStream_t s, F body, int reps) {
-  body();
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  body();
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, s));
-  CK(cudaStreamSynchronize(s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  CK(cudaEventRecord(a, s));
-  for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, s));
-  CK(cudaEventRecord(b, s));
-  CK(cudaEventSynchronize(b));
-  float ms = 0;
-  CK(cudaEventElapsedTime(&ms, a, b));
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  return 1e3 * ms / reps;
-}
-
 }  // namespace
 
 int main() {
   int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   unsigned *vals, *count;
-  CK(cudaMalloc(&vals, 2 * 4 * size_t(sms) * sizeof(unsigned)));
-  CK(cudaMalloc(&count, 2 * size_t(sms) * sizeof(unsigned)));
-  CK(cudaMemset(vals, 0, 2 * 4 * size_t(sms) * sizeof(unsigned)));
+  CUDA_CHECK(cudaMalloc(&vals, 2 * 4 * size_t(sms) * sizeof(unsigned)));
+  CUDA_CHECK(cudaMalloc(&count, 2 * size_t(sms) * sizeof(unsigned)));
+  CUDA_CHECK(cudaMemset(vals, 0, 2 * 4 * size_t(sms) * sizeof(unsigned)));
   const int N = 512, reps = 20;
   std::printf("%d SMs, %d joints per replay, mean of %d replays\n", sms, N, reps);
   for (int per_sm : {1, 2}) {
@@ -142,30 +110,30 @@ int main() {
           at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
           cfg.attrs = at;
           cfg.numAttrs = 1;
-          CK(cudaLaunchKernelEx(&cfg, chain_kernel, vals, i));
+          CUDA_CHECK(cudaLaunchKernelEx(&cfg, chain_kernel, vals, i));
         }
       };
-      const double us = time_graph_us(s, chain, reps);
+      const double us = 1e3 * time_graph(s, chain, reps);
       std::printf("kernel chain (%s), %4d blocks x %3d threads: %7.3f us per joint\n", pdl ? "PDL  " : "plain", G, T,
                   us / N);
     }
     for (int form : {0, 1, 2}) {
       auto pers = [&] {
-        CK(cudaMemsetAsync(count, 0, size_t(G) * sizeof(unsigned), s));
+        CUDA_CHECK(cudaMemsetAsync(count, 0, size_t(G) * sizeof(unsigned), s));
         if (form == 0)
           persistent_kernel<0><<<G, T, 0, s>>>(vals, count, N);
         else if (form == 1)
           persistent_kernel<1><<<G, T, 0, s>>>(vals, count, N);
         else
           persistent_kernel<2><<<G, T, 0, s>>>(vals, count, N);
-        CK(cudaGetLastError());
+        CUDA_CHECK(cudaGetLastError());
       };
-      const double us = time_graph_us(s, pers, reps);
+      const double us = 1e3 * time_graph(s, pers, reps);
       std::printf("grid barrier (%s), %4d blocks x %3d threads: %7.3f us per joint\n",
                   form == 0 ? "fence+atomicAdd " : form == 1 ? "red.release/acq" : "flag per block ", G, T, us / N);
     }
   }
-  CK(cudaFree(vals));
-  CK(cudaFree(count));
+  CUDA_CHECK(cudaFree(vals));
+  CUDA_CHECK(cudaFree(count));
   return 0;
 }

@@ -46,6 +46,7 @@ endif()
 # A PDL kernel boundary against grid barriers inside one persistent kernel (docs/PERF.md, session 15).
 if(EXISTS ${CMAKE_SOURCE_DIR}/bench/cuda_bench_sync.cu)
   add_executable(cuda_bench_sync ${CMAKE_SOURCE_DIR}/bench/cuda_bench_sync.cu)
+  target_link_libraries(cuda_bench_sync PRIVATE lmfuse_backend_cuda lmfuse_format)
 endif()
 
 # The prefill routing sweep (in-kernel vs outer dequant vs GEMV per token; docs/PERF.md).

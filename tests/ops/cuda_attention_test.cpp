@@ -54,8 +54,9 @@ std::vector<uint8_t> xq_reference(const std::vector<float>& x) {
   return r;
 }
 
-// staged: pass 1 from shared-memory stages (AttnArgs::staged) instead of the register form.
-void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t seed, bool staged) {
+// staged: pass 1 from shared-memory stages (AttnArgs::staged) instead of the register form;
+// single: with staged, lengths up to 64 in a single split (AttnArgs::single_split).
+void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t seed, bool staged, bool single = true) {
   std::mt19937 rng(seed);
   const int G = n_head / n_kv;
   auto q = randn(size_t(n_head) * hd, rng);
@@ -93,10 +94,11 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
   DevBuf<float> part(attn_scratch_floats(n_head, hd, attn_plan_splits(n_kv, n_ctx)));
   AttnArgs a = attn_args(d_q.p(), d_k.p(), d_v.p(), n_head, n_kv, hd, n_ctx, d_pos.p(), d_out.p(), part.p());
   a.staged = staged;
-  a.single_split = true;  // the backend's automatic choice (the staged form's single split to 64)
+  a.single_split = single;
   attention_decode(a);  // separate merge kernel
   auto out = d_out.get();
-  const std::string what = std::string(staged ? "staged " : "") + "heads " + std::to_string(n_head) + "/" +
+  const std::string what = std::string(staged ? "staged " : "") + (staged && !single ? "no-single " : "") +
+                           "heads " + std::to_string(n_head) + "/" +
                            std::to_string(n_kv) + " hd " + std::to_string(hd) + " len " + std::to_string(len);
   EXPECT_TRUE(all_finite(out) && d_out.guards_intact() && part.guards_intact()) << what;
   EXPECT_LE(rel_l2(out, ref), 1e-5) << what;
@@ -160,7 +162,7 @@ TEST(CudaAttention, LengthsHeadDimsGqa) {
   for (int hd : {32, 64, 128})
     for (auto [nh, nkv] : {std::pair{16, 8}, std::pair{32, 8}})
       for (int len : {1, 7, 64, 65, 100, 128, 300, 4096})  // 64 | 65: the staged form's single-split edge
-        for (bool staged : {false, true}) run_attn(nh, nkv, hd, 4096, len, seed++, staged);
+        for (int form : {0, 1, 2}) run_attn(nh, nkv, hd, 4096, len, seed++, form > 0, form == 1);
 }
 
 TEST(CudaAttention, OddGroupsAndContexts) {

@@ -248,10 +248,11 @@ bool gemv_wide();
 constexpr int64_t kWideMinEmbd = 2560;
 constexpr bool large_decode_model(int64_t n_embd) { return n_embd >= kWideMinEmbd; }
 // The automatic early-trigger mask (docs/PERF.md, S15-3 to S15-6): the QKV epilogue and the split
-// on every model (0.6B tg128 +3.2 % against none), the merge too on large models, where o_proj's
-// weights, loaded during the split once the merge has triggered, pay for slowing the split (8B:
-// with 555.0 / 551.9 t/s, without 546.8 / 546.3; 4B with the single split: with 703.3 / 708.8,
-// without 698.9 / 696.7; 0.6B: with 1,710.4 / 1,718.6, without 1,769.9 / 1,771.8).
+// on every model (0.6B tg128: 1,769.9 / 1,771.8 t/s against 1,710.4 / 1,718.6 with none), the
+// merge too on large models, where o_proj's weights, loaded during the split once the merge has
+// triggered, pay for slowing the split (8B: with the merge 555.0 / 551.9, without 546.8 / 546.3;
+// 4B with the single split: with 703.3 / 708.8, without 698.9 / 696.7; 0.6B: with 1,708.0,
+// without 1,747.8).
 constexpr int pdl_early_auto(int64_t n_embd) {
   return kEarlyQkvPost | kEarlySplit | (large_decode_model(n_embd) ? kEarlyMerge : 0);
 }

@@ -418,8 +418,7 @@ int main(int argc, char** argv) {
       const std::string mn = argv[2];
       const ModelShape& m = mn == "8b" ? q8b : mn == "4b" ? q4b : q06;
       // The early trigger as the backend picks it for this model (LMFUSE_PDL_EARLY_TRIGGER).
-      const Tri early = Knobs::from_env().pdl_early_trigger;
-      set_pdl_early_trigger(early == Tri::On ? kEarlyAll : early == Tri::Off ? 0 : pdl_early_auto(m.hidden));
+      set_pdl_early_trigger(pdl_early_mask(Knobs::from_env().pdl_early_trigger, m.hidden));
       bench_decode_chain(s, copy, m, DType::Q4_0, std::atoi(argv[3]), argc > 4 && std::string(argv[4]) == "timeline");
       return 0;
     }

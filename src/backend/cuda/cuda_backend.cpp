@@ -919,12 +919,8 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
   cuda::set_gemv_coresident(opts_.knobs.gemv_coresident);
   const bool large = cuda::large_decode_model(m_->hp.n_embd);
   cuda::set_gemv_wide(tri_resolve(opts_.knobs.gemv_wide, large));
-  // Early trigger: 1 = every short kernel, 0 = none, automatic = per kernel by model size
-  // (cuda::pdl_early_auto; docs/PERF.md S15-4).
-  const Tri early = opts_.knobs.pdl_early_trigger;
-  cuda::set_pdl_early_trigger(early == Tri::On    ? cuda::kEarlyAll
-                              : early == Tri::Off ? 0
-                                                  : cuda::pdl_early_auto(m_->hp.n_embd));
+  // Early trigger: per kernel by model size unless forced (docs/PERF.md S15-4..S15-6).
+  cuda::set_pdl_early_trigger(cuda::pdl_early_mask(opts_.knobs.pdl_early_trigger, m_->hp.n_embd));
   size_t ev = 0;
   for (const Op& op : g.ops) {
     if (!op.launch) continue;

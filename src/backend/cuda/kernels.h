@@ -256,5 +256,9 @@ constexpr bool large_decode_model(int64_t n_embd) { return n_embd >= kWideMinEmb
 constexpr int pdl_early_auto(int64_t n_embd) {
   return kEarlyQkvPost | kEarlySplit | (large_decode_model(n_embd) ? kEarlyMerge : 0);
 }
+// The mask for knob LMFUSE_PDL_EARLY_TRIGGER: 1 = every short kernel, 0 = none, auto = pdl_early_auto.
+constexpr int pdl_early_mask(Tri knob, int64_t n_embd) {
+  return knob == Tri::On ? kEarlyAll : knob == Tri::Off ? 0 : pdl_early_auto(n_embd);
+}
 
 }  // namespace lmf::cuda

@@ -88,7 +88,6 @@ struct AttnSlice {
   int L, start, end, used;
   bool direct;
 };
-template <int HD>
 __device__ __forceinline__ AttnSlice attn_block_slice(const AttnParams& p, int split) {
   AttnSlice s;
   s.L = *p.pos + 1;
@@ -288,7 +287,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   // before it (written by earlier steps) are final, so the slice and the first batch of K/V loads
   // need not wait for the previous kernel. q and the row at pos (that kernel's output, or this
   // block's under POST) are read after the wait.
-  const AttnSlice bs = attn_block_slice<HD>(p, split);
+  const AttnSlice bs = attn_block_slice(p, split);
   const int L = bs.L, start = bs.start, end = bs.end, used = bs.used;
   const bool direct = bs.direct;  // merge fusion, one split: write the output
   if (start >= L) {  // unused split: the merge does not read it

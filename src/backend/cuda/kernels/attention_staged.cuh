@@ -1,5 +1,5 @@
 // Decode attention pass 1 from shared-memory stages (knob LMFUSE_ATTN_STAGED; the register form
-// is attn_split_regs in attention.cuh). Same grid, slices, POST epilogue, partial outputs and
+// is attn_split_kernel in attention.cuh). Same grid, slices, POST epilogue, partial outputs and
 // merge (kernel or fused) as the register form; a different inner layout:
 // - K/V rows of the block's slice are copied to shared memory by cp.async in stages of
 //   kStagePos positions, kStages stages in flight, the first ones issued before the PDL wait
@@ -87,7 +87,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   const int kvh = blockIdx.x, split = blockIdx.y;
   const int G = p.n_head / p.n_kv;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const AttnSlice bs = attn_block_slice<HD>(p, split);
+  const AttnSlice bs = attn_block_slice(p, split);
   const int L = bs.L, start = bs.start, end = bs.end, used = bs.used;
   const bool direct = bs.direct;  // merge fusion, one split: write the output
   if (start >= L) {  // unused split: the merge does not read it

@@ -31,7 +31,7 @@
 
 namespace lmf::cuda::dev {
 
-int gemv_grid(const void* func, int threads, int rows, size_t smem, bool short_shape);  // kernels_gemv.cu
+int gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches);  // kernels_gemv.cu
 bool gemv_split_k_enabled();                              // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
 constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
@@ -47,10 +47,10 @@ void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
     return true;
   }();
   (void)attr_set;
-  // Short shape: a row group's column batches all fit the two batches loaded before the wait.
-  const bool short_shape = (p.cols / 32 + 31) / 32 <= 2 * kSteps<T>;
+  // Column batches of one row group (a batch is kSteps<T> groups of 32 blocks; gemv_grid).
+  const int rg_batches = ((p.cols / 32 + 31) / 32 + kSteps<T> - 1) / kSteps<T>;
   constexpr int threads = kGemvThreads<T, W>;
-  const int grid = gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, short_shape);
+  const int grid = gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, rg_batches);
   GemvParams q = p;
   q.ksplit = gemv_split_k_enabled() ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
   launch_pdl(k, dim3(grid), dim3(threads), smem, s, q);

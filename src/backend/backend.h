@@ -41,7 +41,10 @@ struct StepInput {
 struct ProfileEntry {
   std::string name;  // op or group leader name
   std::string kind;  // "gemv q4_0 qkv+addnorm", "attention", ...
-  double us = 0;
+  double us = 0;     // profile(): the launch timed alone; timeline(): end - previous kernel's end
+  // timeline() only: PDL wait return - previous end, and previous end - first block start (how
+  // long its blocks were resident before the previous kernel finished).
+  double released_us = 0, early_us = 0;
 };
 
 class Backend {
@@ -72,6 +75,9 @@ class Backend {
   virtual bool can_sample(const SamplingParams& p, int64_t n_vocab) const { return false; }
   // Per-launch times of the last run with StepInput::profile set.
   virtual std::vector<ProfileEntry> profile() const { return {}; }
+  // The same step replayed as the decode graph runs it (CUDA: launch timeline of the replayed
+  // graph, kernels overlapping under PDL), in launch order; empty where not recorded.
+  virtual std::vector<ProfileEntry> timeline() const { return {}; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o);

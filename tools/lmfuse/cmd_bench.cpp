@@ -79,6 +79,36 @@ void print_profile(const std::vector<ProfileEntry>& p) {
     std::printf("| %s | %d | %.1f | %.2f | %.1f %% |\n", k.c_str(), t.second, t.first, t.first / t.second, 100.0 * t.first / total);
 }
 
+// The replayed step's launch timeline (Backend::timeline), per kind in launch order: what each
+// kind adds to the step (its end after the previous kernel's end), its PDL release after that
+// end, and how long its blocks were resident before it.
+void print_timeline(const std::vector<ProfileEntry>& t) {
+  if (t.empty()) return;
+  struct Row {
+    std::string kind;
+    double adds = 0, released = 0, early = 0;
+    int n = 0;
+  };
+  std::vector<Row> rows;
+  double total = 0;
+  for (const auto& e : t) {
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.kind == e.kind; });
+    if (it == rows.end()) it = rows.insert(rows.end(), Row{e.kind});
+    it->adds += e.us;
+    it->released += e.released_us;
+    it->early += e.early_us;
+    it->n++;
+    total += e.us;
+  }
+  std::printf("\nthe same step replayed as a CUDA graph, %zu stamped kernels, %.1f us from the first start to the "
+              "last end (launch timeline, mean of 5 replays):\n", t.size(), total);
+  std::printf("| kernel | launches | adds to the step, total us | mean us | released after prev end, mean us | "
+              "resident before prev end, mean us | share |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const auto& r : rows)
+    std::printf("| %s | %d | %.1f | %.2f | %.2f | %.2f | %.1f %% |\n", r.kind.c_str(), r.n, r.adds, r.adds / r.n,
+                r.released / r.n, r.early / r.n, 100.0 * r.adds / total);
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -103,7 +133,9 @@ int cmd_bench(int argc, char** argv) {
   app.add_flag("--json", json, "print JSON lines instead of a table");
   app.add_option("--ab", ab, "run every test with KNOB=0 and KNOB=1 and print the ratio");
   bool profile = false;
-  app.add_flag("--profile", profile, "per-kernel time breakdown of one decode step (CUDA)");
+  app.add_flag("--profile", profile,
+               "per-kernel time breakdown of one decode step: each launch timed alone, then (CUDA) the step's "
+               "launch timeline as its graph replays it");
   CLI11_PARSE(app, argc, argv);
 
   double copy_bw = 0, gemm_peak = 0;
@@ -192,6 +224,7 @@ int cmd_bench(int argc, char** argv) {
       s.profile_next();
       s.eval_argmax(std::span(toks).subspan(size_t(depth + 1), 1));
       print_profile(e.backend->profile());
+      print_timeline(e.backend->timeline());
     }
   }
   if (json) {

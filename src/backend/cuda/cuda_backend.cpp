@@ -27,6 +27,7 @@
 #include "backend/cuda/prefill_tune.h"
 #include "backend/cuda/qkv_post.h"
 #include "backend/cuda/sampling.h"
+#include "backend/cuda/timeline.h"
 #include "format/quant/half.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -173,6 +174,7 @@ class CudaBackend final : public Backend {
     return cuda::gemm_bf16_peak_flops(gemm_, stream_);
   }
   std::vector<ProfileEntry> profile() const override { return profile_; }
+  std::vector<ProfileEntry> timeline() const override { return timeline_; }
 
  private:
   const float* dev_vec(const Weight& w) {
@@ -202,7 +204,11 @@ class CudaBackend final : public Backend {
   float* ptr(const GraphState& st, const Graph& g, int t) const {
     return st.arena + g.t(t).offset / sizeof(float);
   }
-  void launch_all(Graph& g, GraphState& st, bool profile);
+  // tl: timeline slots, three per launched op (a GEMV or the attention's split in the first, the
+  // QKV epilogue kernel or the merge in the second), or null.
+  void launch_all(Graph& g, GraphState& st, bool profile, cuda::TimelineSlots* tl = nullptr);
+  void record_timeline(Graph& g, GraphState& st);
+  std::string launch_kind(const Graph& g, const Op& op, int sub) const;
   void plan_xq(const Graph& g, GraphState& st);
   void launch_op(Graph& g, GraphState& st, const Op& op);
   void launch_prefill_op(Graph& g, GraphState& st, const Op& op);
@@ -265,6 +271,8 @@ class CudaBackend final : public Backend {
   uint64_t decode_bytes_ = 0;
   std::map<const Graph*, GraphState> states_;
   std::vector<ProfileEntry> profile_;
+  std::vector<ProfileEntry> timeline_;
+  unsigned long long* tl_op_ = nullptr;  // timeline slots of the op being launched (launch_all)
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   bool qkv_epilogue_in_gemv_ = true;
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
@@ -597,6 +605,7 @@ void CudaBackend::matmul(const Weight* w, const float* x, float* y, const float*
   a.in = x;
   a.y = y;
   a.bias = bias;
+  a.tl = tl_op_;
   cuda::gemv(Prologue::None, Epilogue::Store, a, stream_);
 }
 
@@ -630,6 +639,7 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
         a.w = &L.gate_up;
         a.in = IN(0);
         a.y = st.gateup_tmp;
+        a.tl = tl_op_;
         cuda::gemv(Prologue::None, Epilogue::Store, a, stream_);
         CUDA_CHECK(cudaMemcpy2DAsync(OUT(0), sizeof(float), st.gateup_tmp, 2 * sizeof(float), sizeof(float),
                                      size_t(hp.n_ff), cudaMemcpyDeviceToDevice, stream_));
@@ -671,6 +681,7 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       a.n_splits = st.attn_splits;
       a.partial = st.attn_partial;
       if (attn_merge_fusion_) a.counters = st.attn_counters;
+      a.tl = tl_op_;
       a.staged = attn_staged_;
       a.single_split = attn_single_split_;
       if (st.xq_role[size_t(&op - g.ops.data())] == XqRole::Write) a.xq = st.xq;
@@ -854,6 +865,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
   }
   const Op& lead = g.ops[size_t(grp.leader())];
   cuda::GemvArgs a;
+  a.tl = tl_op_;
   Prologue pro = Prologue::None;
   a.in = ptr(st, g, lead.in[0]);
   if (grp.fold_norm) {
@@ -887,6 +899,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       cuda::QkvPostArgs pa = e;
       pa.raw = st.qkv_raw;
       pa.pdl = qkv_post_pdl_;
+      pa.tl = tl_op_ ? tl_op_ + cuda::kTimelineWords : nullptr;
       cuda::qkv_post(pa, stream_);
       break;
     }
@@ -914,7 +927,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
   }
 }
 
-void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
+void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile, cuda::TimelineSlots* tl) {
   cuda::set_gemv_split_k(tri_resolve(opts_.knobs.gemv_split_k, false));  // this backend's, before any capture
   cuda::set_gemv_coresident(opts_.knobs.gemv_coresident);
   const bool large = cuda::large_decode_model(m_->hp.n_embd);
@@ -932,13 +945,13 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
       }
       CUDA_CHECK(cudaEventRecord(events_[ev].first, stream_));
     }
+    tl_op_ = tl ? tl->slot(3 * int(ev)) : nullptr;
     if (op.group >= 0) launch_group(g, st, g.groups[size_t(op.group)]);
     else if (g.n_tokens > 1) launch_prefill_op(g, st, op);
     else launch_op(g, st, op);
-    if (profile) {
-      CUDA_CHECK(cudaEventRecord(events_[ev].second, stream_));
-      ++ev;
-    }
+    tl_op_ = nullptr;
+    if (profile) CUDA_CHECK(cudaEventRecord(events_[ev].second, stream_));
+    ++ev;
   }
   if (profile) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -949,17 +962,66 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile) {
       float ms = 0;
       CUDA_CHECK(cudaEventElapsedTime(&ms, events_[ev].first, events_[ev].second));
       ++ev;
-      std::string kind = op_kind_name(op.kind);
-      const bool rows = g.n_tokens > 1 && op.kind == OpKind::MatMul && g.t(op.in[0]).rows > 1;
-      if (op.group >= 0) {
-        const auto& grp = g.groups[size_t(op.group)];
-        kind = cat(rows ? "prefill matmul " : "gemv ", dtype_name(op.w->type), " ", group_kind_name(grp.kind),
-                   grp.fold_add ? "+addnorm" : grp.fold_norm ? "+norm" : "");
-      } else if (op.kind == OpKind::MatMul) {
-        kind = cat(rows ? "prefill matmul " : "gemv ", dtype_name(op.w->type));
-      }
-      profile_.push_back({op.name, kind, double(ms) * 1000.0});
+      profile_.push_back({op.name, launch_kind(g, op, 0), double(ms) * 1000.0});
     }
+  }
+}
+
+// What a launch of `op` is, for the profile (sub 0) and the timeline's second slot (sub 1: the
+// QKV group's epilogue kernel, the attention's merge).
+std::string CudaBackend::launch_kind(const Graph& g, const Op& op, int sub) const {
+  const bool rows = g.n_tokens > 1 && op.kind == OpKind::MatMul && g.t(op.in[0]).rows > 1;
+  if (op.group >= 0) {
+    const auto& grp = g.groups[size_t(op.group)];
+    if (sub == 1) return grp.kind == GroupKind::QKV ? "qkv epilogue (norm, rope, kv append)" : "?";
+    return cat(rows ? "prefill matmul " : "gemv ", dtype_name(op.w->type), " ", group_kind_name(grp.kind),
+               grp.fold_add ? "+addnorm" : grp.fold_norm ? "+norm" : "");
+  }
+  if (op.kind == OpKind::Attention && g.n_tokens == 1) return sub == 1 ? "attention merge" : "attention split";
+  if (op.kind == OpKind::MatMul) return cat(rows ? "prefill matmul " : "gemv ", dtype_name(op.w->type));
+  return op_kind_name(op.kind);
+}
+
+// The decode step captured with timeline slots and replayed (timeline.h): per stamped kernel,
+// in launch order, its end after the previous stamped kernel's end (what it adds to the step),
+// its release and how early its blocks were resident. Unstamped launches (embedding, sampling)
+// fall into the next stamped kernel's share.
+void CudaBackend::record_timeline(Graph& g, GraphState& st) {
+  int n = 0;
+  for (const Op& op : g.ops) n += op.launch ? 1 : 0;
+  cuda::TimelineSlots slots(3 * n);
+  cudaGraph_t graph;
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  try {
+    launch_all(g, st, false, &slots);
+  } catch (...) {
+    tl_op_ = nullptr;
+    cudaStreamEndCapture(stream_, &graph);
+    throw;
+  }
+  CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  const std::vector<cuda::SlotTimes> t = slots.replay(exec, stream_);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  timeline_.clear();
+  double prev_end = -1;
+  int ev = 0;
+  for (const Op& op : g.ops) {
+    if (!op.launch) continue;
+    for (int j = 0; j < 2; ++j) {
+      const cuda::SlotTimes& s = t[size_t(3 * ev + j)];
+      if (!s.stamped) continue;
+      ProfileEntry e{op.name, launch_kind(g, op, j), (s.end - (prev_end < 0 ? s.start : prev_end)) / 1e3};
+      if (prev_end >= 0) {
+        e.released_us = (s.wait - prev_end) / 1e3;
+        e.early_us = (prev_end - s.start) / 1e3;
+      }
+      prev_end = s.end;
+      timeline_.push_back(e);
+    }
+    ++ev;
   }
 }
 
@@ -982,7 +1044,8 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
   h_io_[0] = in.tokens[0];
   h_io_[1] = int(in.pos0);
   CUDA_CHECK(cudaMemcpyAsync(d_io_, h_io_, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
-  const bool use_graph = tri_resolve(opts_.knobs.cuda_graph, true) && !in.profile;
+  const bool graph_on = tri_resolve(opts_.knobs.cuda_graph, true);
+  const bool use_graph = graph_on && !in.profile;
   // The first run is eager (kernels pick grid sizes, lazy module loading happens); the second
   // captures the step once; every later step replays it.
   if (use_graph && st.runs >= 1) {
@@ -1002,6 +1065,9 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
     CUDA_CHECK(cudaGraphLaunch(st.exec, stream_));
   } else {
     launch_all(g, st, in.profile);
+    // Profiled: also the step as the replayed graph runs it (same token and position, so the
+    // replays rewrite the same KV entries and logits).
+    if (in.profile && graph_on) record_timeline(g, st);
   }
   ++st.runs;
   finish_run(g, st, in);

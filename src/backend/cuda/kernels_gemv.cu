@@ -37,19 +37,18 @@ static int gemv_occupancy(const void* func, int threads, size_t smem) {
 // all SMs; warps of a block without a row group only help stage x). One block per SM instead
 // (set_gemv_coresident On) leaves room for the next PDL kernel's block. Measured (docs/PERF.md,
 // session 5): one per SM for every GEMV is slower end to end (gate/up and down lose half their
-// loads in flight) but faster in isolation for the short shapes, those where at one block per SM
-// a warp's whole share of the matrix is in the two batches it loads before the PDL wait: its row
-// groups x rg_batches (column batches per row group) <= 2 at one block per SM (8B and
-// 4B o_proj; 0.6B qkv, o, gate/up, down). Automatic = one per SM for exactly those (session 6:
-// +1.7 % on 8B, +2.7 % on 4B end to end; session 16 counts batches, which adds 0.6B gate/up: a
-// row group of one batch each, two per warp).
+// loads in flight) but faster in isolation for the short shapes, those where one block per SM
+// still gives every row group its own warp and a warp's whole row group is in the batches it
+// loads before the PDL wait (rg_batches <= 2 column batches per row group: 8B and 4B o_proj;
+// 0.6B qkv, o, down). Automatic = one per SM for exactly those (session 6: +1.7 % on 8B, +2.7 %
+// on 4B end to end). Also counting two one-batch row groups per warp as short (0.6B gate/up)
+// measured 0.96 on 0.6B tg128 (S16-1/S16-2).
 int gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches) {
   const int occ = std::max(1, gemv_occupancy(func, threads, smem));
   const int n_rg = (rows + kRows - 1) / kRows;
   const int sms = device_sm_count();
   const Tri mode = gemv_coresident_mode();
-  const int warps = sms * (threads / 32);
-  const bool fits = (n_rg + warps - 1) / warps * rg_batches <= 2;  // row groups per warp x batches
+  const bool fits = rg_batches <= 2 && n_rg <= sms * (threads / 32);
   const bool one = mode == Tri::Auto ? fits : mode == Tri::On;
   const int per_sm = one ? 1 : occ;
   return std::max(1, std::min(n_rg, sms * per_sm));

@@ -85,7 +85,7 @@ std::vector<std::array<double, 9>> timeline_graph(cudaStream_t s, F body, unsign
     for (int k = 0; k < n_slots; ++k) {
       const unsigned long long* w = got.data() + size_t(k) * dev::kTlWords;
       for (int j = 0; j < 7; ++j) {
-        const unsigned long long v = w[j];  // 0 / ~0: not stamped
+        const unsigned long long v = j == 2 ? timeline_end(w) : w[j];  // 0 / ~0: not stamped
         mean[size_t(k)][size_t(j)] += (v == ~0ull || v == 0 ? 0.0 : double(v) - double(t0)) / reps;
       }
       if (w[8] > 0) mean[size_t(k)][7] += double(w[7]) / double(w[8]) / reps;

@@ -7,10 +7,8 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels/gemv_launch.cuh"
-#include "backend/cuda/timeline.h"
 
 namespace lmf::cuda {
-static_assert(dev::kTlWords == kTimelineWords, "timeline slot layout (kernels/common.cuh, timeline.h)");
 namespace dev {
 bool launch_gemv_q4_0(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
 bool launch_gemv_q4_1(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);

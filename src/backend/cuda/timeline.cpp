@@ -30,16 +30,17 @@ std::vector<SlotTimes> TimelineSlots::replay(cudaGraphExec_t exec, cudaStream_t 
     if (r < 0) continue;
     auto w = [&](int k, int j) { return got[size_t(k) * kTimelineWords + size_t(j)]; };
     unsigned long long t0 = ~0ull;
+    auto end = [&](int k) { return timeline_end(got.data() + size_t(k) * kTimelineWords); };
     for (int k = 0; k < n_; ++k)
-      if (w(k, 2) != 0) t0 = std::min(t0, w(k, 0));
+      if (end(k) != 0) t0 = std::min(t0, w(k, 0));
     for (int k = 0; k < n_; ++k) {
-      if (w(k, 2) == 0 || w(k, 0) == ~0ull) continue;  // no block ran
+      if (end(k) == 0 || w(k, 0) == ~0ull) continue;  // no block ran
       SlotTimes& m = mean[size_t(k)];
       m.stamped = true;
       m.start += double(w(k, 0) - t0);
       // A kernel without a PDL wait stamp (none reached it) counts its start as the wait.
       m.wait += double((w(k, 1) == ~0ull ? w(k, 0) : w(k, 1)) - t0);
-      m.end += double(w(k, 2) - t0);
+      m.end += double(end(k) - t0);
       ++count[size_t(k)];
     }
   }

@@ -1,8 +1,8 @@
 // Launch timeline of a replayed CUDA graph (measurement: `lmfuse bench --profile` on CUDA, and
 // cuda_bench_gemv's decode chain). Each stamped kernel gets a slot of kTimelineWords u64 records
 // in %globaltimer nanoseconds (kernels/common.cuh tl_*): earliest block start [0], earliest return
-// from the PDL wait [1], latest warp exit [2], ... A kernel given no slot (or not launched) leaves
-// its slot unstamped.
+// from the PDL wait [1], latest warp exit (timeline_end), ... A kernel given no slot (or not
+// launched) leaves its slot unstamped.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -10,7 +10,17 @@
 
 namespace lmf::cuda {
 
-constexpr int kTimelineWords = 10;  // = dev::kTlWords (static_assert in kernels_gemv.cu)
+// Word [2], the latest warp exit, is kept in kTlEndWays words instead, one per 128-byte line,
+// chosen by block: every warp's exit stamps it, and ~2,000 reductions on one address at the end
+// of a short kernel delayed its completion (and the next kernel's release) by up to ~1 µs
+// (docs/PERF.md S16-2). timeline_end() reads it back.
+constexpr int kTlEndBase = 16, kTlEndWays = 16, kTlEndStride = 16;
+constexpr int kTimelineWords = kTlEndBase + kTlEndWays * kTlEndStride;  // dev::kTlWords (kernels/common.cuh)
+inline unsigned long long timeline_end(const unsigned long long* w) {
+  unsigned long long e = w[2];
+  for (int i = 0; i < kTlEndWays; ++i) e = w[kTlEndBase + kTlEndStride * i] > e ? w[kTlEndBase + kTlEndStride * i] : e;
+  return e;
+}
 
 // One slot's mean over the replays, in ns relative to each replay's earliest stamped start;
 // stamped = false when no block of that slot's kernel ran.

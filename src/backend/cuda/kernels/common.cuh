@@ -3,6 +3,8 @@
 #include <cuda_fp16.h>
 #include <cstdint>
 
+#include "backend/cuda/timeline.h"
+
 namespace lmf::cuda::dev {
 
 // Weights are read once per token: no L1 allocation and an evict-first L2 policy keep them from
@@ -127,7 +129,7 @@ __device__ __forceinline__ void rope_cs(int pos, int i, int d, float theta, floa
 // latest block start; [7] the sum over blocks of (own first-phase end - own wait return) and [8]
 // the number of blocks in it (a mean per block, where [3] is only the slowest); [9] the earliest
 // time a block passed mark 0 (with [4]: how spread the blocks' finishing of that phase is).
-constexpr int kTlWords = 10;
+constexpr int kTlWords = kTimelineWords;  // timeline.h: word [2] spread over kTlEndWays lines
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -169,7 +171,10 @@ __device__ __forceinline__ void tl_mark(unsigned long long* slot, int k) {
   }
 }
 __device__ __forceinline__ void tl_end(unsigned long long* slot) {
-  if (slot && (threadIdx.x & 31) == 0) atomicMax(slot + 2, global_ns());
+  if (slot && (threadIdx.x & 31) == 0) {
+    const unsigned b = blockIdx.x + gridDim.x * blockIdx.y;
+    atomicMax(slot + kTlEndBase + kTlEndStride * (b % kTlEndWays), global_ns());
+  }
 }
 
 // Ampere-style asynchronous copies global -> shared (16 bytes, through L2 only; valid false:

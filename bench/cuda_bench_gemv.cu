@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -207,6 +208,11 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   unsigned long long* slots = nullptr;
   if (timeline) CUDA_CHECK(cudaMalloc(&slots, size_t(n_slots) * dev::kTlWords * 8));
   auto slot = [&](int l, int k) { return slots ? slots + size_t(l * kChainLaunches + k) * dev::kTlWords : nullptr; };
+  // Experiment (bench only): LMFUSE_CHAIN_NARROW=qkv,o,gu,down runs the named GEMVs as 8-warp
+  // blocks whatever the model's width.
+  const char* nenv = std::getenv("LMFUSE_CHAIN_NARROW");
+  const std::string narrow = nenv ? std::string(",") + nenv + "," : "";
+  auto width = [&](const char* g) { return narrow.find(std::string(",") + g + ",") != std::string::npos ? Tri::Off : Tri::Auto; };
   auto body = [&] {
     for (int l = 0; l < m.n_layer; ++l) {
       // The backend's default QKV path: a Store GEMV into raw q|k|v, then the epilogue kernel
@@ -217,6 +223,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       a.gamma = gamma;
       a.y = raw;
       a.tl = slot(l, 0);
+      a.wide = width("qkv");
       gemv(Prologue::Norm, Epilogue::Store, a, s);
       QkvPostArgs pa;
       pa.raw = raw;
@@ -258,6 +265,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       o.y = hidden;
       o.y_residual = hidden;
       o.tl = slot(l, 4);
+      o.wide = width("o");
       gemv(xq_o ? Prologue::Int8 : Prologue::None, Epilogue::Residual, o, s);
       GemvArgs gu;
       gu.w = &L[l].gu;
@@ -265,6 +273,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       gu.gamma = gamma;
       gu.y = act;
       gu.tl = slot(l, 5);
+      gu.wide = width("gu");
       gu.xq = xq_buf;
       gu.xq_counters = xq_cnt;
       gemv(Prologue::Norm, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, gu, s);
@@ -275,6 +284,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       d.y = hidden;
       d.y_residual = hidden;
       d.tl = slot(l, 6);
+      d.wide = width("down");
       gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, d, s);
     }
   };

@@ -124,6 +124,8 @@ struct GemvArgs {
   // GEMVs stage x in shared memory (gemv.cuh header comment), gemv_xq_bytes(cols) bytes.
   uint8_t* xq = nullptr;
   unsigned* xq_counters = nullptr;  // SiluMulQ: per 32-block of y, see gemv_xq_counters_alloc
+  // Integer-dot types: one 16-warp block per SM (On) or 8-warp blocks (Off); Auto = set_gemv_wide.
+  Tri wide = Tri::Auto;
 };
 
 // Validates the arguments (throws lmf::Error naming what is wrong) and launches. Grid sizes come

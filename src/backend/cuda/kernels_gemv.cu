@@ -156,7 +156,7 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.xq = a.xq;
   p.xq_cnt = a.xq_counters;
   p.tl = a.tl;  // ignored by the Epilogue::QKV instances
-  const bool wide = gemv_wide();  // used by the integer-dot types only
+  const bool wide = a.wide == Tri::Auto ? gemv_wide() : a.wide == Tri::On;  // integer-dot types only
   bool ok = false;
   switch (w.type) {
     case DType::Q4_0: ok = dev::launch_gemv_q4_0(pro, epi, p, wide, s); break;

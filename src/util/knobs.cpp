@@ -23,8 +23,6 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode GEMV: one block per SM so the next kernel's blocks prefetch beside it (auto = the short shapes only)"},
       {"gemv_wide", "LMFUSE_GEMV_WIDE", &Knobs::gemv_wide,
        "CUDA decode GEMV (Q4_0/Q4_1/Q8_0): one block of 16 warps per SM, x staged once per SM (auto = hidden size >= 2560)"},
-      {"gemv_long_narrow", "LMFUSE_GEMV_LONG_NARROW", &Knobs::gemv_long_narrow,
-       "CUDA decode, wide-GEMV models: o_proj and gate/up as two 8-warp blocks per SM, so gate/up's blocks load beside o_proj's (1 = at every length, 0 = never, auto = from context length 256: a second graph)"},
       {"gemv_xq", "LMFUSE_GEMV_XQ", &Knobs::gemv_xq,
        "CUDA decode: the gate/up GEMV writes down's input already quantized to int8, so down copies it instead of quantizing it per block (auto = off: measured slower)"},
       {"attn_xq", "LMFUSE_ATTN_XQ", &Knobs::attn_xq,

@@ -107,9 +107,7 @@ struct GraphState {
   uint8_t* xq = nullptr;
   unsigned* xq_counters = nullptr;
   int attn_splits = 1;
-  // Decode: one captured step per length class (decode_class), each captured at its second run.
-  cudaGraphExec_t exec[2] = {nullptr, nullptr};
-  int class_runs[2] = {0, 0};
+  cudaGraphExec_t exec = nullptr;
   int runs = 0;
 };
 
@@ -193,8 +191,7 @@ class CudaBackend final : public Backend {
     return d;
   }
   void free_state(GraphState& st) {
-    for (cudaGraphExec_t e : st.exec)
-      if (e) cudaGraphExecDestroy(e);
+    if (st.exec) cudaGraphExecDestroy(st.exec);
     cudaFree(st.arena);
     cudaFree(st.qkv_raw);
     cudaFree(st.gateup_tmp);
@@ -276,8 +273,6 @@ class CudaBackend final : public Backend {
   std::vector<ProfileEntry> profile_;
   std::vector<ProfileEntry> timeline_;
   unsigned long long* tl_op_ = nullptr;  // timeline slots of the op being launched (launch_all)
-  bool narrow_now_ = false;  // decode: o_proj and gate/up as 8-warp blocks (decode_class 1)
-  int decode_class(int64_t pos0) const;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   bool qkv_epilogue_in_gemv_ = true;
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
@@ -910,7 +905,6 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
     }
     case GroupKind::GateUp: {
       a.w = &L.gate_up;
-      if (narrow_now_) a.wide = Tri::Off;
       a.y = ptr(st, g, g.ops[size_t(grp.epilogue[0])].out[0]);
       const bool xq = st.xq_role[size_t(grp.leader())] == XqRole::Write;
       a.xq = xq ? st.xq : nullptr;
@@ -925,7 +919,6 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       const int other = add.in[0] == lead.out[0] ? add.in[1] : add.in[0];
       a.y_residual = ptr(st, g, other);
       a.y = ptr(st, g, add.out[0]);
-      if (narrow_now_ && grp.kind == GroupKind::OResid) a.wide = Tri::Off;
       const bool xq = st.xq_role[size_t(grp.leader())] == XqRole::Read;
       a.xq = xq ? st.xq : nullptr;
       cuda::gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
@@ -1053,13 +1046,10 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
   CUDA_CHECK(cudaMemcpyAsync(d_io_, h_io_, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
   const bool graph_on = tri_resolve(opts_.knobs.cuda_graph, true);
   const bool use_graph = graph_on && !in.profile;
-  const int cls = decode_class(in.pos0);
-  narrow_now_ = cls == 1;
-  // The first run of a length class is eager (kernels pick grid sizes, lazy module loading
-  // happens); the second captures the step once; every later step of the class replays it.
-  if (use_graph && st.class_runs[cls] >= 1) {
-    cudaGraphExec_t& exec = st.exec[cls];
-    if (!exec) {
+  // The first run is eager (kernels pick grid sizes, lazy module loading happens); the second
+  // captures the step once; every later step replays it.
+  if (use_graph && st.runs >= 1) {
+    if (!st.exec) {
       cudaGraph_t graph;
       CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       try {
@@ -1069,10 +1059,10 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
         throw;
       }
       CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      CUDA_CHECK(cudaGraphInstantiate(&st.exec, graph, 0));
       CUDA_CHECK(cudaGraphDestroy(graph));
     }
-    CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    CUDA_CHECK(cudaGraphLaunch(st.exec, stream_));
   } else {
     launch_all(g, st, in.profile);
     // Profiled: also the step as the replayed graph runs it (same token and position, so the
@@ -1080,21 +1070,7 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
     if (in.profile && graph_on) record_timeline(g, st);
   }
   ++st.runs;
-  ++st.class_runs[cls];
   finish_run(g, st, in);
-}
-
-// Length class of a decode step (its graph): 1 = o_proj and gate/up as 8-warp blocks, so that
-// gate/up's blocks become resident beside o_proj's and load during it. Measured (docs/PERF.md
-// S16-4/S16-5, chain on 8B and 4B): gate/up 17.1 -> 14.7 µs per 8B layer at position 512, but o_proj
-// 3.5 -> 5.5 (gate/up's loads slow it) and at short lengths the split too (o's narrow blocks sit
-// beside it): -3 % at positions 64-128, +1-2 % at 256-384, +5-6 % at 512. Only models with wide
-// GEMVs (others run narrow already).
-int CudaBackend::decode_class(int64_t pos0) const {
-  const Tri k = opts_.knobs.gemv_long_narrow;
-  if (k != Tri::Auto) return k == Tri::On ? 1 : 0;
-  const bool wide = tri_resolve(opts_.knobs.gemv_wide, cuda::large_decode_model(m_->hp.n_embd));
-  return wide && pos0 + 1 >= cuda::kLongNarrowFromLen ? 1 : 0;
 }
 
 void CudaBackend::finish_run(Graph& g, GraphState& st, const StepInput& in) {

@@ -248,10 +248,6 @@ bool gemv_wide();
 // The same threshold decides the other size-dependent decode choices (session 13: the PDL early
 // trigger and o_proj's x quantized by the merge), so it is asked of large_decode_model.
 constexpr int64_t kWideMinEmbd = 2560;
-// Context length from which a wide-GEMV model's decode step runs o_proj and gate/up as 8-warp
-// blocks (knob LMFUSE_GEMV_LONG_NARROW; the backend's decode_class). Chain crossover on 8B and 4B
-// between 192 and 256 (docs/PERF.md S16-5).
-constexpr int64_t kLongNarrowFromLen = 256;
 constexpr bool large_decode_model(int64_t n_embd) { return n_embd >= kWideMinEmbd; }
 // The automatic early-trigger mask (docs/PERF.md, S15-3 to S15-6): the QKV epilogue and the split
 // on every model (0.6B tg128: 1,769.9 / 1,771.8 t/s against 1,710.4 / 1,718.6 with none), the

@@ -71,9 +71,8 @@ template <class F>
 std::vector<std::array<double, 9>> timeline_graph(cudaStream_t s, F body, unsigned long long* slots, int n_slots,
                                                   int reps = 5) {
   const size_t words = size_t(n_slots) * dev::kTlWords;
-  std::vector<unsigned long long> init(words, 0), got(words);
-  for (int k = 0; k < n_slots; ++k)
-    for (int j : {0, 1, 9}) init[size_t(k) * dev::kTlWords + j] = ~0ull;  // minima
+  const std::vector<unsigned long long> init = timeline_init(n_slots);
+  std::vector<unsigned long long> got(words);
   cudaGraphExec_t ge = capture_graph(s, body);
   std::vector<std::array<double, 9>> mean(size_t(n_slots), std::array<double, 9>{});
   for (int r = -2; r < reps; ++r) {
@@ -82,11 +81,11 @@ std::vector<std::array<double, 9>> timeline_graph(cudaStream_t s, F body, unsign
     CUDA_CHECK(cudaMemcpyAsync(got.data(), slots, words * 8, cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
     if (r < 0) continue;
-    const unsigned long long t0 = got[0];
+    const unsigned long long t0 = timeline_reduce(got.data())[0];
     for (int k = 0; k < n_slots; ++k) {
-      const unsigned long long* w = got.data() + size_t(k) * dev::kTlWords;
+      const auto w = timeline_reduce(got.data() + size_t(k) * dev::kTlWords);
       for (int j = 0; j < 7; ++j) {
-        const unsigned long long v = j == 2 ? timeline_end(w) : w[j];  // 0 / ~0: not stamped
+        const unsigned long long v = w[size_t(j)];  // 0 / ~0: not stamped
         mean[size_t(k)][size_t(j)] += (v == ~0ull || v == 0 ? 0.0 : double(v) - double(t0)) / reps;
       }
       if (w[8] > 0) mean[size_t(k)][7] += double(w[7]) / double(w[8]) / reps;

@@ -7,12 +7,8 @@
 
 namespace lmf::cuda {
 
-TimelineSlots::TimelineSlots(int n_slots) : n_(n_slots) {
-  const size_t words = size_t(n_) * kTimelineWords;
-  init_.assign(words, 0);
-  for (int k = 0; k < n_; ++k)
-    for (int j : {0, 1, 9}) init_[size_t(k) * kTimelineWords + size_t(j)] = ~0ull;  // minima
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_), words * sizeof(unsigned long long)));
+TimelineSlots::TimelineSlots(int n_slots) : n_(n_slots), init_(timeline_init(n_slots)) {
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_), init_.size() * sizeof(unsigned long long)));
 }
 
 TimelineSlots::~TimelineSlots() { cudaFree(base_); }
@@ -28,19 +24,20 @@ std::vector<SlotTimes> TimelineSlots::replay(cudaGraphExec_t exec, cudaStream_t 
     CUDA_CHECK(cudaMemcpyAsync(got.data(), base_, words * 8, cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
     if (r < 0) continue;
-    auto w = [&](int k, int j) { return got[size_t(k) * kTimelineWords + size_t(j)]; };
+    std::vector<std::array<unsigned long long, kTlFields>> f(static_cast<size_t>(n_));
+    for (int k = 0; k < n_; ++k) f[size_t(k)] = timeline_reduce(got.data() + size_t(k) * kTimelineWords);
     unsigned long long t0 = ~0ull;
-    auto end = [&](int k) { return timeline_end(got.data() + size_t(k) * kTimelineWords); };
-    for (int k = 0; k < n_; ++k)
-      if (end(k) != 0) t0 = std::min(t0, w(k, 0));
+    for (const auto& x : f)
+      if (x[2] != 0) t0 = std::min(t0, x[0]);
     for (int k = 0; k < n_; ++k) {
-      if (end(k) == 0 || w(k, 0) == ~0ull) continue;  // no block ran
+      const auto& x = f[size_t(k)];
+      if (x[2] == 0 || x[0] == ~0ull) continue;  // no block ran
       SlotTimes& m = mean[size_t(k)];
       m.stamped = true;
-      m.start += double(w(k, 0) - t0);
+      m.start += double(x[0] - t0);
       // A kernel without a PDL wait stamp (none reached it) counts its start as the wait.
-      m.wait += double((w(k, 1) == ~0ull ? w(k, 0) : w(k, 1)) - t0);
-      m.end += double(end(k) - t0);
+      m.wait += double((x[1] == ~0ull ? x[0] : x[1]) - t0);
+      m.end += double(x[2] - t0);
       ++count[size_t(k)];
     }
   }

@@ -120,42 +120,49 @@ __device__ __forceinline__ void rope_cs(int pos, int i, int d, float theta, floa
   rope_cs_freq(pos, rope_inv_freq(i, d, theta), c, s);
 }
 
-// Launch timeline (measurement only, cuda_bench_gemv's decode chain): a kernel given a slot of
-// kTlWords u64 records, in %globaltimer nanoseconds, the earliest block start [0], the earliest
-// return from the PDL wait [1], the latest warp exit [2] and the latest end of a block's first
-// phase after the wait [3] (GEMV: x staged; others: the wait itself). Null slot = off (one uniform branch).
-// The slot is re-read from the kernel parameters at each stamp, so it holds no register.
+// Launch timeline (measurement only: `lmfuse bench --profile`, cuda_bench_gemv's decode chain): a
+// kernel given a slot of kTlWords u64 records (timeline.h: kTlWays ways of kTlFields fields, a
+// block stamping way block % kTlWays) keeps, in %globaltimer nanoseconds, the earliest block
+// start [0], the earliest return from the PDL wait [1], the latest warp exit [2] and the latest
+// end of a block's first phase after the wait [3] (GEMV: x staged; others: the wait itself).
+// Null slot = off (one uniform branch). The slot is re-read from the kernel parameters at each
+// stamp, so it holds no register.
 // Words [4], [5]: the latest time any block passed the kernel's marks 0 and 1 (tl_mark); [6] the
 // latest block start; [7] the sum over blocks of (own first-phase end - own wait return) and [8]
 // the number of blocks in it (a mean per block, where [3] is only the slowest); [9] the earliest
 // time a block passed mark 0 (with [4]: how spread the blocks' finishing of that phase is).
-constexpr int kTlWords = kTimelineWords;  // timeline.h: word [2] spread over kTlEndWays lines
+constexpr int kTlWords = kTimelineWords;
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+__device__ __forceinline__ unsigned long long* tl_way(unsigned long long* slot) {
+  return slot + kTlWayWords * ((blockIdx.x + gridDim.x * blockIdx.y) % kTlWays);
+}
 __device__ __forceinline__ void tl_start(unsigned long long* slot) {
   if (slot && threadIdx.x == 0) {
     const unsigned long long t = global_ns();
-    atomicMin(slot, t);
-    atomicMax(slot + 6, t);
+    unsigned long long* w = tl_way(slot);
+    atomicMin(w, t);
+    atomicMax(w + 6, t);
   }
 }
 // Returns the time of the wait's return to thread 0 (0 elsewhere or without a slot), for tl_phase.
 __device__ __forceinline__ unsigned long long tl_waited(unsigned long long* slot) {
   if (!slot || threadIdx.x != 0) return 0;
   const unsigned long long t = global_ns();
-  atomicMin(slot + 1, t);
+  atomicMin(tl_way(slot) + 1, t);
   return t;
 }
 // t_wait: where thread 0 keeps tl_waited's value (read only with a slot, by thread 0).
 __device__ __forceinline__ void tl_phase(unsigned long long* slot, const unsigned long long* t_wait) {
   if (slot && threadIdx.x == 0) {
     const unsigned long long t = global_ns();
-    atomicMax(slot + 3, t);
-    atomicAdd(slot + 7, t - *t_wait);
-    atomicAdd(slot + 8, 1ull);
+    unsigned long long* w = tl_way(slot);
+    atomicMax(w + 3, t);
+    atomicAdd(w + 7, t - *t_wait);
+    atomicAdd(w + 8, 1ull);
   }
 }
 // For kernels whose first phase is the wait itself (attention, the QKV epilogue kernel).
@@ -166,15 +173,13 @@ __device__ __forceinline__ void tl_waited_phase(unsigned long long* slot) {
 __device__ __forceinline__ void tl_mark(unsigned long long* slot, int k) {
   if (slot && threadIdx.x == 0) {
     const unsigned long long t = global_ns();
-    atomicMax(slot + 4 + k, t);
-    if (k == 0) atomicMin(slot + 9, t);
+    unsigned long long* w = tl_way(slot);
+    atomicMax(w + 4 + k, t);
+    if (k == 0) atomicMin(w + 9, t);
   }
 }
 __device__ __forceinline__ void tl_end(unsigned long long* slot) {
-  if (slot && (threadIdx.x & 31) == 0) {
-    const unsigned b = blockIdx.x + gridDim.x * blockIdx.y;
-    atomicMax(slot + kTlEndBase + kTlEndStride * (b % kTlEndWays), global_ns());
-  }
+  if (slot && (threadIdx.x & 31) == 0) atomicMax(tl_way(slot) + 2, global_ns());
 }
 
 // Ampere-style asynchronous copies global -> shared (16 bytes, through L2 only; valid false:

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdlib>
+#include <memory>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/qkv_post.h"
+#include "backend/cuda/timeline.h"
 #include "cuda_bench_util.cuh"
 #include "util/knobs.h"
 
@@ -60,40 +62,6 @@ __global__ void timer_tick(unsigned long long* out) {
     }
   }
   *out = best;
-}
-
-// Launch timeline of one replay of body() (which passes slot k of `slots` to its k-th launch):
-// captures it, replays it twice to warm up, then `reps` times, each on idle slots and followed by
-// a copy back. Returns the per-slot mean of {first start, first wait return, last end, last
-// first-phase end, mark 0, mark 1, last start} relative to the first start of the replay, [7]
-// the mean first-phase duration per block and [8] the first mark 0 (ns).
-template <class F>
-std::vector<std::array<double, 9>> timeline_graph(cudaStream_t s, F body, unsigned long long* slots, int n_slots,
-                                                  int reps = 5) {
-  const size_t words = size_t(n_slots) * dev::kTlWords;
-  const std::vector<unsigned long long> init = timeline_init(n_slots);
-  std::vector<unsigned long long> got(words);
-  cudaGraphExec_t ge = capture_graph(s, body);
-  std::vector<std::array<double, 9>> mean(size_t(n_slots), std::array<double, 9>{});
-  for (int r = -2; r < reps; ++r) {
-    CUDA_CHECK(cudaMemcpyAsync(slots, init.data(), words * 8, cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaGraphLaunch(ge, s));
-    CUDA_CHECK(cudaMemcpyAsync(got.data(), slots, words * 8, cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
-    if (r < 0) continue;
-    const unsigned long long t0 = timeline_reduce(got.data())[0];
-    for (int k = 0; k < n_slots; ++k) {
-      const auto w = timeline_reduce(got.data() + size_t(k) * dev::kTlWords);
-      for (int j = 0; j < 7; ++j) {
-        const unsigned long long v = w[size_t(j)];  // 0 / ~0: not stamped
-        mean[size_t(k)][size_t(j)] += (v == ~0ull || v == 0 ? 0.0 : double(v) - double(t0)) / reps;
-      }
-      if (w[8] > 0) mean[size_t(k)][7] += double(w[7]) / double(w[8]) / reps;
-      if (w[9] != ~0ull) mean[size_t(k)][8] += (double(w[9]) - double(t0)) / reps;
-    }
-  }
-  CUDA_CHECK(cudaGraphExecDestroy(ge));
-  return mean;
 }
 
 struct Shape {
@@ -144,8 +112,8 @@ constexpr const char* kChainNames[kChainLaunches] = {"qkv gemv (norm)", "qkv epi
                                                       "attention merge", "o gemv (+res)", "gate/up gemv (norm, silu)",
                                                       "down gemv (+res)"};
 
-// timeline: instead of the timing line, the per-launch timeline of the same graph (see
-// timeline_graph), averaged over the layers.
+// timeline: instead of the timing line, the per-launch timeline of the same graph (TimelineSlots,
+// backend/cuda/timeline.h), averaged over the layers.
 bool g_merge_fusion = false;  // the chain's attention: merge fused into the split kernel (knob auto: off)
 
 void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DType t, int pos,
@@ -204,8 +172,9 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   CUDA_CHECK(cudaMalloc(&ctr, size_t(m.n_kv) * sizeof(unsigned)));
   CUDA_CHECK(cudaMemset(ctr, 0, size_t(m.n_kv) * sizeof(unsigned)));
   const int n_slots = m.n_layer * kChainLaunches;
-  unsigned long long* slots = nullptr;
-  if (timeline) CUDA_CHECK(cudaMalloc(&slots, size_t(n_slots) * dev::kTlWords * 8));
+  std::unique_ptr<TimelineSlots> tslots;
+  if (timeline) tslots = std::make_unique<TimelineSlots>(n_slots);
+  unsigned long long* slots = tslots ? tslots->slot(0) : nullptr;
   auto slot = [&](int l, int k) { return slots ? slots + size_t(l * kChainLaunches + k) * dev::kTlWords : nullptr; };
   // Experiment (bench only): LMFUSE_CHAIN_NARROW=qkv,o,gu,down runs the named GEMVs as 8-warp
   // blocks whatever the model's width.
@@ -292,7 +261,9 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
     // adds = end - previous end (its share of the step), early = previous end - start (blocks
     // resident before the previous kernel's last warp exits), release = wait - previous end
     // (the PDL dependency's latency), after = end - wait (its work once released).
-    const auto tl = timeline_graph(s, body, slots, n_slots);
+    cudaGraphExec_t ge = capture_graph(s, body);
+    const std::vector<SlotTimes> tl = tslots->replay(ge, s);
+    CUDA_CHECK(cudaGraphExecDestroy(ge));
     // phase = latest end of a block's first phase (GEMV: x staged; others: the wait) - wait;
     // late = the last block's start - previous end; phase_mean = the first phase per block.
     double adds[kChainLaunches] = {}, early[kChainLaunches] = {}, rel[kChainLaunches] = {}, after[kChainLaunches] = {},
@@ -301,7 +272,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
     // A launch that did not run (the merge kernel under the merge fusion) has no stamps: it is
     // skipped, and the one after it is measured against the launch before it.
     bool ran[kChainLaunches];
-    for (int k = 0; k < kChainLaunches; ++k) ran[k] = tl[size_t(kChainLaunches + k)][2] > 0;
+    for (int k = 0; k < kChainLaunches; ++k) ran[k] = tl[size_t(kChainLaunches + k)].stamped;
     for (int l = 1; l < m.n_layer; ++l)
       for (int k = 0; k < kChainLaunches; ++k) {
         if (!ran[k]) continue;
@@ -309,19 +280,20 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
         while (kp >= 0 && !ran[kp]) --kp;
         const auto& c = tl[size_t(l * kChainLaunches + k)];
         const auto& p = kp >= 0 ? tl[size_t(l * kChainLaunches + kp)] : tl[size_t(l * kChainLaunches - 1)];
-        adds[k] += (c[2] - p[2]) / 1e3 / (m.n_layer - 1);
-        early[k] += (p[2] - c[0]) / 1e3 / (m.n_layer - 1);
-        rel[k] += (c[1] - p[2]) / 1e3 / (m.n_layer - 1);
-        after[k] += (c[2] - c[1]) / 1e3 / (m.n_layer - 1);
-        phase[k] += (c[3] - c[1]) / 1e3 / (m.n_layer - 1);
-        late[k] += (c[6] - p[2]) / 1e3 / (m.n_layer - 1);
-        phase_mean[k] += c[7] / 1e3 / (m.n_layer - 1);
-        if (c[4] > 0) mk0[k] += (c[4] - c[1]) / 1e3 / (m.n_layer - 1);
-        if (c[8] > 0) mk0_first[k] += (c[8] - c[1]) / 1e3 / (m.n_layer - 1);
-        if (c[5] > 0) mk1[k] += (c[5] - c[1]) / 1e3 / (m.n_layer - 1);
+        const double n = m.n_layer - 1;
+        adds[k] += (c.end - p.end) / 1e3 / n;
+        early[k] += (p.end - c.start) / 1e3 / n;
+        rel[k] += (c.wait - p.end) / 1e3 / n;
+        after[k] += (c.end - c.wait) / 1e3 / n;
+        phase[k] += (c.phase_end - c.wait) / 1e3 / n;
+        late[k] += (c.last_start - p.end) / 1e3 / n;
+        phase_mean[k] += c.phase_mean / 1e3 / n;
+        if (c.mark0 > 0) mk0[k] += (c.mark0 - c.wait) / 1e3 / n;
+        if (c.first_mark0 > 0) mk0_first[k] += (c.first_mark0 - c.wait) / 1e3 / n;
+        if (c.mark1 > 0) mk1[k] += (c.mark1 - c.wait) / 1e3 / n;
       }
     std::printf("timeline %s %s pos %d: step %.1f us (first start to last end, mean of 5 replays); per layer (us):\n",
-                m.name, dtype_name(t), pos, tl.back()[2] / 1e3);
+                m.name, dtype_name(t), pos, tl.back().end / 1e3);
     std::printf("| launch | adds to the step | resident before prev end | released after prev end | end - release | "
                 "last phase-1 end - release | phase 1 per block (mean) | last block start - prev end | "
                 "last mark 0 / 1 - release | first mark 0 - release |\n");
@@ -359,7 +331,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   if (xq_buf) CUDA_CHECK(cudaFree(xq_buf));
   if (xq_cnt) CUDA_CHECK(cudaFree(xq_cnt));
   if (xq_o_buf) CUDA_CHECK(cudaFree(xq_o_buf));
-  if (slots) CUDA_CHECK(cudaFree(slots));
 }
 
 }  // namespace

@@ -29,24 +29,31 @@ std::vector<SlotTimes> TimelineSlots::replay(cudaGraphExec_t exec, cudaStream_t 
     unsigned long long t0 = ~0ull;
     for (const auto& x : f)
       if (x[2] != 0) t0 = std::min(t0, x[0]);
+    auto at = [&](unsigned long long v) { return v == 0 || v == ~0ull ? 0.0 : double(v - t0); };
     for (int k = 0; k < n_; ++k) {
       const auto& x = f[size_t(k)];
       if (x[2] == 0 || x[0] == ~0ull) continue;  // no block ran
       SlotTimes& m = mean[size_t(k)];
       m.stamped = true;
-      m.start += double(x[0] - t0);
-      // A kernel without a PDL wait stamp (none reached it) counts its start as the wait.
-      m.wait += double((x[1] == ~0ull ? x[0] : x[1]) - t0);
-      m.end += double(x[2] - t0);
+      m.start += at(x[0]);
+      m.wait += at(x[1] == ~0ull ? x[0] : x[1]);
+      m.end += at(x[2]);
+      m.phase_end += at(x[3]);
+      m.mark0 += at(x[4]);
+      m.mark1 += at(x[5]);
+      m.last_start += at(x[6]);
+      if (x[8] > 0) m.phase_mean += double(x[7]) / double(x[8]);
+      m.first_mark0 += at(x[9]);
       ++count[size_t(k)];
     }
   }
   for (int k = 0; k < n_; ++k) {
     SlotTimes& m = mean[size_t(k)];
-    if (count[size_t(k)] == 0) continue;
-    m.start /= count[size_t(k)];
-    m.wait /= count[size_t(k)];
-    m.end /= count[size_t(k)];
+    const double c = count[size_t(k)];
+    if (c == 0) continue;
+    for (double* v : {&m.start, &m.wait, &m.end, &m.phase_end, &m.mark0, &m.mark1, &m.last_start, &m.phase_mean,
+                      &m.first_mark0})
+      *v /= c;
   }
   return mean;
 }

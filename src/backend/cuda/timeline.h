@@ -6,47 +6,23 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include <array>
 #include <vector>
+
+#include "backend/cuda/timeline_fields.h"
 
 namespace lmf::cuda {
 
-// A slot is kTlWays copies ("ways") of kTlFields words, each way on its own 128-byte line; a
-// block stamps way (block index % kTlWays) and timeline_reduce() combines the ways. One address
-// per field took every block's (and every warp's exit) reductions before, and ~2,000 of them at
-// the end of a short kernel delayed its completion, and the next kernel's release, by up to ~1 µs
-// (docs/PERF.md S16-2, S16-3).
-constexpr int kTlFields = 10, kTlWays = 16, kTlWayWords = 16;
-constexpr int kTimelineWords = kTlWays * kTlWayWords;  // dev::kTlWords (kernels/common.cuh)
-// Fields kept as minima (start, wait return, first mark 0); sums: [7], [8]; the rest maxima.
-constexpr bool timeline_min_field(int j) { return j == 0 || j == 1 || j == 9; }
-constexpr bool timeline_sum_field(int j) { return j == 7 || j == 8; }
-// Initial words of n slots (minima at ~0, the rest 0).
-inline std::vector<unsigned long long> timeline_init(int n_slots) {
-  std::vector<unsigned long long> v(size_t(n_slots) * kTimelineWords, 0);
-  for (size_t w = 0; w < v.size(); w += kTlWayWords)
-    for (int j = 0; j < kTlFields; ++j)
-      if (timeline_min_field(j)) v[w + size_t(j)] = ~0ull;
-  return v;
-}
-// One slot's fields combined over its ways (a field no block stamped stays ~0 or 0).
-inline std::array<unsigned long long, kTlFields> timeline_reduce(const unsigned long long* slot) {
-  std::array<unsigned long long, kTlFields> f{};
-  for (int j = 0; j < kTlFields; ++j) f[size_t(j)] = timeline_min_field(j) ? ~0ull : 0;
-  for (int w = 0; w < kTlWays; ++w)
-    for (int j = 0; j < kTlFields; ++j) {
-      const unsigned long long v = slot[w * kTlWayWords + j];
-      unsigned long long& o = f[size_t(j)];
-      o = timeline_min_field(j) ? (v < o ? v : o) : timeline_sum_field(j) ? o + v : (v > o ? v : o);
-    }
-  return f;
-}
-
-// One slot's mean over the replays, in ns relative to each replay's earliest stamped start;
-// stamped = false when no block of that slot's kernel ran.
+// One slot's mean over the replays, in ns after each replay's earliest stamped start (a field no
+// block stamped counts 0; an unstamped wait counts as the start); stamped = false when no block
+// of that slot's kernel ran. Fields as in kernels/common.cuh.
 struct SlotTimes {
   bool stamped = false;
-  double start = 0, wait = 0, end = 0;
+  double start = 0, wait = 0, end = 0;  // [0], [1], [2]
+  double phase_end = 0;                 // [3] latest end of a block's first phase
+  double mark0 = 0, mark1 = 0;          // [4], [5] latest tl_mark 0 / 1
+  double last_start = 0;                // [6]
+  double phase_mean = 0;                // [7] / [8]: first phase per block (a duration)
+  double first_mark0 = 0;               // [9]
 };
 
 // Device slots for n kernels, initialized per replay (minima to ~0, maxima to 0).

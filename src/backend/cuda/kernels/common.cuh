@@ -3,7 +3,7 @@
 #include <cuda_fp16.h>
 #include <cstdint>
 
-#include "backend/cuda/timeline.h"
+#include "backend/cuda/timeline_fields.h"
 
 namespace lmf::cuda::dev {
 

@@ -204,7 +204,7 @@ class CudaBackend final : public Backend {
   float* ptr(const GraphState& st, const Graph& g, int t) const {
     return st.arena + g.t(t).offset / sizeof(float);
   }
-  // tl: timeline slots, three per launched op (a GEMV or the attention's split in the first, the
+  // tl: timeline slots, two per launched op (a GEMV or the attention's split in the first, the
   // QKV epilogue kernel or the merge in the second), or null.
   void launch_all(Graph& g, GraphState& st, bool profile, cuda::TimelineSlots* tl = nullptr);
   void record_timeline(Graph& g, GraphState& st);
@@ -945,7 +945,7 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile, cuda::Timel
       }
       CUDA_CHECK(cudaEventRecord(events_[ev].first, stream_));
     }
-    tl_op_ = tl ? tl->slot(3 * int(ev)) : nullptr;
+    tl_op_ = tl ? tl->slot(2 * int(ev)) : nullptr;
     if (op.group >= 0) launch_group(g, st, g.groups[size_t(op.group)]);
     else if (g.n_tokens > 1) launch_prefill_op(g, st, op);
     else launch_op(g, st, op);
@@ -973,7 +973,7 @@ std::string CudaBackend::launch_kind(const Graph& g, const Op& op, int sub) cons
   const bool rows = g.n_tokens > 1 && op.kind == OpKind::MatMul && g.t(op.in[0]).rows > 1;
   if (op.group >= 0) {
     const auto& grp = g.groups[size_t(op.group)];
-    if (sub == 1) return grp.kind == GroupKind::QKV ? "qkv epilogue (norm, rope, kv append)" : "?";
+    if (sub == 1 && grp.kind == GroupKind::QKV) return "qkv epilogue (norm, rope, kv append)";
     return cat(rows ? "prefill matmul " : "gemv ", dtype_name(op.w->type), " ", group_kind_name(grp.kind),
                grp.fold_add ? "+addnorm" : grp.fold_norm ? "+norm" : "");
   }
@@ -989,7 +989,7 @@ std::string CudaBackend::launch_kind(const Graph& g, const Op& op, int sub) cons
 void CudaBackend::record_timeline(Graph& g, GraphState& st) {
   int n = 0;
   for (const Op& op : g.ops) n += op.launch ? 1 : 0;
-  cuda::TimelineSlots slots(3 * n);
+  cuda::TimelineSlots slots(2 * n);
   cudaGraph_t graph;
   CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   try {
@@ -1011,7 +1011,7 @@ void CudaBackend::record_timeline(Graph& g, GraphState& st) {
   for (const Op& op : g.ops) {
     if (!op.launch) continue;
     for (int j = 0; j < 2; ++j) {
-      const cuda::SlotTimes& s = t[size_t(3 * ev + j)];
+      const cuda::SlotTimes& s = t[size_t(2 * ev + j)];
       if (!s.stamped) continue;
       ProfileEntry e{op.name, launch_kind(g, op, j), (s.end - (prev_end < 0 ? s.start : prev_end)) / 1e3};
       if (prev_end >= 0) {

@@ -18,8 +18,6 @@ const std::vector<KnobInfo>& knob_table() {
       {"rope_fusion", "LMFUSE_ROPE_FUSION", &Knobs::rope_fusion, "q/k norm + RoPE + KV append in QKV epilogue"},
       {"attn_rope_fusion", "LMFUSE_ATTN_ROPE_FUSION", &Knobs::attn_rope_fusion,
        "CUDA decode: q/k norm + RoPE + KV append inside the attention kernel (0 = its own kernel)"},
-      {"qkv_head_blocks", "LMFUSE_QKV_HEAD_BLOCKS", &Knobs::qkv_head_blocks,
-       "CUDA decode: the QKV GEMV runs one block per head and its q/k norm + RoPE + KV append itself (0 = a GEMV over all SMs, then the epilogue kernel)"},
       {"cuda_graph", "LMFUSE_CUDA_GRAPH", &Knobs::cuda_graph, "decode step as one replayed CUDA graph"},
       {"gemv_coresident", "LMFUSE_GEMV_CORESIDENT", &Knobs::gemv_coresident,
        "CUDA decode GEMV: one block per SM so the next kernel's blocks prefetch beside it (auto = the short shapes only)"},

@@ -276,7 +276,6 @@ class CudaBackend final : public Backend {
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   bool qkv_epilogue_in_gemv_ = true;
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
-  bool qkv_head_blocks_ = false;             // decode: the QKV GEMV, one block per head, runs it (QKVHead)
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
@@ -432,11 +431,7 @@ void CudaBackend::prepare(Graph& g) {
   // Else: the layer's attention kernel runs the epilogue (one launch fewer per layer) or its own
   // kernel between the GEMV and the attention (knob attn_rope_fusion, automatic = own kernel
   // until measured otherwise: docs/PERF.md, session 5).
-  // Or the QKV GEMV itself with one block per head (QKVHead: no counters; docs/PERF.md session 17),
-  // ahead of the attention form.
-  qkv_head_blocks_ = !qkv_epilogue_in_gemv_ && tri_resolve(k.qkv_head_blocks, false);
-  qkv_epilogue_in_attention_ =
-      !qkv_epilogue_in_gemv_ && !qkv_head_blocks_ && tri_resolve(k.attn_rope_fusion, false);
+  qkv_epilogue_in_attention_ = !qkv_epilogue_in_gemv_ && tri_resolve(k.attn_rope_fusion, false);
   // Lost 2-3 % in session 4, when every GEMV filled the SMs; with the short GEMVs at one block
   // per SM it wins on every size (docs/PERF.md, session 7: 0.6B +5.0 %, 4B +1.3 %, 8B +1.9 %).
   // launch_pdl still honours set_programmatic_launch.
@@ -894,8 +889,8 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       a.bias = L.qkv_bias;
       const cuda::QkvPostArgs e = qkv_epilogue_args(g, st, grp);
       a.qkv = cuda::gemv_qkv_params(e, st.qkv_raw, L.counters);
-      if (qkv_epilogue_in_gemv_ || qkv_head_blocks_) {
-        cuda::gemv(pro, qkv_head_blocks_ ? Epilogue::QKVHead : Epilogue::QKV, a, stream_);
+      if (qkv_epilogue_in_gemv_) {
+        cuda::gemv(pro, Epilogue::QKV, a, stream_);
         break;
       }
       a.y = st.qkv_raw;  // plain GEMV into [q|k|v], then the epilogue kernel
@@ -979,9 +974,8 @@ std::string CudaBackend::launch_kind(const Graph& g, const Op& op, int sub) cons
   if (op.group >= 0) {
     const auto& grp = g.groups[size_t(op.group)];
     if (sub == 1 && grp.kind == GroupKind::QKV) return "qkv epilogue (norm, rope, kv append)";
-    const bool head = !rows && grp.kind == GroupKind::QKV && qkv_head_blocks_;
     return cat(rows ? "prefill matmul " : "gemv ", dtype_name(op.w->type), " ", group_kind_name(grp.kind),
-               grp.fold_add ? "+addnorm" : grp.fold_norm ? "+norm" : "", head ? " +epilogue, a block per head" : "");
+               grp.fold_add ? "+addnorm" : grp.fold_norm ? "+norm" : "");
   }
   if (op.kind == OpKind::Attention && g.n_tokens == 1) return sub == 1 ? "attention merge" : "attention split";
   if (op.kind == OpKind::MatMul) return cat(rows ? "prefill matmul " : "gemv ", dtype_name(op.w->type));

@@ -84,9 +84,6 @@ enum class Epilogue {
   QKV,       // W = Q|K|V rows: bias, per-head RMSNorm of q,k, RoPE, q -> q_out, k,v -> cache
   SiluMulQ,  // SiluMul, and y also quantized into xq for an Int8-prologue consumer (y [rows/2],
              // rows/2 % 32 == 0; xq_counters [rows/64] zero before, left zero); Q4_0/Q4_1/Q8_0 only
-  QKVHead,   // QKV's outputs, one block per head (grid n_head + 2 n_kv_head): the block's warps
-             // share the head's rows, stage them in shared memory, and one warp runs the epilogue
-             // from there (no raw scratch, no counters; qkv.raw/counters unused). Same bits as QKV.
 };
 enum class RopeStyle { NeoX, Adjacent };  // NeoX: pairs (i, i+d/2) (qwen2/3); Adjacent: (2i, 2i+1)
 
@@ -127,8 +124,7 @@ struct GemvArgs {
   // GEMVs stage x in shared memory (gemv.cuh header comment), gemv_xq_bytes(cols) bytes.
   uint8_t* xq = nullptr;
   unsigned* xq_counters = nullptr;  // SiluMulQ: per 32-block of y, see gemv_xq_counters_alloc
-  // Integer-dot types: one 16-warp block per SM (On) or 8-warp blocks (Off); Auto = set_gemv_wide,
-  // but always 16 warps for QKVHead (a block walks a whole head).
+  // Integer-dot types: one 16-warp block per SM (On) or 8-warp blocks (Off); Auto = set_gemv_wide.
   Tri wide = Tri::Auto;
 };
 

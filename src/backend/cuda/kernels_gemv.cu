@@ -128,17 +128,15 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   if (epi == Epilogue::Residual && !a.y_residual) LMF_FAIL("cuda gemv: Residual needs y_residual");
   if ((epi == Epilogue::SiluMul || epi == Epilogue::SiluMulQ) && w.rows % dev::kRows != 0)
     LMF_FAIL("cuda gemv: SiluMul needs rows % ", dev::kRows, " == 0, got ", w.rows);
-  const bool qkv = epi == Epilogue::QKV || epi == Epilogue::QKVHead;
-  if (!qkv && !a.y) LMF_FAIL("cuda gemv: missing output");
-  if (qkv) {
+  if (epi != Epilogue::QKV && !a.y) LMF_FAIL("cuda gemv: missing output");
+  if (epi == Epilogue::QKV) {
     const QkvParams& q = a.qkv;
     if (q.head_dim != 32 && q.head_dim != 64 && q.head_dim != 128)
       LMF_FAIL("cuda gemv QKV: head_dim must be 32, 64 or 128, got ", q.head_dim);
     if (int64_t(q.n_head + 2 * q.n_kv_head) * q.head_dim != w.rows)
       LMF_FAIL("cuda gemv QKV: rows ", w.rows, " != (n_head + 2 n_kv_head) * head_dim = ",
                int64_t(q.n_head + 2 * q.n_kv_head) * q.head_dim);
-    if (!q.pos || !q.q_out || !q.k_cache || !q.v_cache || q.n_ctx <= 0 ||
-        (epi == Epilogue::QKV && (!q.raw || !q.counters)))
+    if (!q.pos || !q.q_out || !q.k_cache || !q.v_cache || !q.raw || !q.counters || q.n_ctx <= 0)
       LMF_FAIL("cuda gemv QKV: missing pos/q_out/cache/scratch pointer");
   }
   dev::GemvParams p{};
@@ -158,8 +156,7 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.xq = a.xq;
   p.xq_cnt = a.xq_counters;
   p.tl = a.tl;  // ignored by the Epilogue::QKV instances
-  // integer-dot types only; QKVHead's block walks a whole head: 16 warps unless forced narrow
-  const bool wide = a.wide == Tri::Auto ? (epi == Epilogue::QKVHead || gemv_wide()) : a.wide == Tri::On;
+  const bool wide = a.wide == Tri::Auto ? gemv_wide() : a.wide == Tri::On;  // integer-dot types only
   bool ok = false;
   switch (w.type) {
     case DType::Q4_0: ok = dev::launch_gemv_q4_0(pro, epi, p, wide, s); break;

@@ -7,10 +7,7 @@
 // loads issued before this step's math (double buffer). The x values of block c (32 floats) come
 // from shared memory once per step and serve all kRows rows. The grid is persistent-ish: at most
 // (SMs x occupancy) blocks, row groups dealt round-robin over blocks so every SM gets an equal
-// share, and each block stages x only once. Except QKVHead: one block per attention head, whose
-// warps deal the head's head_dim / kRows row groups among themselves, write the rows to shared
-// memory and, after one barrier, run the per-head epilogue (norm, RoPE, q out, k/v into the cache)
-// with warp 0, so the epilogue needs neither another launch nor a cross-block handshake.
+// share, and each block stages x only once.
 //
 // Shared x, F16/BF16. x (after the prologue) is staged as 32-float blocks of 8 float4 slots,
 // slot f of block c stored at c*8 + (f ^ (c & 7)): the 8 lanes of a quarter-warp read 8
@@ -279,12 +276,11 @@ struct Frag {
   }
 };
 
-// QKV head epilogue on the head's head_dim outputs (bias included) at src, by one warp: from raw
-// (Epilogue::QKV, the warp that completed the head's last row group; kL2: written by other
-// blocks of this launch) or from the block's shared memory (Epilogue::QKVHead).
-template <bool kL2>
-__device__ __forceinline__ void qkv_head_epilogue_from(const QkvParams& q, int head, const float* src, int lane) {
+// QKV head epilogue, run by the warp that completed the head's last row group. raw holds the
+// head's head_dim outputs (bias included).
+__device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, int lane) {
   const int hd = q.head_dim, half_d = hd / 2;
+  const float* src = q.raw + size_t(head) * hd;
   const bool is_q = head < q.n_head, is_k = !is_q && head < q.n_head + q.n_kv_head;
   const int pos = *q.pos;
   const float* gamma = is_q ? q.q_norm : (is_k ? q.k_norm : nullptr);
@@ -300,13 +296,13 @@ __device__ __forceinline__ void qkv_head_epilogue_from(const QkvParams& q, int h
       const int i = lane + 32 * j;
       ia[j] = q.rope == RopeStyle::NeoX ? i : 2 * i;
       ib[j] = q.rope == RopeStyle::NeoX ? i + half_d : 2 * i + 1;
-      va[j] = kL2 ? __ldcg(src + ia[j]) : src[ia[j]];
-      vb[j] = kL2 ? __ldcg(src + ib[j]) : src[ib[j]];
+      va[j] = __ldcg(src + ia[j]);  // L2: written by other blocks in this launch
+      vb[j] = __ldcg(src + ib[j]);
     }
   }
   // Norm and RoPE in the unfused kernels' arithmetic (common.cuh): bit-identical q and k.
   if (gamma) {
-    const float ss = head_sumsq_warp<kL2>(reinterpret_cast<const float4*>(src), hd, lane);
+    const float ss = head_sumsq_warp<true>(reinterpret_cast<const float4*>(src), hd, lane);
 #pragma unroll
     for (int j = 0; j < kMaxPairs; ++j)
       if (j < np && lane_ok) {
@@ -344,10 +340,6 @@ __device__ __forceinline__ void qkv_head_epilogue_from(const QkvParams& q, int h
         dst[ib[j]] = __float2half_rn(vb[j]);
       }
   }
-}
-
-__device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, int lane) {
-  qkv_head_epilogue_from<true>(q, head, q.raw + size_t(head) * q.head_dim, lane);
 }
 
 // SiluMulQ: 32-block hb of y (written by kRowGroupsPerXqBlock row groups, now complete) quantized into p.xq by
@@ -488,23 +480,17 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   extern __shared__ float4 xs4[];
   __shared__ float red[32];
   __shared__ float kred[2][kGemvWarps<T, W>][kRows];  // split-K partials, double-buffered by row group
-  constexpr bool kHead = EPI == Epilogue::QKVHead;
-  __shared__ __align__(16) float hbuf[kHead ? 128 : 1];  // QKVHead: the block's head (head_dim <= 128)
   // Launch timeline stamps (measurement; not in the in-GEMV QKV epilogue instances, whose
   // register budget they would spill, and which the timed chain does not use).
   constexpr bool kTl = EPI != Epilogue::QKV;
   if constexpr (kTl) tl_start(p.tl);
   const int nblk = p.cols >> 5;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_rg = (p.rows + kRows - 1) / kRows;
   const int ngroups = (nblk + 31) / 32;
   const int ks = p.ksplit;
   const int sub = warp % ks, slot = warp / ks;
-  // Row groups: dealt round-robin over the whole grid, or (QKVHead, one block per head, ksplit 1)
-  // the block's head's head_dim / kRows groups dealt over its warps.
-  const int rg_head = kHead ? p.qkv.head_dim / kRows : 0;
-  const int n_rg = kHead ? (int(blockIdx.x) + 1) * rg_head : (p.rows + kRows - 1) / kRows;
-  const int rg_first = kHead ? int(blockIdx.x) * rg_head + slot : int(blockIdx.x) + int(gridDim.x) * slot;
-  const int rg_step = kHead ? kGemvWarps<T, W> : gridDim.x * (kGemvWarps<T, W> / ks);
+  const int rg_step = gridDim.x * (kGemvWarps<T, W> / ks);
 
   const uint64_t pol = evict_first_policy();
   constexpr int U = kSteps<T>;
@@ -521,7 +507,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     }
     return q;
   };
-  Pos a{rg_first, g0};
+  Pos a{int(blockIdx.x) + int(gridDim.x) * slot, g0};
   Pos b = next_pos(a);
   Frag<T> cur[U], nxt[U];
   // Two batches in flight while x is staged (for the 8B shapes that is a whole row group).
@@ -598,7 +584,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         const int row0 = rg * kRows;
         if (sub == 0) {
         if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual ||
-                      EPI == Epilogue::QKV || kHead) {
+                      EPI == Epilogue::QKV) {
   #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             const int row = row0 + r;
@@ -609,8 +595,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
                 if (p.bias) o += p.bias[row];
               if constexpr (EPI == Epilogue::QKV)
                 p.qkv.raw[row] = o;
-              else if constexpr (kHead)
-                hbuf[row - int(blockIdx.x) * p.qkv.head_dim] = o;
               else
                 p.y[row] = o;
             }
@@ -660,11 +644,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     load_batch(nxt, b2);
     a = a2;
     b = b2;
-  }
-  if constexpr (kHead) {
-    // The head's rows are in hbuf: one barrier, then warp 0 runs the epilogue from there.
-    __syncthreads();
-    if (warp == 0) qkv_head_epilogue_from<false>(p.qkv, int(blockIdx.x), hbuf, lane);
   }
   if constexpr (EPI == Epilogue::SiluMulQ) {
     // Last arriver per 32-block of y (16 row groups): counted once the warp's loop is over (a

@@ -8,7 +8,7 @@
 // The allow-list. Why these: Store (+Norm for the final logits, +AddNorm for fused layers),
 // Residual for o_proj/down, SiluMul and QKV after the attention/ffn norms, with or without the
 // residual add folded in; None+SiluMul / None+QKV keep those fusions measurable with the norm
-// fusion off (LMFUSE_LN_FUSION=0). QKVHead: the QKV epilogue in a one-block-per-head GEMV.
+// fusion off (LMFUSE_LN_FUSION=0).
 #define LMF_GEMV_ALLOW_LIST(X) LMF_GEMV_ALLOW_LIST_PLAIN(X) LMF_GEMV_ALLOW_LIST_XQ(X)
 // x quantized once by its producer (gate/up -> down): the integer-dot types only (gemv_supported;
 // launch_gemv_instance instantiates nothing for F16/BF16).
@@ -27,10 +27,7 @@
   X(AddNorm, SiluMul)           \
   X(None, QKV)                  \
   X(Norm, QKV)                  \
-  X(AddNorm, QKV)               \
-  X(None, QKVHead)              \
-  X(Norm, QKVHead)              \
-  X(AddNorm, QKVHead)
+  X(AddNorm, QKV)
 
 namespace lmf::cuda::dev {
 
@@ -53,11 +50,9 @@ void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   // Column batches of one row group (a batch is kSteps<T> groups of 32 blocks; gemv_grid).
   const int rg_batches = ((p.cols / 32 + 31) / 32 + kSteps<T> - 1) / kSteps<T>;
   constexpr int threads = kGemvThreads<T, W>;
-  constexpr bool head = EPI == Epilogue::QKVHead;  // one block per head, no split-K
-  const int grid = head ? p.rows / p.qkv.head_dim
-                        : gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, rg_batches);
+  const int grid = gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, rg_batches);
   GemvParams q = p;
-  q.ksplit = !head && gemv_split_k_enabled() ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
+  q.ksplit = gemv_split_k_enabled() ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
   launch_pdl(k, dim3(grid), dim3(threads), smem, s, q);
 }
 

@@ -9,8 +9,9 @@ namespace lmf::cuda {
 namespace {
 
 // grid: (n_head (q) + n_kv (k) + n_kv (v), T); block: head_dim threads, one element each.
-// Before the PDL wait it does what depends only on weights and the thread: its gamma element and
-// the RoPE inverse frequency (powf), so the wait is followed by one L2 round trip (raw, pos).
+// Before the PDL wait it does what depends only on weights, the thread and the position (the
+// host's, written before the graph launch): its gamma element and the RoPE sine and cosine, so
+// the wait is followed by one L2 round trip (raw) and the norm.
 __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
   dev::tl_start(a.tl);
   const int b = blockIdx.x, d = threadIdx.x, hd = a.head_dim;
@@ -29,16 +30,16 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
     partner = first ? d + 1 : d - 1;
   }
   const float* gamma = is_q ? a.q_norm : a.k_norm;
-  float g = 0.f, inv_freq = 0.f;
+  const int t = blockIdx.y, pos = *a.pos + t;
+  float g = 0.f, c = 0.f, s = 0.f;
   if (!is_v) {
     if (gamma) g = gamma[d];
-    inv_freq = dev::rope_inv_freq(i, hd, a.theta);
+    dev::rope_cs_freq(pos, dev::rope_inv_freq(i, hd, a.theta), &c, &s);
   }
   if (a.pdl) dev::pdl_wait_trigger(a.early);  // uniform; raw comes from the previous kernel
   dev::tl_waited_phase(a.tl);
   __shared__ float sh[32];
   __shared__ __align__(16) float vals[128];
-  const int t = blockIdx.y, pos = *a.pos + t;
   const float* raw = a.raw + size_t(t) * (nq + 2 * nk) * hd;
   float* q_out = a.q_out + size_t(t) * nq * hd;
   float x = raw[size_t(b) * hd + d];
@@ -56,8 +57,6 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
   }
   vals[d] = x;
   __syncthreads();
-  float c, s;
-  dev::rope_cs_freq(pos, inv_freq, &c, &s);
   const float y = dev::rope_rotate(x, vals[partner], c, s, first);
   if (is_q) {
     q_out[size_t(b) * hd + d] = y;

@@ -128,6 +128,13 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
 
   pdl_wait_trigger(p.early);  // q and the cache row at pos come from the previous kernel
   tl_waited_phase(p.tl);
+  // The row at pos (written by the QKV epilogue kernel) issued with q's loads, so the stage that
+  // holds it does not wait for L2 a second time.
+  uint4 pos_val = make_uint4(0, 0, 0, 0);
+  if constexpr (!POST)
+    if (has_pos && tid < 2 * CH)
+      pos_val = __ldcg(reinterpret_cast<const uint4*>((tid >= CH ? p.v : p.k) + (size_t(kvh) * p.n_ctx + pos) * HD +
+                                                      (tid % CH) * 8));
   if constexpr (POST) {
     attn_post_epilogue<HD>(p, kvh, G, pos, has_pos, sq, sm_kv, sm_kvh);
   } else {
@@ -158,11 +165,8 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
     cp_async_wait<kStages - 1>();
     if (has_pos && pos < a + n && tid < 2 * CH) {  // the row at pos, now final
       const int kv = tid / CH, c = tid % CH;
-      uint4 val;
-      if constexpr (POST)
-        val = *reinterpret_cast<const uint4*>(&sm_kvh[kv][c * 8]);
-      else
-        val = __ldcg(reinterpret_cast<const uint4*>((kv ? p.v : p.k) + (size_t(kvh) * p.n_ctx + pos) * HD + c * 8));
+      uint4 val = pos_val;
+      if constexpr (POST) val = *reinterpret_cast<const uint4*>(&sm_kvh[kv][c * 8]);
       *reinterpret_cast<uint4*>((kv ? sv : sk) + (pos - a) * RS + c * 8) = val;
     }
     __syncthreads();

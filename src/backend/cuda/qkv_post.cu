@@ -14,6 +14,7 @@ namespace {
 // the wait is followed by one L2 round trip (raw) and the norm.
 __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
   dev::tl_start(a.tl);
+  if (a.pdl) dev::pdl_trigger_early(a.early);  // before the position's load
   const int b = blockIdx.x, d = threadIdx.x, hd = a.head_dim;
   const int nq = a.n_head, nk = a.n_kv_head;
   const bool is_q = b < nq, is_v = b >= nq + nk;
@@ -36,7 +37,7 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
     if (gamma) g = gamma[d];
     dev::rope_cs_freq(pos, dev::rope_inv_freq(i, hd, a.theta), &c, &s);
   }
-  if (a.pdl) dev::pdl_wait_trigger(a.early);  // uniform; raw comes from the previous kernel
+  if (a.pdl) dev::pdl_wait_trigger_late(a.early);  // uniform; raw comes from the previous kernel
   dev::tl_waited_phase(a.tl);
   __shared__ float sh[32];
   __shared__ __align__(16) float vals[128];

@@ -491,6 +491,7 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
   extern __shared__ float merge_sh[];  // [n_splits] m_s, then w_s; [n_splits] l_s
   unsigned long long* tl = p.tl ? p.tl + kTlWords : nullptr;
   tl_start(tl);
+  pdl_trigger_early(p.early);
   const int h = blockIdx.x, d = threadIdx.x;
   const float* ml = p.part_ml + size_t(h) * p.n_splits * 2;
   const float* po = p.part_o + size_t(h) * p.n_splits * HD + d;
@@ -499,7 +500,7 @@ __global__ void __launch_bounds__(HD) attn_merge_kernel(const __grid_constant__ 
   const int L = *p.pos + 1;
   const int chunk = attn_slice(L, p.n_splits, p.slice);
   const int used = attn_used_splits(L, p.n_splits, chunk);
-  pdl_wait_trigger(p.early);
+  pdl_wait_trigger_late(p.early);
   tl_waited_phase(tl);
   // out, and its int8 codes for the next GEMV when asked (a warp's 32 outputs are one block).
   auto write_out = [&](float o) {

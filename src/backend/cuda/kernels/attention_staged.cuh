@@ -84,6 +84,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   __shared__ __align__(16) __half sm_kvh[POST ? 2 : 1][POST ? HD : 1];  // ... as cached (fp16)
 
   tl_start(p.tl);
+  pdl_trigger_early(p.early);  // before the position's load and the copies
   const int kvh = blockIdx.x, split = blockIdx.y;
   const int G = p.n_head / p.n_kv;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -126,7 +127,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
 #pragma unroll
   for (int i = 0; i < kStages; ++i) issue(i);
 
-  pdl_wait_trigger(p.early);  // q and the cache row at pos come from the previous kernel
+  pdl_wait_trigger_late(p.early);  // q and the cache row at pos come from the previous kernel
   tl_waited_phase(p.tl);
   // The row at pos (written by the QKV epilogue kernel) issued with q's loads, so the stage that
   // holds it does not wait for L2 a second time.

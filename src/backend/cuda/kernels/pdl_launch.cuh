@@ -35,6 +35,16 @@ __device__ __forceinline__ void pdl_wait_trigger(bool early) {
   pdl_wait();
   if (!early) pdl_launch_dependents();
 }
+// The same in two halves, for a kernel with work before its wait (loads of the host's position,
+// the K/V copies): the early trigger first, so that work does not delay the next kernel's launch
+// (a load of the position is an L2 round trip: docs/PERF.md, session 17), then the wait.
+__device__ __forceinline__ void pdl_trigger_early(bool early) {
+  if (early) pdl_launch_dependents();
+}
+__device__ __forceinline__ void pdl_wait_trigger_late(bool early) {
+  pdl_wait();
+  if (!early) pdl_launch_dependents();
+}
 
 template <class... Params, class... Args>
 void launch_pdl(void (*k)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,

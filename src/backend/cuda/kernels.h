@@ -254,7 +254,8 @@ constexpr bool large_decode_model(int64_t n_embd) { return n_embd >= kWideMinEmb
 // merge too on large models, where o_proj's weights, loaded during the split once the merge has
 // triggered, pay for slowing the split (8B: with the merge 555.0 / 551.9, without 546.8 / 546.3;
 // 4B with the single split: with 703.3 / 708.8, without 698.9 / 696.7; 0.6B: with 1,708.0,
-// without 1,747.8).
+// without 1,747.8). Re-measured with the trigger as each kernel's first step (S17-5): the merge's
+// still pays on 4B (714.2 vs 693.5 t/s without) and 8B (556.3-559.8 vs 540.2).
 constexpr int pdl_early_auto(int64_t n_embd) {
   return kEarlyQkvPost | kEarlySplit | (large_decode_model(n_embd) ? kEarlyMerge : 0);
 }

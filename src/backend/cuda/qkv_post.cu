@@ -35,7 +35,7 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
   float g = 0.f, c = 0.f, s = 0.f;
   if (!is_v) {
     if (gamma) g = gamma[d];
-    dev::rope_cs_freq(pos, dev::rope_inv_freq(i, hd, a.theta), &c, &s);
+    dev::rope_cs(pos, i, hd, a.theta, &c, &s);
   }
   if (a.pdl) dev::pdl_wait_trigger_late(a.early);  // uniform; raw comes from the previous kernel
   dev::tl_waited_phase(a.tl);

@@ -134,7 +134,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   uint4 pos_val = make_uint4(0, 0, 0, 0);
   if constexpr (!POST)
     if (has_pos && tid < 2 * CH)
-      pos_val = __ldcg(reinterpret_cast<const uint4*>((tid >= CH ? p.v : p.k) + (size_t(kvh) * p.n_ctx + pos) * HD +
+      pos_val = __ldcg(reinterpret_cast<const uint4*>((tid / CH ? p.v : p.k) + (size_t(kvh) * p.n_ctx + pos) * HD +
                                                       (tid % CH) * 8));
   if constexpr (POST) {
     attn_post_epilogue<HD>(p, kvh, G, pos, has_pos, sq, sm_kv, sm_kvh);

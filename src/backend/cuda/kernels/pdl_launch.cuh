@@ -30,20 +30,19 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // next kernel's blocks can become resident while this one still waits, so e.g. o_proj issues its
 // weight loads during the attention. No deadlock: a kernel is scheduled only once every block of
 // its predecessor has triggered (is resident or done), so no block of the chain still needs a slot.
-__device__ __forceinline__ void pdl_wait_trigger(bool early) {
-  if (early) pdl_launch_dependents();
-  pdl_wait();
-  if (!early) pdl_launch_dependents();
-}
-// The same in two halves, for a kernel with work before its wait (loads of the host's position,
-// the K/V copies): the early trigger first, so that work does not delay the next kernel's launch
-// (a load of the position is an L2 round trip: docs/PERF.md, session 17), then the wait.
+// In two halves for a kernel with work before its wait (loads of the host's position, the K/V
+// copies): the early trigger first, so that work does not delay the next kernel's launch (a load
+// of the position is an L2 round trip: docs/PERF.md, session 17), then the wait.
 __device__ __forceinline__ void pdl_trigger_early(bool early) {
   if (early) pdl_launch_dependents();
 }
 __device__ __forceinline__ void pdl_wait_trigger_late(bool early) {
   pdl_wait();
   if (!early) pdl_launch_dependents();
+}
+__device__ __forceinline__ void pdl_wait_trigger(bool early) {
+  pdl_trigger_early(early);
+  pdl_wait_trigger_late(early);
 }
 
 template <class... Params, class... Args>

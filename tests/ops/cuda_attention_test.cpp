@@ -137,6 +137,34 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
         << what << " Int8 GEMV on xq differs, rel_l2 " << rel_l2(y2, y1);
     free_weight(dw);
   }
+  // Direct (AttnArgs::direct: one block per KV head over the whole length writes out and its
+  // int8 codes; no merge kernel): the host reference at every length, the host rule's codes of
+  // its own output, the partials untouched (still the 0xFF poison); with a single split in the
+  // launch above (the staged form to 64) the same bits as the merge kernel's copy. With merge
+  // fusion counters set, the direct launch ignores them (and leaves them zero).
+  for (bool with_ctr : {false, true}) {
+    DevBuf<float> d_out4(q.size()), part4(attn_scratch_floats(n_head, hd, a.n_splits));
+    DevBuf<uint8_t> d_xq4(gemv_xq_bytes(int64_t(q.size())));
+    DevBuf<unsigned> ctr4(std::vector<unsigned>(size_t(n_kv), 0u));
+    AttnArgs d = a;
+    d.out = d_out4.p();
+    d.partial = part4.p();
+    d.xq = d_xq4.p();
+    d.direct = true;
+    if (with_ctr) d.counters = ctr4.p();
+    attention_decode(d);
+    const auto out4 = d_out4.get();
+    const std::string dw = what + " direct" + (with_ctr ? " (counters set)" : "");
+    EXPECT_TRUE(all_finite(out4) && d_out4.guards_intact() && d_xq4.guards_intact()) << dw;
+    EXPECT_LE(rel_l2(out4, ref), 1e-5) << dw;
+    EXPECT_TRUE(d_xq4.get() == xq_reference(out4)) << dw << " xq codes";
+    bool untouched = part4.guards_intact();
+    for (float x : part4.get()) untouched &= std::isnan(x);
+    EXPECT_TRUE(untouched) << dw << " wrote the partials";
+    EXPECT_TRUE(ctr4.get() == std::vector<unsigned>(size_t(n_kv), 0u)) << dw << " counters";
+    if (staged && single && len <= 64)
+      EXPECT_TRUE(std::memcmp(out4.data(), out.data(), out.size() * sizeof(float)) == 0) << dw << " differs from the copy";
+  }
   // Merge fusion (the last split block of each KV head merges): the same bits, twice in a row
   // (the counters must be left zero), into a fresh poisoned output.
   DevBuf<unsigned> ctr(std::vector<unsigned>(size_t(n_kv), 0u));
@@ -253,6 +281,26 @@ void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool no
       appended &= std::isfinite(fp16_to_f32(kk2[i])) && std::isfinite(fp16_to_f32(vv2[i]));
     }
   EXPECT_TRUE(appended) << what << " row pos not appended";
+  // The same pair as direct launches (AttnArgs::direct): bitwise equal outputs and caches.
+  {
+    DevBuf<uint16_t> k3(kc), v3(vc);
+    DevBuf<float> d_out3(size_t(n_head) * hd), d_out4(size_t(n_head) * hd);
+    AttnArgs ad = a;  // over k1/v1, which hold row pos since qkv_post
+    ad.out = d_out3.p();
+    ad.direct = true;
+    attention_decode(ad);
+    AttnArgs bd = b;
+    bd.k_cache = k3.p();
+    bd.v_cache = v3.p();
+    bd.out = d_out4.p();
+    bd.direct = true;
+    attention_decode(bd);
+    const auto o3 = d_out3.get(), o4 = d_out4.get();
+    EXPECT_TRUE(all_finite(o4) && d_out4.guards_intact()) << what << " direct";
+    EXPECT_TRUE(std::memcmp(o3.data(), o4.data(), o3.size() * sizeof(float)) == 0)
+        << what << " direct output differs, rel_l2 " << rel_l2(o4, o3);
+    EXPECT_TRUE(k3.get() == kk1 && v3.get() == vv1) << what << " direct caches differ";
+  }
 }
 }  // namespace
 

@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -108,6 +109,9 @@ struct GraphState {
   unsigned* xq_counters = nullptr;
   int attn_splits = 1;
   cudaGraphExec_t exec = nullptr;
+  // The same step with a direct attention (AttnArgs::direct, no merge kernels), replayed while
+  // the length is at most attn_direct_max_ (knob attn_direct).
+  cudaGraphExec_t exec_direct = nullptr;
   int runs = 0;
 };
 
@@ -192,6 +196,7 @@ class CudaBackend final : public Backend {
   }
   void free_state(GraphState& st) {
     if (st.exec) cudaGraphExecDestroy(st.exec);
+    if (st.exec_direct) cudaGraphExecDestroy(st.exec_direct);
     cudaFree(st.arena);
     cudaFree(st.qkv_raw);
     cudaFree(st.gateup_tmp);
@@ -208,6 +213,7 @@ class CudaBackend final : public Backend {
   // QKV epilogue kernel or the merge in the second), or null.
   void launch_all(Graph& g, GraphState& st, bool profile, cuda::TimelineSlots* tl = nullptr);
   void record_timeline(Graph& g, GraphState& st);
+  cudaGraphExec_t capture_step(Graph& g, GraphState& st, bool direct, cuda::TimelineSlots* tl = nullptr);
   std::string launch_kind(const Graph& g, const Op& op, int sub) const;
   void plan_xq(const Graph& g, GraphState& st);
   void launch_op(Graph& g, GraphState& st, const Op& op);
@@ -282,6 +288,10 @@ class CudaBackend final : public Backend {
   bool attn_merge_fusion_ = false;           // decode: the last split block merges (no merge kernel)
   bool attn_staged_ = false;                 // decode: attention pass 1 from shared-memory stages
   bool attn_single_split_ = false;           // decode: staged attention up to 64 positions in one split
+  // Decode steps at lengths up to this run a direct attention (one split per KV head writing the
+  // output, no merge kernel) from their own graph; 0 = never (knob attn_direct).
+  int attn_direct_max_ = 0;
+  bool direct_step_ = false;  // the step being launched or captured uses the direct attention
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
   cuda::PrefillTuner tuner_;     // measured routes (prefill_tune.h)
@@ -448,6 +458,8 @@ void CudaBackend::prepare(Graph& g) {
   attn_staged_ = tri_resolve(k.attn_staged, cuda::kAttnStagedAuto);
   // A slicing policy of the staged form, not a fusion; automatic: kAttnSingleSplitAuto.
   attn_single_split_ = tri_resolve(k.attn_single_split, cuda::kAttnSingleSplitAuto);
+  // Short lengths: the split writes the output, no merge kernel (a second graph; docs/PERF.md S18).
+  attn_direct_max_ = fusion && tri_resolve(k.attn_direct, cuda::kAttnDirectAuto) ? cuda::kAttnDirectMax : 0;
   // o_proj's x quantized by the attention's merge kernel (so not with merge fusion). Measured
   // per model (docs/PERF.md, session 13, `--ab attn_xq`, two runs): 4B 1.012 / 1.012, 8B 1.013 /
   // 0.999, 0.6B 0.983 / 0.993: automatic = on from the wide GEMVs' hidden size.
@@ -684,6 +696,7 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       a.tl = tl_op_;
       a.staged = attn_staged_;
       a.single_split = attn_single_split_;
+      a.direct = direct_step_;
       if (st.xq_role[size_t(&op - g.ops.data())] == XqRole::Write) a.xq = st.xq;
       if (qkv_epilogue_in_attention_)
         for (const auto& grp : g.groups)
@@ -990,19 +1003,7 @@ void CudaBackend::record_timeline(Graph& g, GraphState& st) {
   int n = 0;
   for (const Op& op : g.ops) n += op.launch ? 1 : 0;
   cuda::TimelineSlots slots(2 * n);
-  cudaGraph_t graph;
-  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  try {
-    launch_all(g, st, false, &slots);
-  } catch (...) {
-    tl_op_ = nullptr;
-    cudaStreamEndCapture(stream_, &graph);
-    throw;
-  }
-  CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_CHECK(cudaGraphDestroy(graph));
+  cudaGraphExec_t exec = capture_step(g, st, direct_step_, &slots);
   const std::vector<cuda::SlotTimes> t = slots.replay(exec, stream_);
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   timeline_.clear();
@@ -1046,23 +1047,16 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
   CUDA_CHECK(cudaMemcpyAsync(d_io_, h_io_, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
   const bool graph_on = tri_resolve(opts_.knobs.cuda_graph, true);
   const bool use_graph = graph_on && !in.profile;
+  direct_step_ = attn_direct_max_ > 0 && in.pos0 + 1 <= attn_direct_max_;
   // The first run is eager (kernels pick grid sizes, lazy module loading happens); the second
-  // captures the step once; every later step replays it.
+  // captures the step once (both variants, so no capture falls inside a timed run); every later
+  // step replays the one for its length.
   if (use_graph && st.runs >= 1) {
     if (!st.exec) {
-      cudaGraph_t graph;
-      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      try {
-        launch_all(g, st, false);
-      } catch (...) {
-        cudaStreamEndCapture(stream_, &graph);
-        throw;
-      }
-      CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-      CUDA_CHECK(cudaGraphInstantiate(&st.exec, graph, 0));
-      CUDA_CHECK(cudaGraphDestroy(graph));
+      st.exec = capture_step(g, st, false);
+      if (attn_direct_max_ > 0) st.exec_direct = capture_step(g, st, true);
     }
-    CUDA_CHECK(cudaGraphLaunch(st.exec, stream_));
+    CUDA_CHECK(cudaGraphLaunch(direct_step_ ? st.exec_direct : st.exec, stream_));
   } else {
     launch_all(g, st, in.profile);
     // Profiled: also the step as the replayed graph runs it (same token and position, so the
@@ -1071,6 +1065,29 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
   }
   ++st.runs;
   finish_run(g, st, in);
+}
+
+// The decode step captured as a graph, with the direct attention or the split + merge one (and
+// timeline slots when tl is set).
+cudaGraphExec_t CudaBackend::capture_step(Graph& g, GraphState& st, bool direct, cuda::TimelineSlots* tl) {
+  const bool keep = direct_step_;
+  direct_step_ = direct;
+  cudaGraph_t graph;
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  try {
+    launch_all(g, st, false, tl);
+  } catch (...) {
+    tl_op_ = nullptr;
+    direct_step_ = keep;
+    cudaStreamEndCapture(stream_, &graph);
+    throw;
+  }
+  direct_step_ = keep;
+  CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return exec;
 }
 
 void CudaBackend::finish_run(Graph& g, GraphState& st, const StepInput& in) {

@@ -176,11 +176,23 @@ struct AttnArgs {
   // With staged: lengths up to one stage (64 positions) in a single split, whose merge is a copy
   // (knob LMFUSE_ATTN_SINGLE_SPLIT, automatic kAttnSingleSplitAuto); else slices of >= 16.
   bool single_split = false;
+  // One block per KV head over the whole length, writing out (and xq) itself: no partials, no
+  // merge kernel, one launch instead of two. Correct at any length, meant for short ones (the
+  // backend's second decode graph, knob LMFUSE_ATTN_DIRECT); counters are then not used.
+  bool direct = false;
 };
 // LMFUSE_ATTN_STAGED automatic: on (docs/PERF.md, S14-8, `--ab attn_staged`: tg128 0.6B 1.001,
 // 4B 0.999, 8B 1.015; 8B at depth 4096 1.143). Read by the backend and the chain benchmark.
 constexpr bool kAttnStagedAuto = true;
 constexpr bool kAttnSingleSplitAuto = true;  // docs/PERF.md S15-3/S15-4
+// Knob LMFUSE_ATTN_DIRECT: decode steps at lengths up to kAttnDirectMax replay a second graph
+// whose attention is direct (AttnArgs::direct), without the early trigger. Measured (docs/PERF.md
+// S18-1..S18-3, `lmfuse bench --ab attn_direct`): tg128 with the bound at 128 0.6B 1.047-1.064,
+// 4B 1.024, 8B 1.032 (at 64: 1.036 / 0.996 / 1.003, with the early trigger on 4B/8B); past 128
+// the one block per KV head loses (bound 256 at positions 128-255: 4B 0.995, 8B 0.992, 0.6B
+// 1.011; bound 512 at 256-383: 0.6B 0.899, 8B 0.958).
+constexpr bool kAttnDirectAuto = true;
+constexpr int kAttnDirectMax = 128;
 int attn_plan_splits(int n_kv_head, int64_t n_ctx);  // plan-time split count for this device
 size_t attn_scratch_floats(int n_head, int head_dim, int n_splits);
 void attention_decode(const AttnArgs& a, cudaStream_t s = nullptr);
@@ -224,7 +236,8 @@ void set_programmatic_launch(bool on);
 // The short kernels of the decode chain (QKV epilogue, attention split and merge) let the next
 // kernel launch before their own PDL wait instead of after it (pdl_launch.cuh pdl_wait_trigger;
 // knob LMFUSE_PDL_EARLY_TRIGGER), each kernel chosen by a bit. Set before capture.
-enum PdlEarly : int { kEarlyQkvPost = 1, kEarlySplit = 2, kEarlyMerge = 4, kEarlyAll = 7 };
+// kEarlyDirect: the split of a direct launch (AttnArgs::direct), whose next kernel is o_proj.
+enum PdlEarly : int { kEarlyQkvPost = 1, kEarlySplit = 2, kEarlyMerge = 4, kEarlyDirect = 8, kEarlyAll = 15 };
 void set_pdl_early_trigger(int mask);
 // In-block split-K for short-and-wide GEMVs (gemv.cuh, "Split-K inside a block"). Default off:
 // measured on the H200 at the 8B shapes it did not help (o 9.5 -> 10.0 us, down 19.5 -> 19.3 us,
@@ -255,7 +268,9 @@ constexpr bool large_decode_model(int64_t n_embd) { return n_embd >= kWideMinEmb
 // triggered, pay for slowing the split (8B: with the merge 555.0 / 551.9, without 546.8 / 546.3;
 // 4B with the single split: with 703.3 / 708.8, without 698.9 / 696.7; 0.6B: with 1,708.0,
 // without 1,747.8). Re-measured with the trigger as each kernel's first step (S17-5): the merge's
-// still pays on 4B (714.2 vs 693.5 t/s without) and 8B (556.3-559.8 vs 540.2).
+// still pays on 4B (714.2 vs 693.5 t/s without) and 8B (556.3-559.8 vs 540.2). The direct split
+// (AttnArgs::direct), whose next kernel is o_proj as the merge's is, never (S18-2, bound 128:
+// with it 4B 709.9, 8B 557.3, 0.6B 1,821.2 t/s; without 731.8, 577.0, 1,915.4).
 constexpr int pdl_early_auto(int64_t n_embd) {
   return kEarlyQkvPost | kEarlySplit | (large_decode_model(n_embd) ? kEarlyMerge : 0);
 }

@@ -44,22 +44,21 @@ void launch_staged(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
     return true;
   }();
   (void)ready;
-  dev::launch_pdl(&dev::attn_staged_kernel<HD, GMAX, POST>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32),
-                  smem, s, p);
+  dev::launch_pdl(&dev::attn_staged_kernel<HD, GMAX, POST>, dim3(n_kv, p.direct_only ? 1 : p.n_splits),
+                  dim3(dev::kAttnWarps * 32), smem, s, p);
 }
 
 template <int HD, int GMAX>
 void launch(const dev::AttnParams& p, int n_kv, bool staged, cudaStream_t s) {
+  const dim3 grid(n_kv, p.direct_only ? 1 : p.n_splits);
   if (staged) {
     if (p.raw) launch_staged<HD, GMAX, true>(p, n_kv, s);
     else launch_staged<HD, GMAX, false>(p, n_kv, s);
   } else if (p.raw)
-    dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX, true>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32),
-                    0, s, p);
+    dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX, true>, grid, dim3(dev::kAttnWarps * 32), 0, s, p);
   else
-    dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX, false>, dim3(n_kv, p.n_splits), dim3(dev::kAttnWarps * 32),
-                    0, s, p);
-  if (!p.counters) {
+    dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX, false>, grid, dim3(dev::kAttnWarps * 32), 0, s, p);
+  if (!p.counters && !p.direct_only) {
     dev::AttnParams pm = p;
     pm.early = (dev::pdl_early_trigger() & kEarlyMerge) != 0;
     dev::launch_pdl(p.xq ? &dev::attn_merge_kernel<HD, true> : &dev::attn_merge_kernel<HD, false>, dim3(p.n_head),
@@ -104,10 +103,11 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.rope_neox = a.rope == RopeStyle::NeoX ? 1 : 0;
   p.theta = a.theta;
   p.tl = a.tl;
-  p.early = (dev::pdl_early_trigger() & kEarlySplit) != 0;
+  p.early = (dev::pdl_early_trigger() & (a.direct ? kEarlyDirect : kEarlySplit)) != 0;
+  p.direct_only = a.direct;
   p.slice = dev::attn_slice_rule(a.head_dim, a.staged && a.single_split);
   p.counters = a.n_splits <= dev::kMaxFusedSplits ? a.counters : nullptr;
-  if (a.xq && p.counters) LMF_FAIL("cuda attention: xq needs the merge kernel (no merge fusion counters)");
+  if (a.xq && p.counters && !a.direct) LMF_FAIL("cuda attention: xq needs the merge kernel (no merge fusion counters)");
   if ((reinterpret_cast<uintptr_t>(a.xq) & 15) != 0) LMF_FAIL("cuda attention: xq must be 16-byte aligned");
   p.xq = a.xq;
   // POST appends this token's k, v: the caches are the backend's device buffers (writable).

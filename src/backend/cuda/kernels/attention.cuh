@@ -77,13 +77,26 @@ struct AttnParams {
   // left zero after it; the last split block of each KV head merges (attn_merge_heads).
   unsigned* counters;
   // Or null: the merge kernel also writes out quantized for the o_proj GEMV's Int8 prologue
-  // (act_quant.cuh layout, n_head * HD / 32 blocks; merge kernel only, not with counters).
+  // (act_quant.cuh layout, n_head * HD / 32 blocks; the merge kernel or a direct split, not with
+  // counters).
   uint8_t* xq;
+  // One split per KV head (grid y = 1) over the whole length, which writes out (and xq) itself:
+  // no partials, no merge kernel (AttnArgs::direct).
+  bool direct_only;
 };
 
+// A split that is the only one writes output h's element d itself (and its int8 code when p.xq
+// is set, as the merge kernel would). Called by whole warps holding 32 consecutive d of one head
+// (d & 31 is the lane): the quantization is a warp's.
+template <int HD>
+__device__ __forceinline__ void attn_direct_store(const AttnParams& p, int h, int d, float o) {
+  p.out[size_t(h) * HD + d] = o;
+  if (p.xq) quant_warp_store(o, reinterpret_cast<float4*>(p.xq), p.n_head * (HD / 32), h * (HD / 32) + d / 32, d & 31);
+}
+
 // This block's slice of the positions [0, L), L = *pos + 1: [start, end) (empty when start >= L),
-// the splits the merge reads, and whether the block writes the output itself (merge fusion with
-// one used split). The same for both forms of pass 1.
+// the splits the merge reads, and whether the block writes the output itself (a direct launch,
+// or merge fusion with one used split). The same for both forms of pass 1.
 struct AttnSlice {
   int L, start, end, used;
   bool direct;
@@ -91,6 +104,13 @@ struct AttnSlice {
 __device__ __forceinline__ AttnSlice attn_block_slice(const AttnParams& p, int split) {
   AttnSlice s;
   s.L = *p.pos + 1;
+  if (p.direct_only) {
+    s.start = 0;
+    s.end = s.L;
+    s.used = 1;
+    s.direct = true;
+    return s;
+  }
   const int chunk = attn_slice(s.L, p.n_splits, p.slice);
   s.start = split * chunk;
   s.end = min(s.L, s.start + chunk);
@@ -289,7 +309,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   // block's under POST) are read after the wait.
   const AttnSlice bs = attn_block_slice(p, split);
   const int L = bs.L, start = bs.start, end = bs.end, used = bs.used;
-  const bool direct = bs.direct;  // merge fusion, one split: write the output
+  const bool direct = bs.direct;  // the only split (direct launch, or merge fusion): write the output
   if (start >= L) {  // unused split: the merge does not read it
     tl_end(p.tl);
     return;
@@ -450,7 +470,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
     const int h = kvh * G + g;
     const float o = den > 0.f ? num / den : 0.f;
     if (direct) {  // the only split: its normalized result is the output (the merge's copy)
-      p.out[size_t(h) * HD + d] = o;
+      attn_direct_store<HD>(p, h, d, o);
       continue;
     }
     const size_t ps = size_t(h) * p.n_splits + split;

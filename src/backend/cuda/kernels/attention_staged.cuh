@@ -90,7 +90,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const AttnSlice bs = attn_block_slice(p, split);
   const int L = bs.L, start = bs.start, end = bs.end, used = bs.used;
-  const bool direct = bs.direct;  // merge fusion, one split: write the output
+  const bool direct = bs.direct;  // the only split (direct launch, or merge fusion): write the output
   if (start >= L) {  // unused split: the merge does not read it
     tl_end(p.tl);
     return;
@@ -310,7 +310,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
     const float o = num / sl[g];  // l >= 1: the slice's largest score adds e^0
     const int h = kvh * G + g;
     if (direct) {  // the only split: its normalized result is the output (the merge's copy)
-      p.out[size_t(h) * HD + d] = o;
+      attn_direct_store<HD>(p, h, d, o);
       continue;
     }
     const size_t ps = size_t(h) * p.n_splits + split;

@@ -946,9 +946,7 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile, cuda::Timel
   const bool large = cuda::large_decode_model(m_->hp.n_embd);
   cuda::set_gemv_wide(tri_resolve(opts_.knobs.gemv_wide, large));
   // Early trigger: per kernel by model size unless forced (docs/PERF.md S15-4..S15-6).
-  int early = cuda::pdl_early_mask(opts_.knobs.pdl_early_trigger, m_->hp.n_embd);
-  if (const char* e = std::getenv("LMFUSE_PDL_EARLY_MASK")) early = std::atoi(e);  // EXPERIMENT S18-5
-  cuda::set_pdl_early_trigger(early);
+  cuda::set_pdl_early_trigger(cuda::pdl_early_mask(opts_.knobs.pdl_early_trigger, m_->hp.n_embd));
   size_t ev = 0;
   for (const Op& op : g.ops) {
     if (!op.launch) continue;

@@ -1,7 +1,6 @@
 // Decode attention launchers (kernels/attention.cuh); instances: head_dim {32, 64, 128} x
 // query heads per KV head {1, 2, 4, 8} (G is rounded up to the next instance).
 #include <cmath>
-#include <cstdlib>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
@@ -106,7 +105,6 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.tl = a.tl;
   p.early = (dev::pdl_early_trigger() & (a.direct ? kEarlyDirect : kEarlySplit)) != 0;
   p.direct_only = a.direct;
-  if (const char* e = std::getenv("LMFUSE_DIRECT_TRIGGER")) p.direct_trigger = std::atoi(e);  // EXPERIMENT S18-5
   p.slice = dev::attn_slice_rule(a.head_dim, a.staged && a.single_split);
   p.counters = a.n_splits <= dev::kMaxFusedSplits ? a.counters : nullptr;
   if (a.xq && p.counters && !a.direct) LMF_FAIL("cuda attention: xq needs the merge kernel (no merge fusion counters)");

@@ -83,7 +83,6 @@ struct AttnParams {
   // One split per KV head (grid y = 1) over the whole length, which writes out (and xq) itself:
   // no partials, no merge kernel (AttnArgs::direct).
   bool direct_only;
-  int direct_trigger;  // EXPERIMENT S18-5: direct split's trigger: 0 after the wait, 1 after the stage loop, 2 at exit
 };
 
 // A split that is the only one writes output h's element d itself (and its int8 code when p.xq

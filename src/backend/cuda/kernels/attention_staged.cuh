@@ -127,8 +127,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
 #pragma unroll
   for (int i = 0; i < kStages; ++i) issue(i);
 
-  if (p.direct_only && p.direct_trigger > 0) pdl_wait();
-  else pdl_wait_trigger_late(p.early);  // q and the cache row at pos come from the previous kernel
+  pdl_wait_trigger_late(p.early);  // q and the cache row at pos come from the previous kernel
   tl_waited_phase(p.tl);
   // The row at pos (written by the QKV epilogue kernel) issued with q's loads, so the stage that
   // holds it does not wait for L2 a second time.
@@ -283,7 +282,6 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
     __syncthreads();  // the stage's slot, scores and probabilities are free
     issue(i + kStages);
   }
-  if (p.direct_only && p.direct_trigger == 1) pdl_launch_dependents();
   tl_mark(p.tl, 0);  // this block through its positions
 #pragma unroll
   for (int j = 0; j < HW; ++j) {

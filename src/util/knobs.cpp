@@ -26,7 +26,7 @@ const std::vector<KnobInfo>& knob_table() {
       {"gemv_xq", "LMFUSE_GEMV_XQ", &Knobs::gemv_xq,
        "CUDA decode: the gate/up GEMV writes down's input already quantized to int8, so down copies it instead of quantizing it per block (auto = off: measured slower)"},
       {"attn_xq", "LMFUSE_ATTN_XQ", &Knobs::attn_xq,
-       "CUDA decode: the attention merge kernel writes o_proj's input already quantized to int8, so o_proj copies it (auto = hidden size >= 2560)"},
+       "CUDA decode: the attention merge kernel writes o_proj's input already quantized to int8, so o_proj copies it (auto = hidden size >= 2560, split + merge steps only; 1 = the direct split too)"},
       {"gemv_split_k", "LMFUSE_GEMV_SPLIT_K", &Knobs::gemv_split_k,
        "CUDA decode GEMV: split the columns of short-and-wide matrices over several warps (auto = off)"},
       {"qkv_post_pdl", "LMFUSE_QKV_POST_PDL", &Knobs::qkv_post_pdl,

@@ -216,6 +216,11 @@ class CudaBackend final : public Backend {
   cudaGraphExec_t capture_step(Graph& g, GraphState& st, bool direct, cuda::TimelineSlots* tl = nullptr);
   std::string launch_kind(const Graph& g, const Op& op, int sub) const;
   void plan_xq(const Graph& g, GraphState& st);
+  // Whether op `op` plays `role` in a planned xq pair in the step being launched: the attention ->
+  // o_proj pairs (attn) only in the split + merge graph unless attn_xq is forced (attn_xq_direct_).
+  bool xq_pair(const GraphState& st, int op, XqRole role, bool attn) const {
+    return st.xq_role[size_t(op)] == role && !(attn && direct_step_ && !attn_xq_direct_);
+  }
   void launch_op(Graph& g, GraphState& st, const Op& op);
   void launch_prefill_op(Graph& g, GraphState& st, const Op& op);
   void prepare_prefill(Graph& g);
@@ -285,6 +290,7 @@ class CudaBackend final : public Backend {
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
+  bool attn_xq_direct_ = false;              // ... and by the direct split in direct steps (forced only)
   bool attn_merge_fusion_ = false;           // decode: the last split block merges (no merge kernel)
   bool attn_staged_ = false;                 // decode: attention pass 1 from shared-memory stages
   bool attn_single_split_ = false;           // decode: staged attention up to 64 positions in one split
@@ -464,6 +470,10 @@ void CudaBackend::prepare(Graph& g) {
   // per model (docs/PERF.md, session 13, `--ab attn_xq`, two runs): 4B 1.012 / 1.012, 8B 1.013 /
   // 0.999, 0.6B 0.983 / 0.993: automatic = on from the wide GEMVs' hidden size.
   attn_xq_ = fusion && tri_resolve(k.attn_xq, cuda::large_decode_model(hp.n_embd)) && !attn_merge_fusion_;
+  // In the direct steps' graph the codes would come from the direct split's tail, on its critical
+  // path: measured slower on every size (docs/PERF.md S18-6/S18-7, `--ab attn_xq` with every
+  // tg128 step direct: 4B 0.989-0.993, 8B 0.993-0.998, 0.6B 0.981-0.989), so only when forced.
+  attn_xq_direct_ = attn_xq_ && k.attn_xq == Tri::On;
 }
 
 void CudaBackend::prepare_prefill(Graph& g) {
@@ -697,7 +707,7 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       a.staged = attn_staged_;
       a.single_split = attn_single_split_;
       a.direct = direct_step_;
-      if (st.xq_role[size_t(&op - g.ops.data())] == XqRole::Write) a.xq = st.xq;
+      if (xq_pair(st, int(&op - g.ops.data()), XqRole::Write, true)) a.xq = st.xq;
       if (qkv_epilogue_in_attention_)
         for (const auto& grp : g.groups)
           if (grp.kind == GroupKind::QKV && grp.layer == op.layer && grp.accepted) {
@@ -932,7 +942,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       const int other = add.in[0] == lead.out[0] ? add.in[1] : add.in[0];
       a.y_residual = ptr(st, g, other);
       a.y = ptr(st, g, add.out[0]);
-      const bool xq = st.xq_role[size_t(grp.leader())] == XqRole::Read;
+      const bool xq = xq_pair(st, grp.leader(), XqRole::Read, grp.kind == GroupKind::OResid);
       a.xq = xq ? st.xq : nullptr;
       cuda::gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
       break;

@@ -165,9 +165,9 @@ struct AttnArgs {
   // counters, zeroed once by the caller and left zero by every launch; the last split block of
   // each KV head merges the splits, so the merge kernel is not launched. Null: the merge kernel.
   unsigned* counters = nullptr;
-  // Optional (merge kernel only, so counters null): out also quantized to int8 for the o_proj
-  // GEMV's Int8 prologue, gemv_xq_bytes(n_head * head_dim) bytes, 16-byte aligned (knob
-  // LMFUSE_ATTN_XQ).
+  // Optional (written by the merge kernel, or by the split of a direct launch; not with counters
+  // otherwise): out also quantized to int8 for the o_proj GEMV's Int8 prologue,
+  // gemv_xq_bytes(n_head * head_dim) bytes, 16-byte aligned (knob LMFUSE_ATTN_XQ).
   uint8_t* xq = nullptr;
   // Pass 1 from shared-memory stages, a lane per position (kernels/attention_staged.cuh; knob
   // LMFUSE_ATTN_STAGED, automatic on) instead of the register form (kernels/attention.cuh). Same

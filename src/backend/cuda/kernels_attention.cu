@@ -36,7 +36,7 @@ AttnSliceRule attn_slice_rule(int head_dim, bool single) {
 namespace {
 // The staged split kernel's shared memory (above the 48 KB default), set once per instance.
 template <int HD, int GMAX, bool POST>
-void launch_staged(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
+void launch_staged(const dev::AttnParams& p, dim3 grid, cudaStream_t s) {
   constexpr size_t smem = dev::attn_staged_smem<HD, GMAX>();
   static const bool ready = [] {
     CUDA_CHECK(cudaFuncSetAttribute(&dev::attn_staged_kernel<HD, GMAX, POST>,
@@ -44,16 +44,15 @@ void launch_staged(const dev::AttnParams& p, int n_kv, cudaStream_t s) {
     return true;
   }();
   (void)ready;
-  dev::launch_pdl(&dev::attn_staged_kernel<HD, GMAX, POST>, dim3(n_kv, p.direct_only ? 1 : p.n_splits),
-                  dim3(dev::kAttnWarps * 32), smem, s, p);
+  dev::launch_pdl(&dev::attn_staged_kernel<HD, GMAX, POST>, grid, dim3(dev::kAttnWarps * 32), smem, s, p);
 }
 
 template <int HD, int GMAX>
 void launch(const dev::AttnParams& p, int n_kv, bool staged, cudaStream_t s) {
-  const dim3 grid(n_kv, p.direct_only ? 1 : p.n_splits);
+  const dim3 grid(n_kv, p.direct_only ? 1 : p.n_splits);  // pass 1, either form
   if (staged) {
-    if (p.raw) launch_staged<HD, GMAX, true>(p, n_kv, s);
-    else launch_staged<HD, GMAX, false>(p, n_kv, s);
+    if (p.raw) launch_staged<HD, GMAX, true>(p, grid, s);
+    else launch_staged<HD, GMAX, false>(p, grid, s);
   } else if (p.raw)
     dev::launch_pdl(&dev::attn_split_kernel<HD, GMAX, true>, grid, dim3(dev::kAttnWarps * 32), 0, s, p);
   else

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -123,6 +124,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   const Knobs kn = Knobs::from_env();
   const bool large = large_decode_model(m.hidden);
   set_gemv_wide(tri_resolve(kn.gemv_wide, large));
+  set_gemv_split_k(kn.gemv_split_k);
   const int64_t n_ctx = 4096;
   const int qkv_rows = (m.n_head + 2 * m.n_kv) * m.hd;
   struct Layer {
@@ -350,6 +352,30 @@ int main(int argc, char** argv) {
     const ModelShape q4b{"qwen3-4b", 36, 2560, 32, 8, 128, 9728};
     const Shape s8[] = {{"8b.qkv", 6144, 4096}, {"8b.o", 4096, 4096}, {"8b.gateup", 24576, 4096}, {"8b.down", 4096, 12288}};
     const Shape s06[] = {{"0.6b.qkv", 4096, 1024}, {"0.6b.o", 1024, 2048}, {"0.6b.gateup", 6144, 1024}, {"0.6b.down", 1024, 3072}};
+    const Shape s4[] = {{"4b.qkv", 6144, 2560}, {"4b.o", 2560, 4096}, {"4b.gateup", 19456, 2560}, {"4b.down", 2560, 9728}};
+    // Shapes beside 4B gate/up (19456 x 2560: 4,864 row groups for 2,112 warp slots, the last of
+    // its three 32-block column groups half full): the same columns with exactly two row groups
+    // per slot, and the same rows with full column groups (docs/PERF.md S19).
+    const Shape ssyn[] = {{"syn.2rounds", 16896, 2560}, {"syn.k2048", 19456, 2048}, {"syn.k3072", 19456, 3072}};
+    // `cuda_bench_gemv --sweep SUBSTR`: the Q4_0 plain GEMVs whose shape name contains SUBSTR, in
+    // each block width (LMFUSE_GEMV_WIDE) and split-K mode (LMFUSE_GEMV_SPLIT_K): isolated rates.
+    if (argc > 2 && std::string(argv[1]) == "--sweep") {
+      using Set = std::span<const Shape>;
+      for (Set set : {Set(s8), Set(s4), Set(s06), Set(ssyn)})
+        for (const auto& sh : set) {
+          if (std::string(sh.name).find(argv[2]) == std::string::npos) continue;
+          for (bool wide : {false, true})
+            for (Tri sk : {Tri::Off, Tri::On}) {
+              set_gemv_wide(wide);
+              set_gemv_split_k(sk);
+              const std::string label = std::string(wide ? "wide" : "narrow") + (sk == Tri::On ? "-splitk" : "");
+              bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, label.c_str());
+            }
+        }
+      set_gemv_wide(false);
+      set_gemv_split_k(Tri::Auto);
+      return 0;
+    }
     // `cuda_bench_gemv --timeline`: only the decode chains' launch timelines (Q4_0, 8B and 0.6B,
     // positions 0 and 1023), after the resolution of the timer they are read from.
     if (argc > 1 && std::string(argv[1]) == "--timeline") {
@@ -405,7 +431,7 @@ int main(int argc, char** argv) {
     // `cuda_bench_gemv SUBSTR`: only the Q4_0 plain GEMVs whose shape name contains SUBSTR (a short
     // run for a profiler, e.g. ncu --launch-skip 40 --launch-count 1).
     if (argc > 1) {
-      for (const auto* set : {&s8, &s06})
+      for (const auto* set : {&s8, &s4, &s06})
         for (const auto& sh : *set)
           if (std::string(sh.name).find(argv[1]) != std::string::npos)
             bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain");
@@ -416,10 +442,12 @@ int main(int argc, char** argv) {
       for (const auto& sh : s06) bench_gemv(s, copy, t, sh, Prologue::None, Epilogue::Store, "plain");
     }
     // In-block split-K (set_gemv_split_k; knob LMFUSE_GEMV_SPLIT_K) on the same Q4_0 shapes.
-    set_gemv_split_k(true);
+    set_gemv_split_k(Tri::On);
     for (const auto& sh : s8) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain-splitk");
     for (const auto& sh : s06) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain-splitk");
-    set_gemv_split_k(false);
+    set_gemv_split_k(Tri::Off);
+    for (const auto& sh : s8) bench_gemv(s, copy, DType::Q4_0, sh, Prologue::None, Epilogue::Store, "plain-nosplit");
+    set_gemv_split_k(Tri::Auto);
     // Blocks per SM (set_gemv_coresident; knob LMFUSE_GEMV_CORESIDENT): every shape with one
     // block per SM (room for the next launch's blocks beside it) and with as many as fit (2 for
     // Q4_0, the automatic choice used by the rows above).

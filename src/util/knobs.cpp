@@ -28,7 +28,7 @@ const std::vector<KnobInfo>& knob_table() {
       {"attn_xq", "LMFUSE_ATTN_XQ", &Knobs::attn_xq,
        "CUDA decode: the attention merge kernel writes o_proj's input already quantized to int8, so o_proj copies it (auto = hidden size >= 2560, split + merge steps only; 1 = the direct split too)"},
       {"gemv_split_k", "LMFUSE_GEMV_SPLIT_K", &Knobs::gemv_split_k,
-       "CUDA decode GEMV: split the columns of short-and-wide matrices over several warps (auto = off)"},
+       "CUDA decode GEMV: split the columns of a row group over several warps (auto = the deep shapes only: more than two column batches per row group, i.e. down_proj; 1 = every shape)"},
       {"qkv_post_pdl", "LMFUSE_QKV_POST_PDL", &Knobs::qkv_post_pdl,
        "CUDA decode: launch the QKV epilogue kernel with programmatic dependent launch (auto = on)"},
       {"attn_staged", "LMFUSE_ATTN_STAGED", &Knobs::attn_staged,

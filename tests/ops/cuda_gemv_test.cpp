@@ -172,7 +172,7 @@ TEST(CudaGemv, SiluMulGateUpFusedVsUnfused) {
 TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
   uint32_t seed = 700;
   for (bool wide : {false, true})
-  for (bool split_k : {false, true})
+  for (Tri split_k : {Tri::Off, Tri::On})
   for (DType t : kTypes)
     for (Prologue pro : {Prologue::Norm, Prologue::AddNorm})
       for (Shape s : {Shape{96, 64}, Shape{1024, 1024}, Shape{1024, 3072}, Shape{4096, 4096},
@@ -210,10 +210,10 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
         for (int64_t i = 0; i < s.rows; ++i) diff += std::memcmp(&y[i], &y2[i], sizeof(float)) != 0;
         EXPECT_TRUE(all_finite(y)) << dtype_name(t);
         EXPECT_EQ(diff, int64_t(0)) << dtype_name(t) << " pro " << int(pro) << " " << s.rows << "x" << s.cols
-                                    << " split_k " << split_k << " wide " << wide << " rel_l2 " << rel_l2(y, y2);
+                                    << " split_k " << int(split_k) << " wide " << wide << " rel_l2 " << rel_l2(y, y2);
         free_weight(dw);
       }
-  set_gemv_split_k(false);
+  set_gemv_split_k(Tri::Auto);
   set_gemv_wide(false);
 }
 

@@ -239,10 +239,14 @@ void set_programmatic_launch(bool on);
 // kEarlyDirect: the split of a direct launch (AttnArgs::direct), whose next kernel is o_proj.
 enum PdlEarly : int { kEarlyQkvPost = 1, kEarlySplit = 2, kEarlyMerge = 4, kEarlyDirect = 8, kEarlyAll = 15 };
 void set_pdl_early_trigger(int mask);
-// In-block split-K for short-and-wide GEMVs (gemv.cuh, "Split-K inside a block"). Default off:
-// measured on the H200 at the 8B shapes it did not help (o 9.5 -> 10.0 us, down 19.5 -> 19.3 us,
-// qkv+QKV epilogue 15.5 -> 19.8 us). Results stay deterministic either way. Set before capture.
-void set_gemv_split_k(bool on);
+// In-block split-K (gemv.cuh, "Split-K inside a block"): several warps share a row group. Off:
+// never. On: every shape the rule of gemv_ksplit gives more than one warp. Auto: the deep shapes
+// only, those of more than two column batches per row group (down_proj), whose row group is not
+// all loaded before the PDL wait (docs/PERF.md S19). The count of warps depends only on the shape
+// and type, so results are deterministic and every prologue/epilogue/width of a shape sums in
+// the same order. Measured on every shape at the 8B shapes it did not help (sessions 5, 8, 13).
+// Set before capture.
+void set_gemv_split_k(Tri mode);
 // One GEMV block per SM instead of as many as fit (2 for the integer-dot types), so that a block
 // of the next PDL-launched kernel fits beside it and issues its weight loads while this one runs.
 // Auto (default) = Off, measured slower end to end (docs/PERF.md, session 5); On: every GEMV

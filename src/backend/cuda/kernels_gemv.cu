@@ -55,7 +55,7 @@ int gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batch
 
 namespace {
 std::atomic<bool> g_pdl{true};
-std::atomic<bool> g_split_k{false};
+std::atomic<int> g_split_k{int(Tri::Auto)};
 std::atomic<int> g_coresident{int(Tri::Auto)};
 std::atomic<int> g_pdl_early{kEarlyAll};
 std::atomic<bool> g_wide{false};
@@ -65,10 +65,10 @@ bool gemv_wide() { return g_wide.load(std::memory_order_relaxed); }
 int dev::pdl_early_trigger() { return g_pdl_early.load(std::memory_order_relaxed); }
 void set_pdl_early_trigger(int mask) { g_pdl_early.store(mask, std::memory_order_relaxed); }
 bool dev::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
-bool dev::gemv_split_k_enabled() { return g_split_k.load(std::memory_order_relaxed); }
+Tri dev::gemv_split_k_mode() { return Tri(g_split_k.load(std::memory_order_relaxed)); }
 Tri dev::gemv_coresident_mode() { return Tri(g_coresident.load(std::memory_order_relaxed)); }
 void set_gemv_coresident(Tri mode) { g_coresident.store(int(mode), std::memory_order_relaxed); }
-void set_gemv_split_k(bool on) { g_split_k.store(on, std::memory_order_relaxed); }
+void set_gemv_split_k(Tri mode) { g_split_k.store(int(mode), std::memory_order_relaxed); }
 void set_programmatic_launch(bool on) { g_pdl.store(on, std::memory_order_relaxed); }
 
 int device_sm_count() {

@@ -34,8 +34,8 @@
 // k warps of a block share a row group, warp `sub` taking column batches sub, sub+k, ...; at the
 // end of the row group the k partial sums meet in shared memory (named barrier per warp group)
 // and are added in sub order by warp sub 0, which runs the epilogue. The order depends only on
-// the shape (the host picks k from rows/cols/type), so results are deterministic. Off by default
-// (set_gemv_split_k in kernels.h: measured no gain), then k = 1.
+// the shape (the host picks k from rows/cols/type), so results are deterministic. Which shapes
+// split: set_gemv_split_k in kernels.h; k = 1 for the others.
 #pragma once
 #include <cuda_fp16.h>
 
@@ -122,17 +122,19 @@ struct GemvParams {
 template <DType T>
 constexpr int kSteps = WTraits<T>::P == 1 ? 2 : 1;
 
-// Warps per row group for a shape (host side; see the header comment). Doubles k while the warps
-// with work stay under ~90% of the slots (assumed occupancy kMinBlocks of the narrow block, not
-// the instance's, so every prologue/epilogue variant and both block widths of a shape sum in the
-// same order) and every warp of the group still gets at least one column batch.
+// Warps per row group for a shape (host side; see the header comment). Doubles k while the
+// doubled count of working warps still fits the warp slots in one round (assumed occupancy
+// kMinBlocks of the narrow block, not the instance's, so every prologue/epilogue variant and both
+// block widths of a shape sum in the same order) and every warp of the group still gets at least
+// one column batch. (Until session 19 the test was on k before doubling, so 4B down got k = 4:
+// 2,560 warps for 2,112 slots, a second round.)
 template <DType T>
 inline int gemv_ksplit(int rows, int cols, int sms) {
   const int n_rg = (rows + kRows - 1) / kRows;
   const int ngroups = (cols / 32 + 31) / 32;
   const long slots = long(sms) * kMinBlocks<T, kNarrowWarps> * kGemvWarps<T, kNarrowWarps>;
   int k = 1;
-  while (k < kGemvWarps<T, kNarrowWarps> && 10L * n_rg * k < 9L * slots && (2 * k - 1) * kSteps<T> < ngroups) k *= 2;
+  while (k < kGemvWarps<T, kNarrowWarps> && long(n_rg) * 2 * k <= slots && (2 * k - 1) * kSteps<T> < ngroups) k *= 2;
   return k;
 }
 

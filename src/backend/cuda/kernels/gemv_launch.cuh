@@ -32,7 +32,7 @@
 namespace lmf::cuda::dev {
 
 int gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches);  // kernels_gemv.cu
-bool gemv_split_k_enabled();                              // kernels_gemv.cu
+Tri gemv_split_k_mode();                                  // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
 constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
 
@@ -52,7 +52,10 @@ void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   constexpr int threads = kGemvThreads<T, W>;
   const int grid = gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, rg_batches);
   GemvParams q = p;
-  q.ksplit = gemv_split_k_enabled() ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
+  // Split-K (set_gemv_split_k): Auto = the deep shapes only (more than two batches per row group).
+  const Tri sk = gemv_split_k_mode();
+  const bool split = sk == Tri::On || (sk == Tri::Auto && rg_batches > 2);
+  q.ksplit = split ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
   launch_pdl(k, dim3(grid), dim3(threads), smem, s, q);
 }
 

@@ -37,6 +37,8 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode: the staged attention takes lengths up to one stage (64 positions) in a single split, so the merge is a copy (0 = slices of at least 16 positions)"},
       {"attn_direct", "LMFUSE_ATTN_DIRECT", &Knobs::attn_direct,
        "CUDA decode: steps at lengths up to 128 replay a second graph whose attention is one block per KV head writing the output itself, no merge kernel (auto = on)"},
+      {"attn_head_split", "LMFUSE_ATTN_HEAD_SPLIT", &Knobs::attn_head_split,
+       "CUDA decode: the direct attention launch (attn_direct) takes one query head per block instead of a KV head's whole group (staged form, epilogue not in the attention)"},
       {"attn_merge_fusion", "LMFUSE_ATTN_MERGE_FUSION", &Knobs::attn_merge_fusion,
        "CUDA decode: the last attention split block of each KV head merges the splits (auto = off: a merge kernel)"},
       {"pdl_early_trigger", "LMFUSE_PDL_EARLY_TRIGGER", &Knobs::pdl_early_trigger,

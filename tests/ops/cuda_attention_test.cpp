@@ -164,6 +164,32 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
     EXPECT_TRUE(ctr4.get() == std::vector<unsigned>(size_t(n_kv), 0u)) << dw << " counters";
     if (staged && single && len <= 64)
       EXPECT_TRUE(std::memcmp(out4.data(), out.data(), out.size() * sizeof(float)) == 0) << dw << " differs from the copy";
+    // Head split (staged form): hpb of the G query heads per block, into a fresh poisoned output.
+    // Against the host reference and its codes, partials untouched; bitwise equal to the whole
+    // group's block when both instances take 4 dims per P.V thread (G < 8 rounds to GMAX < 8).
+    if (!staged || with_ctr) continue;
+    for (int hpb : {1, 2}) {
+      if (hpb >= G || G % hpb != 0) continue;
+      DevBuf<float> d_out5(q.size()), part5(attn_scratch_floats(n_head, hd, a.n_splits));
+      DevBuf<uint8_t> d_xq5(gemv_xq_bytes(int64_t(q.size())));
+      AttnArgs e = d;
+      e.out = d_out5.p();
+      e.partial = part5.p();
+      e.xq = d_xq5.p();
+      e.heads_per_block = hpb;
+      attention_decode(e);
+      const auto out5 = d_out5.get();
+      const std::string hw = dw + " heads_per_block " + std::to_string(hpb);
+      EXPECT_TRUE(all_finite(out5) && d_out5.guards_intact() && d_xq5.guards_intact()) << hw;
+      EXPECT_LE(rel_l2(out5, ref), 1e-5) << hw;
+      EXPECT_TRUE(d_xq5.get() == xq_reference(out5)) << hw << " xq codes";
+      bool untouched5 = part5.guards_intact();
+      for (float x : part5.get()) untouched5 &= std::isnan(x);
+      EXPECT_TRUE(untouched5) << hw << " wrote the partials";
+      if (G < 8)
+        EXPECT_TRUE(std::memcmp(out5.data(), out4.data(), out.size() * sizeof(float)) == 0)
+            << hw << " differs from the whole group's block, rel_l2 " << rel_l2(out5, out4);
+    }
   }
   // Merge fusion (the last split block of each KV head merges): the same bits, twice in a row
   // (the counters must be left zero), into a fresh poisoned output.
@@ -191,6 +217,30 @@ TEST(CudaAttention, LengthsHeadDimsGqa) {
     for (auto [nh, nkv] : {std::pair{16, 8}, std::pair{32, 8}})
       for (int len : {1, 7, 64, 65, 100, 128, 300, 4096})  // 64 | 65: the staged form's single-split edge
         for (int form : {0, 1, 2}) run_attn(nh, nkv, hd, 4096, len, seed++, form > 0, form == 1);
+}
+
+// heads_per_block is refused unless it divides the group and the launch is direct and staged
+// without the QKV epilogue (the argument check runs before any launch).
+TEST(CudaAttention, HeadSplitRefusesBadArgs) {
+  DevBuf<float> q(32 * 128), out(32 * 128), part(attn_scratch_floats(32, 128, attn_plan_splits(8, 256)));
+  DevBuf<uint16_t> k(8 * 256 * 128), v(8 * 256 * 128);
+  DevBuf<int> pos(std::vector<int>{10});
+  AttnArgs a = attn_args(q.p(), k.p(), v.p(), 32, 8, 128, 256, pos.p(), out.p(), part.p());
+  a.staged = true;
+  a.direct = true;
+  for (int hpb : {3, 5, -1}) {
+    a.heads_per_block = hpb;
+    EXPECT_TRUE(throws_error([&] { attention_decode(a); })) << "heads_per_block " << hpb << " of 4 accepted";
+  }
+  a.heads_per_block = 1;
+  a.direct = false;
+  EXPECT_TRUE(throws_error([&] { attention_decode(a); })) << "head split without direct accepted";
+  a.direct = true;
+  a.staged = false;
+  EXPECT_TRUE(throws_error([&] { attention_decode(a); })) << "head split in the register form accepted";
+  a.staged = true;
+  a.qkv_raw = q.p();
+  EXPECT_TRUE(throws_error([&] { attention_decode(a); })) << "head split with the in-kernel epilogue accepted";
 }
 
 TEST(CudaAttention, OddGroupsAndContexts) {

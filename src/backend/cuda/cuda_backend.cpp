@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -296,6 +297,7 @@ class CudaBackend final : public Backend {
   // Decode steps at lengths up to this run a direct attention (one split per KV head writing the
   // output, no merge kernel) from their own graph; 0 = never (knob attn_direct).
   int attn_direct_max_ = 0;
+  int attn_direct_hpb_ = 0;   // query heads per block of the direct launch (0 = a KV head's group; knob attn_head_split)
   bool direct_step_ = false;  // the step being launched or captured uses the direct attention
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
@@ -465,6 +467,10 @@ void CudaBackend::prepare(Graph& g) {
   attn_single_split_ = tri_resolve(k.attn_single_split, cuda::kAttnSingleSplitAuto);
   // Short lengths: the split writes the output, no merge kernel (a second graph; docs/PERF.md S18).
   attn_direct_max_ = fusion && tri_resolve(k.attn_direct, cuda::kAttnDirectAuto) ? cuda::kAttnDirectMax : 0;
+  // The direct launch with one query head per block (staged form, q from the QKV epilogue kernel;
+  // a kernel form, not a fusion). Temporary experiment: LMFUSE_EXP_ATTN_HPB heads per block.
+  attn_direct_hpb_ = attn_staged_ && !qkv_epilogue_in_attention_ && tri_resolve(k.attn_head_split, cuda::kAttnHeadSplitAuto) ? 1 : 0;
+  if (const char* e = std::getenv("LMFUSE_EXP_ATTN_HPB"); e && attn_direct_hpb_) attn_direct_hpb_ = std::atoi(e);
   // o_proj's x quantized by the attention's merge kernel (so not with merge fusion). Measured
   // per model (docs/PERF.md, session 13, `--ab attn_xq`, two runs): 4B 1.012 / 1.012, 8B 1.013 /
   // 0.999, 0.6B 0.983 / 0.993: automatic = on from the wide GEMVs' hidden size.
@@ -706,6 +712,7 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       a.staged = attn_staged_;
       a.single_split = attn_single_split_;
       a.direct = direct_step_;
+      if (direct_step_) a.heads_per_block = attn_direct_hpb_;
       if (xq_pair(st, int(&op - g.ops.data()), XqRole::Write, true)) a.xq = st.xq;
       if (qkv_epilogue_in_attention_)
         for (const auto& grp : g.groups)

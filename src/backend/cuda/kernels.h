@@ -180,6 +180,11 @@ struct AttnArgs {
   // merge kernel, one launch instead of two. Correct at any length, meant for short ones (the
   // backend's second decode graph, knob LMFUSE_ATTN_DIRECT); counters are then not used.
   bool direct = false;
+  // With direct and staged, without qkv_raw: query heads per block, a divisor of the group size
+  // n_head / n_kv_head (0 = the whole group, one block per KV head). Fewer heads per block spread
+  // the direct launch's per-head work (scores, softmax, P.V) over n_head / heads_per_block
+  // blocks, each reading its KV head's rows (from L2 after the first); knob LMFUSE_ATTN_HEAD_SPLIT.
+  int heads_per_block = 0;
 };
 // LMFUSE_ATTN_STAGED automatic: on (docs/PERF.md, S14-8, `--ab attn_staged`: tg128 0.6B 1.001,
 // 4B 0.999, 8B 1.015; 8B at depth 4096 1.143). Read by the backend and the chain benchmark.
@@ -192,6 +197,9 @@ constexpr bool kAttnSingleSplitAuto = true;  // docs/PERF.md S15-3/S15-4
 // the one block per KV head loses (bound 256 at positions 128-255: 4B 0.995, 8B 0.992, 0.6B
 // 1.011; bound 512 at 256-383: 0.6B 0.899, 8B 0.958).
 constexpr bool kAttnDirectAuto = true;
+// Knob LMFUSE_ATTN_HEAD_SPLIT: the direct launch takes one query head per block
+// (AttnArgs::heads_per_block = 1) instead of the KV head's whole group (docs/PERF.md S19-2).
+constexpr bool kAttnHeadSplitAuto = true;
 constexpr int kAttnDirectMax = 128;
 int attn_plan_splits(int n_kv_head, int64_t n_ctx);  // plan-time split count for this device
 size_t attn_scratch_floats(int n_head, int head_dim, int n_splits);

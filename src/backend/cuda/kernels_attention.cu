@@ -48,8 +48,8 @@ void launch_staged(const dev::AttnParams& p, dim3 grid, cudaStream_t s) {
 }
 
 template <int HD, int GMAX>
-void launch(const dev::AttnParams& p, int n_kv, bool staged, cudaStream_t s) {
-  const dim3 grid(n_kv, p.direct_only ? 1 : p.n_splits);  // pass 1, either form
+void launch(const dev::AttnParams& p, bool staged, cudaStream_t s) {
+  const dim3 grid(p.n_head / p.hpb, p.direct_only ? 1 : p.n_splits);  // pass 1, either form (hpb = G: n_kv)
   if (staged) {
     if (p.raw) launch_staged<HD, GMAX, true>(p, grid, s);
     else launch_staged<HD, GMAX, false>(p, grid, s);
@@ -65,11 +65,11 @@ void launch(const dev::AttnParams& p, int n_kv, bool staged, cudaStream_t s) {
   }
 }
 template <int HD>
-void launch_g(const dev::AttnParams& p, int G, int n_kv, bool staged, cudaStream_t s) {
-  if (G <= 1) launch<HD, 1>(p, n_kv, staged, s);
-  else if (G <= 2) launch<HD, 2>(p, n_kv, staged, s);
-  else if (G <= 4) launch<HD, 4>(p, n_kv, staged, s);
-  else launch<HD, 8>(p, n_kv, staged, s);
+void launch_g(const dev::AttnParams& p, int G, bool staged, cudaStream_t s) {
+  if (G <= 1) launch<HD, 1>(p, staged, s);
+  else if (G <= 2) launch<HD, 2>(p, staged, s);
+  else if (G <= 4) launch<HD, 4>(p, staged, s);
+  else launch<HD, 8>(p, staged, s);
 }
 }  // namespace
 
@@ -113,9 +113,14 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.k_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.k_cache));
   p.v_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.v_cache));
   const int G = a.n_head / a.n_kv_head;
-  if (a.head_dim == 32) launch_g<32>(p, G, a.n_kv_head, a.staged, s);
-  else if (a.head_dim == 64) launch_g<64>(p, G, a.n_kv_head, a.staged, s);
-  else launch_g<128>(p, G, a.n_kv_head, a.staged, s);
+  const int hpb = a.heads_per_block == 0 ? G : a.heads_per_block;
+  if (hpb != G && (hpb < 1 || G % hpb != 0 || !a.direct || !a.staged || a.qkv_raw))
+    LMF_FAIL("cuda attention: heads_per_block ", a.heads_per_block, " needs a direct staged launch without qkv_raw and a divisor of ", G);
+  p.hpb = hpb;
+  // The instance is sized for the heads of one block.
+  if (a.head_dim == 32) launch_g<32>(p, hpb, a.staged, s);
+  else if (a.head_dim == 64) launch_g<64>(p, hpb, a.staged, s);
+  else launch_g<128>(p, hpb, a.staged, s);
 }
 
 }  // namespace lmf::cuda

@@ -83,6 +83,10 @@ struct AttnParams {
   // One split per KV head (grid y = 1) over the whole length, which writes out (and xq) itself:
   // no partials, no merge kernel (AttnArgs::direct).
   bool direct_only;
+  // Query heads per block (AttnArgs::heads_per_block; G when not split): block x takes heads
+  // x * hpb .. x * hpb + hpb - 1, of KV head x * hpb / G. Only the staged direct launch without
+  // POST splits (hpb < G); every other launch has hpb = G, one block per KV head.
+  int hpb;
 };
 
 // A split that is the only one writes output h's element d itself (and its int8 code when p.xq

@@ -13,6 +13,10 @@
 //   the probabilities; each lane keeps its own part of the sum until the end.
 // - P.V: a thread per kStagedDpt dims and every NTG-th position of the stage, the heads' accumulators in
 //   registers; at the end the NTG position groups are summed in a fixed order.
+// - Head split (direct launch only, AttnParams::hpb < G): a block takes hpb of its KV head's G
+//   query heads, the instance's GMAX sized for hpb; the other blocks of the KV head read the
+//   same rows. Per head the same sums in the same order as the whole group's block when both
+//   instances have the same kStagedDpt (GMAX < 8): bitwise equal outputs.
 // The outputs are (m, l, o = num / l) per split and head, as the register form writes them (not
 // its bits: the reductions run in another order).
 #pragma once
@@ -85,8 +89,10 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
 
   tl_start(p.tl);
   pdl_trigger_early(p.early);  // before the position's load and the copies
-  const int kvh = blockIdx.x, split = blockIdx.y;
   const int G = p.n_head / p.n_kv;
+  const int HB = p.hpb;               // query heads of this block: G, or fewer (head split)
+  const int h0 = int(blockIdx.x) * HB;  // its first query head
+  const int kvh = h0 / G, split = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const AttnSlice bs = attn_block_slice(p, split);
   const int L = bs.L, start = bs.start, end = bs.end, used = bs.used;
@@ -139,10 +145,10 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   if constexpr (POST) {
     attn_post_epilogue<HD>(p, kvh, G, pos, has_pos, sq, sm_kv, sm_kvh);
   } else {
-    const float4* src = reinterpret_cast<const float4*>(p.q + size_t(kvh * G) * HD);
-    for (int i = tid; i < G * HD / 4; i += NT) reinterpret_cast<float4*>(&sq[0][0])[i] = src[i];
+    const float4* src = reinterpret_cast<const float4*>(p.q + size_t(h0) * HD);
+    for (int i = tid; i < HB * HD / 4; i += NT) reinterpret_cast<float4*>(&sq[0][0])[i] = src[i];
   }
-  for (int i = G * HD + tid; i < GMAX * HD; i += NT) (&sq[0][0])[i] = 0.f;  // heads past G
+  for (int i = HB * HD + tid; i < GMAX * HD; i += NT) (&sq[0][0])[i] = 0.f;  // heads past HB
   __syncthreads();
 
   float m_run[HW], lpart[HW];  // softmax warps: heads warp + kAttnWarps * j
@@ -302,13 +308,13 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
     for (int e = 0; e < DPT; ++e) red[(tg * GMAX + g) * HD + DPT * dq + e] = acc[g][e];
   __syncthreads();
   tl_mark(p.tl, 1);  // partials in shared memory
-  for (int idx = tid; idx < G * HD; idx += NT) {
+  for (int idx = tid; idx < HB * HD; idx += NT) {
     const int g = idx / HD, d = idx % HD;
     float num = 0.f;
 #pragma unroll
     for (int k = 0; k < NTG; ++k) num += red[(k * GMAX + g) * HD + d];
     const float o = num / sl[g];  // l >= 1: the slice's largest score adds e^0
-    const int h = kvh * G + g;
+    const int h = h0 + g;
     if (direct) {  // the only split: its normalized result is the output (the merge's copy)
       attn_direct_store<HD>(p, h, d, o);
       continue;

@@ -166,7 +166,8 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
       EXPECT_TRUE(std::memcmp(out4.data(), out.data(), out.size() * sizeof(float)) == 0) << dw << " differs from the copy";
     // Head split (staged form): hpb of the G query heads per block, into a fresh poisoned output.
     // Against the host reference and its codes, partials untouched; bitwise equal to the whole
-    // group's block when both instances take 4 dims per P.V thread (G < 8 rounds to GMAX < 8).
+    // group's block when both instances take 4 dims per P.V thread (G <= 4: GMAX < 8; G = 5..7
+    // round up to the GMAX = 8 instance, 2 dims per thread, another summation order).
     if (!staged || with_ctr) continue;
     for (int hpb : {1, 2}) {
       if (hpb >= G || G % hpb != 0) continue;
@@ -186,7 +187,7 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
       bool untouched5 = part5.guards_intact();
       for (float x : part5.get()) untouched5 &= std::isnan(x);
       EXPECT_TRUE(untouched5) << hw << " wrote the partials";
-      if (G < 8)
+      if (G <= 4)
         EXPECT_TRUE(std::memcmp(out5.data(), out4.data(), out.size() * sizeof(float)) == 0)
             << hw << " differs from the whole group's block, rel_l2 " << rel_l2(out5, out4);
     }

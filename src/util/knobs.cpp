@@ -36,7 +36,7 @@ const std::vector<KnobInfo>& knob_table() {
       {"attn_single_split", "LMFUSE_ATTN_SINGLE_SPLIT", &Knobs::attn_single_split,
        "CUDA decode: the staged attention takes lengths up to one stage (64 positions) in a single split, so the merge is a copy (0 = slices of at least 16 positions)"},
       {"attn_direct", "LMFUSE_ATTN_DIRECT", &Knobs::attn_direct,
-       "CUDA decode: steps at lengths up to 128 replay a second graph whose attention is one block per KV head writing the output itself, no merge kernel (auto = on)"},
+       "CUDA decode: short steps (to 384 positions from hidden size 2560, else 256; 128 without attn_head_split) replay a second graph whose attention writes the output itself, no merge kernel (auto = on)"},
       {"attn_head_split", "LMFUSE_ATTN_HEAD_SPLIT", &Knobs::attn_head_split,
        "CUDA decode: the direct attention launch (attn_direct) takes one query head per block instead of a KV head's whole group (staged form, epilogue not in the attention)"},
       {"attn_merge_fusion", "LMFUSE_ATTN_MERGE_FUSION", &Knobs::attn_merge_fusion,

@@ -29,7 +29,7 @@ struct Knobs {
   Tri qkv_post_pdl = Tri::Auto;     // LMFUSE_QKV_POST_PDL: the QKV epilogue kernel launched with PDL (auto = on)
   Tri attn_staged = Tri::Auto;      // LMFUSE_ATTN_STAGED: decode attention pass 1 from shared-memory stages, a lane per position (auto = on)
   Tri attn_single_split = Tri::Auto;  // LMFUSE_ATTN_SINGLE_SPLIT: staged decode attention takes up to 64 positions in one split (auto = on)
-  Tri attn_direct = Tri::Auto;      // LMFUSE_ATTN_DIRECT: decode lengths <= 128 replay a graph whose attention split writes the output (no merge kernel)
+  Tri attn_direct = Tri::Auto;      // LMFUSE_ATTN_DIRECT: short decode steps replay a graph whose attention split writes the output (no merge kernel)
   Tri attn_head_split = Tri::Auto;  // LMFUSE_ATTN_HEAD_SPLIT: the direct attention launch takes one query head per block
   Tri attn_merge_fusion = Tri::Auto;  // LMFUSE_ATTN_MERGE_FUSION: decode attention merged by its last split block
   Tri pdl_early_trigger = Tri::Auto;  // LMFUSE_PDL_EARLY_TRIGGER: short decode kernels release the next before their wait (auto = per kernel: epilogue and split always, the merge from hidden size 2560)

@@ -190,7 +190,7 @@ struct AttnArgs {
 // 4B 0.999, 8B 1.015; 8B at depth 4096 1.143). Read by the backend and the chain benchmark.
 constexpr bool kAttnStagedAuto = true;
 constexpr bool kAttnSingleSplitAuto = true;  // docs/PERF.md S15-3/S15-4
-// Knob LMFUSE_ATTN_DIRECT: decode steps at lengths up to kAttnDirectMax replay a second graph
+// Knob LMFUSE_ATTN_DIRECT: decode steps at lengths up to attn_direct_max (below) replay a second graph
 // whose attention is direct (AttnArgs::direct), without the early trigger. Measured (docs/PERF.md
 // S18-1..S18-3, `lmfuse bench --ab attn_direct`): tg128 with the bound at 128 0.6B 1.047-1.064,
 // 4B 1.024, 8B 1.032 (at 64: 1.036 / 0.996 / 1.003, with the early trigger on 4B/8B); past 128
@@ -198,9 +198,9 @@ constexpr bool kAttnSingleSplitAuto = true;  // docs/PERF.md S15-3/S15-4
 // 1.011; bound 512 at 256-383: 0.6B 0.899, 8B 0.958).
 constexpr bool kAttnDirectAuto = true;
 // Knob LMFUSE_ATTN_HEAD_SPLIT: the direct launch takes one query head per block
-// (AttnArgs::heads_per_block = 1) instead of the KV head's whole group (docs/PERF.md S19-2).
+// (AttnArgs::heads_per_block = 1) instead of the KV head's whole group (docs/PERF.md S19-2:
+// tg128 8B 1.047, 4B 1.040, 0.6B 1.012-1.020).
 constexpr bool kAttnHeadSplitAuto = true;
-constexpr int kAttnDirectMax = 128;
 int attn_plan_splits(int n_kv_head, int64_t n_ctx);  // plan-time split count for this device
 size_t attn_scratch_floats(int n_head, int head_dim, int n_splits);
 void attention_decode(const AttnArgs& a, cudaStream_t s = nullptr);
@@ -274,6 +274,13 @@ bool gemv_wide();
 // trigger and o_proj's x quantized by the merge), so it is asked of large_decode_model.
 constexpr int64_t kWideMinEmbd = 2560;
 constexpr bool large_decode_model(int64_t n_embd) { return n_embd >= kWideMinEmbd; }
+// The direct graph's length bound. One block per query head (S19-3, `-n 128 -d D`, direct vs
+// split + merge over the 128 steps after D): D = 128 0.6B 1.011, 4B 1.043, 8B 1.063; D = 256
+// 0.6B 0.911, 4B 1.009, 8B 1.028; D = 384 4B 0.971, 8B 0.987. So 384 from the wide GEMVs'
+// hidden size, else 256. One block per KV head: 128 (kAttnDirectAuto's figures).
+constexpr int attn_direct_max(bool head_split, int64_t n_embd) {
+  return !head_split ? 128 : large_decode_model(n_embd) ? 384 : 256;
+}
 // The automatic early-trigger mask (docs/PERF.md, S15-3 to S15-6): the QKV epilogue and the split
 // on every model (0.6B tg128: 1,769.9 / 1,771.8 t/s against 1,710.4 / 1,718.6 with none), the
 // merge too on large models, where o_proj's weights, loaded during the split once the merge has

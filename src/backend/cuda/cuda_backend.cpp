@@ -466,10 +466,10 @@ void CudaBackend::prepare(Graph& g) {
   // A slicing policy of the staged form, not a fusion; automatic: kAttnSingleSplitAuto.
   attn_single_split_ = tri_resolve(k.attn_single_split, cuda::kAttnSingleSplitAuto);
   // Short lengths: the split writes the output, no merge kernel (a second graph; docs/PERF.md S18).
-  // The direct launch with one query head per block (staged form, q from the QKV epilogue kernel;
-  // a kernel form, not a fusion; docs/PERF.md S19-2: tg128 8B 1.047, 4B 1.040, 0.6B 1.012-1.020,
-  // two heads per block on 8B/4B about half of that).
-  attn_direct_hpb_ = attn_staged_ && !qkv_epilogue_in_attention_ && tri_resolve(k.attn_head_split, cuda::kAttnHeadSplitAuto) ? 1 : 0;
+  // The direct launch with one query head per block (staged form; a kernel form, not a fusion;
+  // docs/PERF.md S19-2: tg128 8B 1.047, 4B 1.040, 0.6B 1.012-1.020, two heads per block on 8B/4B
+  // about half of that).
+  attn_direct_hpb_ = attn_staged_ && tri_resolve(k.attn_head_split, cuda::kAttnHeadSplitAuto) ? 1 : 0;
   attn_direct_max_ = fusion && tri_resolve(k.attn_direct, cuda::kAttnDirectAuto)
                          ? cuda::attn_direct_max(attn_direct_hpb_ > 0, hp.n_embd)
                          : 0;

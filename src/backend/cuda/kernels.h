@@ -180,7 +180,7 @@ struct AttnArgs {
   // merge kernel, one launch instead of two. Correct at any length, meant for short ones (the
   // backend's second decode graph, knob LMFUSE_ATTN_DIRECT); counters are then not used.
   bool direct = false;
-  // With direct and staged, without qkv_raw: query heads per block, a divisor of the group size
+  // With direct and staged (qkv_raw or not): query heads per block, a divisor of the group size
   // n_head / n_kv_head (0 = the whole group, one block per KV head). Fewer heads per block spread
   // the direct launch's per-head work (scores, softmax, P.V) over n_head / heads_per_block
   // blocks, each reading its KV head's rows (from L2 after the first); knob LMFUSE_ATTN_HEAD_SPLIT.

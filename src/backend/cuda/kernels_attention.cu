@@ -114,8 +114,8 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.v_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.v_cache));
   const int G = a.n_head / a.n_kv_head;
   const int hpb = a.heads_per_block == 0 ? G : a.heads_per_block;
-  if (hpb != G && (hpb < 1 || G % hpb != 0 || !a.direct || !a.staged || a.qkv_raw))
-    LMF_FAIL("cuda attention: heads_per_block ", a.heads_per_block, " needs a direct staged launch without qkv_raw and a divisor of ", G);
+  if (hpb != G && (hpb < 1 || G % hpb != 0 || !a.direct || !a.staged))
+    LMF_FAIL("cuda attention: heads_per_block ", a.heads_per_block, " needs a direct staged launch and a divisor of ", G);
   p.hpb = hpb;
   // The instance is sized for the heads of one block.
   if (a.head_dim == 32) launch_g<32>(p, hpb, a.staged, s);

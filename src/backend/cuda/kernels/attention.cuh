@@ -84,8 +84,8 @@ struct AttnParams {
   // no partials, no merge kernel (AttnArgs::direct).
   bool direct_only;
   // Query heads per block (AttnArgs::heads_per_block; G when not split): block x takes heads
-  // x * hpb .. x * hpb + hpb - 1, of KV head x * hpb / G. Only the staged direct launch without
-  // POST splits (hpb < G); every other launch has hpb = G, one block per KV head.
+  // x * hpb .. x * hpb + hpb - 1, of KV head x * hpb / G. Only the staged direct launch splits
+  // (hpb < G); every other launch has hpb = G, one block per KV head.
   int hpb;
 };
 
@@ -249,15 +249,17 @@ __device__ __forceinline__ void attn_merge_heads(const AttnParams& p, int kvh, i
 }
 
 // POST, after the PDL wait: every warp normalizes and rotates the block's query heads into q_out
-// (G of them; q_out[g] for head kvh * G + g) and, in the block whose slice holds pos, warp 0
-// builds k (norm + RoPE) and warp 1 v at pos into kv (fp32), then writes them to the caches and
-// to kv_h (fp16, as cached). Used by both forms of pass 1 (attention_staged.cuh).
+// (HB of them from head h0; q_out[g] for head h0 + g) and, in a block whose slice holds pos, warp 0
+// builds k (norm + RoPE) and warp 1 v at pos into kv (fp32) and kv_h (fp16, as cached); the block
+// that `writes` also stores them to the caches (with a head split every block of the KV head
+// builds them, one stores). Used by both forms of pass 1 (attention_staged.cuh).
 template <int HD>
-__device__ __forceinline__ void attn_post_epilogue(const AttnParams& p, int kvh, int G, int pos, bool has_pos,
-                                                   float (*q_out)[HD], float (*kv)[HD], __half (*kv_h)[HD]) {
+__device__ __forceinline__ void attn_post_epilogue(const AttnParams& p, int kvh, int h0, int HB, int pos, bool has_pos,
+                                                   bool writes, float (*q_out)[HD], float (*kv)[HD],
+                                                   __half (*kv_h)[HD]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int g = warp; g < G; g += kAttnWarps)
-    head_post_warp<HD>(p.raw + size_t(kvh * G + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, pos,
+  for (int g = warp; g < HB; g += kAttnWarps)
+    head_post_warp<HD>(p.raw + size_t(h0 + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, pos,
                        q_out[g], lane);
   if (has_pos && warp < 2) {  // warp 0: k (norm + RoPE), warp 1: v (as is)
     const bool is_k = warp == 0;
@@ -266,7 +268,7 @@ __device__ __forceinline__ void attn_post_epilogue(const AttnParams& p, int kvh,
     __half* dst = (is_k ? p.k_w : p.v_w) + (size_t(kvh) * p.n_ctx + pos) * HD;
     for (int d = lane; d < HD; d += 32) {
       const __half h = __float2half_rn(kv[warp][d]);
-      dst[d] = h;
+      if (writes) dst[d] = h;
       kv_h[warp][d] = h;
     }
   }
@@ -358,7 +360,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   pdl_wait_trigger(p.early);  // q and the cache row at pos come from the previous kernel
   tl_waited_phase(p.tl);
   if constexpr (POST) {
-    attn_post_epilogue<HD>(p, kvh, G, pos, has_pos, sm_q, sm_kv, sm_kvh);
+    attn_post_epilogue<HD>(p, kvh, kvh * G, G, pos, has_pos, true, sm_q, sm_kv, sm_kvh);
     __syncthreads();
   }
 #pragma unroll

@@ -15,7 +15,7 @@
 //   registers; at the end the NTG position groups are summed in a fixed order.
 // - Head split (direct launch only, AttnParams::hpb < G): a block takes hpb of its KV head's G
 //   query heads, the instance's GMAX sized for hpb; the other blocks of the KV head read the
-//   same rows. Per head the same sums in the same order as the whole group's block when both
+//   same rows. POST: each of them builds k and v at pos for itself, the first one stores them. Per head the same sums in the same order as the whole group's block when both
 //   instances have the same kStagedDpt (GMAX < 8): bitwise equal outputs.
 // The outputs are (m, l, o = num / l) per split and head, as the register form writes them (not
 // its bits: the reductions run in another order).
@@ -143,7 +143,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
       pos_val = __ldcg(reinterpret_cast<const uint4*>((tid / CH ? p.v : p.k) + (size_t(kvh) * p.n_ctx + pos) * HD +
                                                       (tid % CH) * 8));
   if constexpr (POST) {
-    attn_post_epilogue<HD>(p, kvh, G, pos, has_pos, sq, sm_kv, sm_kvh);
+    attn_post_epilogue<HD>(p, kvh, h0, HB, pos, has_pos, h0 == kvh * G, sq, sm_kv, sm_kvh);
   } else {
     const float4* src = reinterpret_cast<const float4*>(p.q + size_t(h0) * HD);
     for (int i = tid; i < HB * HD / 4; i += NT) reinterpret_cast<float4*>(&sq[0][0])[i] = src[i];

@@ -252,8 +252,9 @@ void set_pdl_early_trigger(int mask);
 // only, those of more than two column batches per row group (down_proj), whose row group is not
 // all loaded before the PDL wait (docs/PERF.md S19). The count of warps depends only on the shape
 // and type, so results are deterministic and every prologue/epilogue/width of a shape sums in
-// the same order. Measured on every shape at the 8B shapes it did not help (sessions 5, 8, 13).
-// Set before capture.
+// the same order. Measured (docs/PERF.md S19-1, tg128, auto vs off): 8B 1.022-1.027, 4B
+// 1.009-1.014, 0.6B untouched (no deep shape); on every shape it loses on qkv and o (4B: 1.007
+// against auto's 1.011; sessions 5, 8, 13). Set before capture.
 void set_gemv_split_k(Tri mode);
 // One GEMV block per SM instead of as many as fit (2 for the integer-dot types), so that a block
 // of the next PDL-launched kernel fits beside it and issues its weight loads while this one runs.

@@ -15,8 +15,9 @@
 //   registers; at the end the NTG position groups are summed in a fixed order.
 // - Head split (direct launch only, AttnParams::hpb < G): a block takes hpb of its KV head's G
 //   query heads, the instance's GMAX sized for hpb; the other blocks of the KV head read the
-//   same rows. POST: each of them builds k and v at pos for itself, the first one stores them. Per head the same sums in the same order as the whole group's block when both
-//   instances have the same kStagedDpt (GMAX < 8): bitwise equal outputs.
+//   same rows. POST: each of them builds k and v at pos for itself, the first one stores them.
+//   Per head the same sums in the same order as the whole group's block when both instances
+//   have the same kStagedDpt (GMAX < 8): bitwise equal outputs.
 // The outputs are (m, l, o = num / l) per split and head, as the register form writes them (not
 // its bits: the reductions run in another order).
 #pragma once

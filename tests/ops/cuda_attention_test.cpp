@@ -142,51 +142,42 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
   // its own output, the partials untouched (still the 0xFF poison); with a single split in the
   // launch above (the staged form to 64) the same bits as the merge kernel's copy. With merge
   // fusion counters set, the direct launch ignores them (and leaves them zero).
+  auto run_direct = [&](const AttnArgs& base, int hpb, const std::string& tag) {
+    DevBuf<float> d_o(q.size()), d_part(attn_scratch_floats(n_head, hd, base.n_splits));
+    DevBuf<uint8_t> d_xqd(gemv_xq_bytes(int64_t(q.size())));
+    AttnArgs d = base;
+    d.out = d_o.p();
+    d.partial = d_part.p();
+    d.xq = d_xqd.p();
+    d.direct = true;
+    d.heads_per_block = hpb;
+    attention_decode(d);
+    const auto o = d_o.get();
+    EXPECT_TRUE(all_finite(o) && d_o.guards_intact() && d_xqd.guards_intact()) << tag;
+    EXPECT_LE(rel_l2(o, ref), 1e-5) << tag;
+    EXPECT_TRUE(d_xqd.get() == xq_reference(o)) << tag << " xq codes";
+    bool untouched = d_part.guards_intact();
+    for (float x : d_part.get()) untouched &= std::isnan(x);
+    EXPECT_TRUE(untouched) << tag << " wrote the partials";
+    return o;
+  };
   for (bool with_ctr : {false, true}) {
-    DevBuf<float> d_out4(q.size()), part4(attn_scratch_floats(n_head, hd, a.n_splits));
-    DevBuf<uint8_t> d_xq4(gemv_xq_bytes(int64_t(q.size())));
     DevBuf<unsigned> ctr4(std::vector<unsigned>(size_t(n_kv), 0u));
     AttnArgs d = a;
-    d.out = d_out4.p();
-    d.partial = part4.p();
-    d.xq = d_xq4.p();
-    d.direct = true;
     if (with_ctr) d.counters = ctr4.p();
-    attention_decode(d);
-    const auto out4 = d_out4.get();
     const std::string dw = what + " direct" + (with_ctr ? " (counters set)" : "");
-    EXPECT_TRUE(all_finite(out4) && d_out4.guards_intact() && d_xq4.guards_intact()) << dw;
-    EXPECT_LE(rel_l2(out4, ref), 1e-5) << dw;
-    EXPECT_TRUE(d_xq4.get() == xq_reference(out4)) << dw << " xq codes";
-    bool untouched = part4.guards_intact();
-    for (float x : part4.get()) untouched &= std::isnan(x);
-    EXPECT_TRUE(untouched) << dw << " wrote the partials";
+    const auto out4 = run_direct(d, 0, dw);
     EXPECT_TRUE(ctr4.get() == std::vector<unsigned>(size_t(n_kv), 0u)) << dw << " counters";
     if (staged && single && len <= 64)
       EXPECT_TRUE(std::memcmp(out4.data(), out.data(), out.size() * sizeof(float)) == 0) << dw << " differs from the copy";
-    // Head split (staged form): hpb of the G query heads per block, into a fresh poisoned output.
-    // Against the host reference and its codes, partials untouched; bitwise equal to the whole
-    // group's block when both instances take 4 dims per P.V thread (G <= 4: GMAX < 8; G = 5..7
-    // round up to the GMAX = 8 instance, 2 dims per thread, another summation order).
+    // Head split (staged form): hpb of the G query heads per block, the same checks; bitwise
+    // equal to the whole group's block when both instances take 4 dims per P.V thread (G <= 4:
+    // GMAX < 8; G = 5..7 round up to the GMAX = 8 instance, 2 dims per thread, another order).
     if (!staged || with_ctr) continue;
     for (int hpb : {1, 2}) {
       if (hpb >= G || G % hpb != 0) continue;
-      DevBuf<float> d_out5(q.size()), part5(attn_scratch_floats(n_head, hd, a.n_splits));
-      DevBuf<uint8_t> d_xq5(gemv_xq_bytes(int64_t(q.size())));
-      AttnArgs e = d;
-      e.out = d_out5.p();
-      e.partial = part5.p();
-      e.xq = d_xq5.p();
-      e.heads_per_block = hpb;
-      attention_decode(e);
-      const auto out5 = d_out5.get();
       const std::string hw = dw + " heads_per_block " + std::to_string(hpb);
-      EXPECT_TRUE(all_finite(out5) && d_out5.guards_intact() && d_xq5.guards_intact()) << hw;
-      EXPECT_LE(rel_l2(out5, ref), 1e-5) << hw;
-      EXPECT_TRUE(d_xq5.get() == xq_reference(out5)) << hw << " xq codes";
-      bool untouched5 = part5.guards_intact();
-      for (float x : part5.get()) untouched5 &= std::isnan(x);
-      EXPECT_TRUE(untouched5) << hw << " wrote the partials";
+      const auto out5 = run_direct(d, hpb, hw);
       if (G <= 4)
         EXPECT_TRUE(std::memcmp(out5.data(), out4.data(), out.size() * sizeof(float)) == 0)
             << hw << " differs from the whole group's block, rel_l2 " << rel_l2(out5, out4);

@@ -102,17 +102,26 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
                            std::to_string(n_kv) + " hd " + std::to_string(hd) + " len " + std::to_string(len);
   EXPECT_TRUE(all_finite(out) && d_out.guards_intact() && part.guards_intact()) << what;
   EXPECT_LE(rel_l2(out, ref), 1e-5) << what;
+  // A launch of `a` with its own poisoned output, partials and int8 codes.
+  struct Fresh {
+    DevBuf<float> out, part;
+    DevBuf<uint8_t> xq;
+    Fresh(size_t n, size_t n_part) : out(n), part(n_part), xq(gemv_xq_bytes(int64_t(n))) {}
+    void run(AttnArgs c) {
+      c.out = out.p();
+      c.partial = part.p();
+      c.xq = xq.p();
+      attention_decode(c);
+    }
+  };
   // The merge kernel's int8 copy of out for the o_proj GEMV (AttnArgs::xq): the same out bits,
   // the codes of the host rule, into a poisoned buffer whose guards stay intact; and an Int8
   // prologue GEMV on it gives the bits of the None prologue on out.
   {
-    DevBuf<float> d_out3(q.size()), part3(attn_scratch_floats(n_head, hd, a.n_splits));
-    DevBuf<uint8_t> d_xq(gemv_xq_bytes(int64_t(q.size())));
-    AttnArgs c = a;
-    c.out = d_out3.p();
-    c.partial = part3.p();
-    c.xq = d_xq.p();
-    attention_decode(c);
+    Fresh f(q.size(), attn_scratch_floats(n_head, hd, a.n_splits));
+    f.run(a);
+    DevBuf<float>& d_out3 = f.out;
+    DevBuf<uint8_t>& d_xq = f.xq;
     const auto out3 = d_out3.get();
     EXPECT_TRUE(std::memcmp(out3.data(), out.data(), out.size() * sizeof(float)) == 0) << what << " with xq";
     EXPECT_TRUE(d_xq.get() == xq_reference(out)) << what << " xq codes";
@@ -143,21 +152,17 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
   // launch above (the staged form to 64) the same bits as the merge kernel's copy. With merge
   // fusion counters set, the direct launch ignores them (and leaves them zero).
   auto run_direct = [&](const AttnArgs& base, int hpb, const std::string& tag) {
-    DevBuf<float> d_o(q.size()), d_part(attn_scratch_floats(n_head, hd, base.n_splits));
-    DevBuf<uint8_t> d_xqd(gemv_xq_bytes(int64_t(q.size())));
+    Fresh f(q.size(), attn_scratch_floats(n_head, hd, base.n_splits));
     AttnArgs d = base;
-    d.out = d_o.p();
-    d.partial = d_part.p();
-    d.xq = d_xqd.p();
     d.direct = true;
     d.heads_per_block = hpb;
-    attention_decode(d);
-    const auto o = d_o.get();
-    EXPECT_TRUE(all_finite(o) && d_o.guards_intact() && d_xqd.guards_intact()) << tag;
+    f.run(d);
+    const auto o = f.out.get();
+    EXPECT_TRUE(all_finite(o) && f.out.guards_intact() && f.xq.guards_intact()) << tag;
     EXPECT_LE(rel_l2(o, ref), 1e-5) << tag;
-    EXPECT_TRUE(d_xqd.get() == xq_reference(o)) << tag << " xq codes";
-    bool untouched = d_part.guards_intact();
-    for (float x : d_part.get()) untouched &= std::isnan(x);
+    EXPECT_TRUE(f.xq.get() == xq_reference(o)) << tag << " xq codes";
+    bool untouched = f.part.guards_intact();
+    for (float x : f.part.get()) untouched &= std::isnan(x);
     EXPECT_TRUE(untouched) << tag << " wrote the partials";
     return o;
   };
@@ -168,8 +173,9 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
     const std::string dw = what + " direct" + (with_ctr ? " (counters set)" : "");
     const auto out4 = run_direct(d, 0, dw);
     EXPECT_TRUE(ctr4.get() == std::vector<unsigned>(size_t(n_kv), 0u)) << dw << " counters";
-    if (staged && single && len <= 64)
+    if (staged && single && len <= 64) {
       EXPECT_TRUE(std::memcmp(out4.data(), out.data(), out.size() * sizeof(float)) == 0) << dw << " differs from the copy";
+    }
     // Head split (staged form): hpb of the G query heads per block, the same checks; bitwise
     // equal to the whole group's block when both instances take 4 dims per P.V thread (G <= 4:
     // GMAX < 8; G = 5..7 round up to the GMAX = 8 instance, 2 dims per thread, another order).
@@ -178,9 +184,10 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
       if (hpb >= G || G % hpb != 0) continue;
       const std::string hw = dw + " heads_per_block " + std::to_string(hpb);
       const auto out5 = run_direct(d, hpb, hw);
-      if (G <= 4)
+      if (G <= 4) {
         EXPECT_TRUE(std::memcmp(out5.data(), out4.data(), out.size() * sizeof(float)) == 0)
             << hw << " differs from the whole group's block, rel_l2 " << rel_l2(out5, out4);
+      }
     }
   }
   // Merge fusion (the last split block of each KV head merges): the same bits, twice in a row

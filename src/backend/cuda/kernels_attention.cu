@@ -64,11 +64,12 @@ void launch(const dev::AttnParams& p, bool staged, cudaStream_t s) {
                     dim3(HD), dev::attn_merge_smem(p.n_splits), s, pm);
   }
 }
+// The instance for `heads` query heads per block (rounded up to GMAX 1, 2, 4 or 8).
 template <int HD>
-void launch_g(const dev::AttnParams& p, int G, bool staged, cudaStream_t s) {
-  if (G <= 1) launch<HD, 1>(p, staged, s);
-  else if (G <= 2) launch<HD, 2>(p, staged, s);
-  else if (G <= 4) launch<HD, 4>(p, staged, s);
+void launch_g(const dev::AttnParams& p, int heads, bool staged, cudaStream_t s) {
+  if (heads <= 1) launch<HD, 1>(p, staged, s);
+  else if (heads <= 2) launch<HD, 2>(p, staged, s);
+  else if (heads <= 4) launch<HD, 4>(p, staged, s);
   else launch<HD, 8>(p, staged, s);
 }
 }  // namespace
@@ -117,7 +118,6 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   if (hpb != G && (hpb < 1 || G % hpb != 0 || !a.direct || !a.staged))
     LMF_FAIL("cuda attention: heads_per_block ", a.heads_per_block, " needs a direct staged launch and a divisor of ", G);
   p.hpb = hpb;
-  // The instance is sized for the heads of one block.
   if (a.head_dim == 32) launch_g<32>(p, hpb, a.staged, s);
   else if (a.head_dim == 64) launch_g<64>(p, hpb, a.staged, s);
   else launch_g<128>(p, hpb, a.staged, s);

@@ -49,6 +49,13 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/bench/cuda_bench_sync.cu)
   target_link_libraries(cuda_bench_sync PRIVATE lmfuse_backend_cuda lmfuse_format)
 endif()
 
+# A persistent decode-layer prototype: one block per SM streaming every phase's weights through a
+# shared-memory ring across the layer's dependent phases (docs/PERF.md, session 20).
+if(EXISTS ${CMAKE_SOURCE_DIR}/bench/cuda_bench_persist.cu)
+  add_executable(cuda_bench_persist ${CMAKE_SOURCE_DIR}/bench/cuda_bench_persist.cu)
+  target_link_libraries(cuda_bench_persist PRIVATE lmfuse_backend_cuda lmfuse_format)
+endif()
+
 # The prefill routing sweep (in-kernel vs outer dequant vs GEMV per token; docs/PERF.md).
 if(EXISTS ${CMAKE_SOURCE_DIR}/bench/cuda_bench_prefill.cu)
   add_executable(cuda_bench_prefill ${CMAKE_SOURCE_DIR}/bench/cuda_bench_prefill.cu)

@@ -1,0 +1,544 @@
+// Does a persistent decode kernel keep the weight stream going across the dependent phases of a
+// layer? (No gtest: runs on the bare GPU machine; docs/PERF.md, session 20.)
+//
+// The engine's decode step is ~6 dependent launches per layer, and each GEMV launch pays a fixed
+// ~1.5-2 µs over its bytes (session 9: `time = ~1.4-1.9 µs + bytes / copy bandwidth` for every
+// load method inside one launch): its blocks become resident only when the previous kernel's
+// leave, and its weight stream starts from empty. Session 15 measured that a grid barrier is no
+// cheaper than a PDL boundary; what a persistent kernel can add is that the weights of the next
+// phase keep streaming while the current one finishes and hands over, because they depend on
+// nothing.
+//
+// The prototype: one block per SM, one producer warp and W consumer warps. The producer walks
+// the SM's share of every weight matrix of every layer in order and copies it, in chunks of
+// 18 KB, into a ring of S shared-memory slots (cp.async.bulk completing on a per-slot mbarrier,
+// L2 evict-first); it waits only for a free slot, never for data. The consumers run the layer's
+// phases: each phase first waits until every SM has finished the phase before it (a counter in
+// global memory per phase, red.release / ld.acquire), stages its input vector (RMSNorm where the
+// layer has one, int8 per 32-block as the engine's integer-dot GEMVs do), then takes the phase's
+// tiles from the ring, and at the end applies the epilogue and counts the SM in.
+//
+// Per layer (Qwen3 shapes, Q4_0): qkv = W_qkv * norm(hA); a weightless hop standing for the
+// attention (attn = q part of qkv, sliced over the SMs: one more grid-wide dependency); hB = hA
+// + W_o * attn; act = silu(gate) * up of W_gu * norm(hB) (rows interleaved gate/up); hA = hB +
+// W_down * act.
+//
+// Weight layout (any SM count): a matrix of R rows x K columns is row groups of 8 rows, each
+// K/512 tiles of 8 rows x 16 blocks of 32 (16 x 16 bytes of nibbles per row, then 8 x 16 fp16
+// scales: 2,304 bytes), row group after row group. SM s owns row groups [s*n/nsm, (s+1)*n/nsm),
+// a contiguous range. Inside an SM, tile t of the phase goes to consumer warp t % W; lane l
+// takes block l % 16 of rows 4*(l/16) .. +3, and the tile's per-row partial sums land in shared
+// memory, summed over the row group's tiles in order at the end of the phase (deterministic).
+//
+// `--check`: one layer, each phase compared with a host computation from the device's own input
+// to that phase (rel-L2). Timing: tokens of all layers, back-to-back launches, µs per layer and
+// % of the copy bandwidth measured in the same run.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/act_quant.cuh"
+#include "backend/cuda/kernels/common.cuh"
+#include "bulk_copy.cuh"
+#include "cuda_bench_util.cuh"
+
+using namespace lmf::cuda::dev;
+
+namespace {
+
+constexpr int kTileRows = 8, kTileBlk = 16;
+constexpr int kTileQ = kTileRows * kTileBlk * 16;           // 2,048 bytes of nibbles
+constexpr int kTileBytes = kTileQ + kTileRows * kTileBlk * 2;  // + 256 bytes of scales
+constexpr int kChunkTiles = 8, kChunkBytes = kChunkTiles * kTileBytes;
+constexpr int kPhases = 5;  // qkv, hop, o, gate/up, down
+constexpr int kMaxK = 12288;
+constexpr int kMaxPart = 2048;  // floats of per-tile row partials per SM and phase
+
+struct Mat {
+  size_t off;  // bytes into the layer
+  int R, K;
+};
+
+struct Params {
+  const uint8_t* w;
+  size_t layer_bytes;
+  Mat m[kPhases];  // m[1] unused (the hop)
+  int L, H, nq_hd, F;
+  int nsm, W, S;
+  float eps;
+  const float* g_attn;  // [L][H]
+  const float* g_ffn;   // [L][H]
+  float *hA, *hB, *qkv, *attn, *act;
+  unsigned* cnt;  // [L * kPhases]
+  unsigned epoch;
+};
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void cbar(int W) {  // the consumer warps only
+  asm volatile("bar.sync 1, %0;" ::"r"(W * 32) : "memory");
+}
+
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+// Q4_0 block (16 bytes, GGUF order) times 32 int8 codes (lo = 0..15, hi = 16..31) + init.
+__device__ __forceinline__ int dot_q4(const uint4& q, const uint4& xl, const uint4& xh, int init) {
+  int lo = init, hi = 0;
+  lo = dp4a_us(q.x & 0x0F0F0F0Fu, xl.x, lo);
+  hi = dp4a_us(q.x & 0xF0F0F0F0u, xh.x, hi);
+  lo = dp4a_us(q.y & 0x0F0F0F0Fu, xl.y, lo);
+  hi = dp4a_us(q.y & 0xF0F0F0F0u, xh.y, hi);
+  lo = dp4a_us(q.z & 0x0F0F0F0Fu, xl.z, lo);
+  hi = dp4a_us(q.z & 0xF0F0F0F0u, xh.z, hi);
+  lo = dp4a_us(q.w & 0x0F0F0F0Fu, xl.w, lo);
+  hi = dp4a_us(q.w & 0xF0F0F0F0u, xh.w, hi);
+  return lo + (hi >> 4);
+}
+
+struct Share {
+  int rg0, rg1, kt;  // row groups [rg0, rg1) of this SM, tiles per row group
+  __device__ int tiles() const { return (rg1 - rg0) * kt; }
+};
+__device__ __forceinline__ Share share_of(const Mat& m, int s, int nsm) {
+  const int n = m.R / kTileRows;
+  return {int(long(s) * n / nsm), int(long(s + 1) * n / nsm), m.K / (kTileBlk * 32)};
+}
+
+// x (K floats, global, written by other SMs) -> int8 codes in xs (planes lo, hi, then {dx, sum}).
+// norm: x * rsqrt(mean(x^2) + eps) * gamma first.
+__device__ void stage_x(const float* x, const float* gamma, int K, float eps, float4* xs, float* red, int W) {
+  const int NT = W * 32, tid = int(threadIdx.x);
+  const int n4 = K / 4, nblk = K / 32;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  float rn = 1.f;
+  if (gamma) {
+    float ss = 0.f;
+    for (int i = tid; i < n4; i += NT) {
+      const float4 v = __ldcg(x4 + i);
+      ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
+    }
+    ss = warp_sum(ss);
+    if ((tid & 31) == 0) red[tid >> 5] = ss;
+    cbar(W);
+    float t = 0.f;
+    for (int w = 0; w < W; ++w) t += red[w];
+    rn = rsqrtf(t / float(K) + eps);
+  }
+  const float4* g4 = reinterpret_cast<const float4*>(gamma);
+  for (int base = 0; base < n4; base += NT) {  // uniform trip count: the shuffles are safe
+    const int i = base + tid;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (i < n4) {
+      v = __ldcg(x4 + i);
+      if (gamma) {
+        const float4 g = __ldg(g4 + i);
+        v = make_float4(v.x * rn * g.x, v.y * rn * g.y, v.z * rn * g.z, v.w * rn * g.w);
+      }
+    }
+    const QuantWord q = quant_x4(v);
+    if (i < n4) store_quant_word(xs, nblk, i >> 3, i & 7, q);
+  }
+}
+
+__global__ void persist_kernel(const __grid_constant__ Params p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int S = p.S, W = p.W;
+  uint8_t* ring = smem;
+  float4* xs = reinterpret_cast<float4*>(smem + size_t(S) * kChunkBytes);           // <= 15.4 KB
+  float* part = reinterpret_cast<float*>(smem + size_t(S) * kChunkBytes + kMaxK / 32 * 40);
+  uint64_t* full = reinterpret_cast<uint64_t*>(part + kMaxPart);
+  uint64_t* empty = full + S;
+  __shared__ float red[32];
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const int s = int(blockIdx.x), nsm = p.nsm;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < S; ++i) {
+      mbar_init(full + i, 1);
+      mbar_init(empty + i, unsigned(W));
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == W) {  // producer
+    if (lane == 0) {
+      const uint64_t pol = evict_first_policy();
+      unsigned gc = 0;
+      for (int l = 0; l < p.L; ++l)
+        for (int ph = 0; ph < kPhases; ++ph) {
+          if (ph == 1) continue;
+          const Mat& m = p.m[ph];
+          const Share sh = share_of(m, s, nsm);
+          const uint8_t* src = p.w + size_t(l) * p.layer_bytes + m.off + size_t(sh.rg0) * sh.kt * kTileBytes;
+          const int nt = sh.tiles();
+          for (int t0 = 0; t0 < nt; t0 += kChunkTiles, ++gc) {
+            const int slot = int(gc % unsigned(S));
+            if (gc >= unsigned(S)) mbar_wait_parity(empty + slot, ((gc / unsigned(S)) - 1) & 1);
+            const uint32_t bytes = uint32_t(min(kChunkTiles, nt - t0)) * kTileBytes;
+            mbar_arrive_expect_tx(full + slot, bytes);
+            bulk_load(ring + size_t(slot) * kChunkBytes, src + size_t(t0) * kTileBytes, bytes, full + slot, pol);
+          }
+        }
+    }
+    return;
+  }
+
+  // consumers
+  const int tid = int(threadIdx.x), NT = W * 32;
+  const unsigned target = p.epoch * unsigned(nsm);
+  unsigned gc = 0;
+  for (int l = 0; l < p.L; ++l)
+    for (int ph = 0; ph < kPhases; ++ph) {
+      const int gph = l * kPhases + ph;
+      if (gph > 0) {
+        if (tid == 0)
+          while (ld_acquire(p.cnt + gph - 1) < target) {
+          }
+        cbar(W);
+      }
+      if (ph == 1) {  // the hop: attn = q part of qkv, sliced over the SMs
+        for (int i = s * NT + tid; i < p.nq_hd; i += nsm * NT) p.attn[i] = __ldcg(p.qkv + i);
+      } else {
+        const Mat& m = p.m[ph];
+        const Share sh = share_of(m, s, nsm);
+        const int nt = sh.tiles();
+        if (nt > 0) {
+          const float* xin = ph == 0 ? p.hA : ph == 2 ? p.attn : ph == 3 ? p.hB : p.act;
+          const float* gam = ph == 0 ? p.g_attn + size_t(l) * p.H : ph == 3 ? p.g_ffn + size_t(l) * p.H : nullptr;
+          stage_x(xin, gam, m.K, p.eps, xs, red, W);
+          cbar(W);
+          const int nblk = m.K / 32;
+          const uint4* xlo = reinterpret_cast<const uint4*>(xs);
+          const uint4* xhi = xlo + nblk;
+          const int2* xsc = reinterpret_cast<const int2*>(xlo + 2 * nblk);
+          const int j = lane & 15, rh = lane >> 4;
+          for (int t0 = 0; t0 < nt; t0 += kChunkTiles, ++gc) {
+            const int slot = int(gc % unsigned(S));
+            mbar_wait_parity(full + slot, (gc / unsigned(S)) & 1);
+            const uint8_t* chunk = ring + size_t(slot) * kChunkBytes;
+            const int tend = min(nt, t0 + kChunkTiles);
+            for (int t = t0 + ((warp - t0 % W) + W) % W; t < tend; t += W) {
+              const uint8_t* tile = chunk + size_t(t - t0) * kTileBytes;
+              const int c = (t % sh.kt) * kTileBlk + j;
+              const uint4 xl = xlo[c], xh = xhi[c];
+              const int2 sc = xsc[c];
+              const float dx = __int_as_float(sc.x);
+              float v[4];
+#pragma unroll
+              for (int rr = 0; rr < 4; ++rr) {
+                const int r = rh * 4 + rr;
+                const uint4 q = reinterpret_cast<const uint4*>(tile)[r * kTileBlk + j];
+                const float d = __half2float(reinterpret_cast<const __half*>(tile + kTileQ)[r * kTileBlk + j]);
+                v[rr] = d * dx * float(dot_q4(q, xl, xh, -8 * sc.y));
+              }
+#pragma unroll
+              for (int rr = 0; rr < 4; ++rr)
+#pragma unroll
+                for (int o = 8; o > 0; o >>= 1) v[rr] += __shfl_xor_sync(0xffffffffu, v[rr], o);
+              if (j == 0)
+#pragma unroll
+                for (int rr = 0; rr < 4; ++rr) part[t * kTileRows + rh * 4 + rr] = v[rr];
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(empty + slot);
+          }
+          cbar(W);
+          // Rows of this SM: sum the row group's tiles in order, then the epilogue.
+          const int nrows = (sh.rg1 - sh.rg0) * kTileRows;
+          if (ph == 3) {
+            for (int pr = tid; pr < nrows / 2; pr += NT) {
+              float g = 0.f, u = 0.f;
+              const int r = 2 * pr, rg = r / kTileRows, rr = r % kTileRows;
+              for (int k = 0; k < sh.kt; ++k) {
+                g += part[(rg * sh.kt + k) * kTileRows + rr];
+                u += part[(rg * sh.kt + k) * kTileRows + rr + 1];
+              }
+              p.act[sh.rg0 * (kTileRows / 2) + pr] = silu(g) * u;
+            }
+          } else {
+            for (int r = tid; r < nrows; r += NT) {
+              const int rg = r / kTileRows, rr = r % kTileRows;
+              float v = 0.f;
+              for (int k = 0; k < sh.kt; ++k) v += part[(rg * sh.kt + k) * kTileRows + rr];
+              const int row = sh.rg0 * kTileRows + r;
+              if (ph == 0) p.qkv[row] = v;
+              else if (ph == 2) p.hB[row] = p.hA[row] + v;
+              else p.hA[row] = p.hB[row] + v;
+            }
+          }
+        }
+      }
+      cbar(W);
+      if (tid == 0) {
+        __threadfence();
+        red_release(p.cnt + gph, 1u);
+      }
+    }
+}
+
+// Tiles' scales: small positive fp16 (0x2000..0x23FF, ~0.008-0.016); nibbles stay random.
+__global__ void fix_scales(uint8_t* w, size_t ntiles) {
+  for (size_t t = blockIdx.x * size_t(blockDim.x) + threadIdx.x; t < ntiles; t += size_t(gridDim.x) * blockDim.x) {
+    uint16_t* d = reinterpret_cast<uint16_t*>(w + t * kTileBytes + kTileQ);
+    for (int i = 0; i < kTileRows * kTileBlk; ++i) {
+      uint32_t h = uint32_t(t * 131 + i) * 2654435761u;
+      h ^= h >> 13;
+      d[i] = uint16_t(0x2000u | (h & 0x3FFu));
+    }
+  }
+}
+
+struct Shape {
+  const char* name;
+  int H, nq, nkv, hd, F, L;
+};
+const Shape kShapes[] = {{"0.6b", 1024, 16, 8, 128, 3072, 28},
+                         {"4b", 2560, 32, 8, 128, 9728, 36},
+                         {"8b", 4096, 32, 8, 128, 12288, 36}};
+
+size_t mat_bytes(const Mat& m) { return size_t(m.R / kTileRows) * (m.K / (kTileBlk * 32)) * kTileBytes; }
+
+// Host: y[r] = sum_c d * dx * (sum_e (q_e - 8) * xq_e) over the tile layout, with the device's
+// quantization of x (the same float ops: amax, 127/amax, round to nearest even).
+std::vector<float> host_quant_gemv(const uint8_t* w, const Mat& m, std::vector<float> x) {
+  const int nblk = m.K / 32, kt = m.K / 512;
+  std::vector<int8_t> q(m.K);
+  std::vector<float> dx(nblk);
+  for (int c = 0; c < nblk; ++c) {
+    float am = 0.f;
+    for (int e = 0; e < 32; ++e) am = std::fmax(am, std::fabs(x[c * 32 + e]));
+    const float id = am > 0.f ? 127.f / am : 0.f;
+    for (int e = 0; e < 32; ++e) q[c * 32 + e] = int8_t(std::nearbyint(x[c * 32 + e] * id));
+    dx[c] = am / 127.f;
+  }
+  std::vector<float> y(m.R);
+  for (int r = 0; r < m.R; ++r) {
+    double acc = 0;
+    for (int c = 0; c < nblk; ++c) {
+      const size_t tile = (size_t(r / kTileRows) * kt + c / kTileBlk) * kTileBytes;
+      const int rr = r % kTileRows, jj = c % kTileBlk;
+      const uint8_t* qb = w + m.off + tile + (rr * kTileBlk + jj) * 16;
+      uint16_t hb;
+      std::memcpy(&hb, w + m.off + tile + kTileQ + (rr * kTileBlk + jj) * 2, 2);
+      __half_raw hr;
+      hr.x = hb;
+      const float d = __half2float(__half(hr));
+      long s = 0;
+      for (int b = 0; b < 16; ++b) {
+        s += long((qb[b] & 15) - 8) * q[c * 32 + b];
+        s += long((qb[b] >> 4) - 8) * q[c * 32 + 16 + b];
+      }
+      acc += double(d) * double(dx[c]) * double(s);
+    }
+    y[r] = float(acc);
+  }
+  return y;
+}
+std::vector<float> host_norm(const std::vector<float>& x, const float* g, float eps) {
+  double ss = 0;
+  for (float v : x) ss += double(v) * v;
+  const float rn = float(1.0 / std::sqrt(ss / x.size() + eps));
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * rn * g[i];
+  return y;
+}
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
+}
+std::vector<float> d2h(const float* d, size_t n) {
+  std::vector<float> h(n);
+  CUDA_CHECK(cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+int run(const Shape& sh, int W, int S, bool check, double copy_gbs, int nsm) {
+  Params p{};
+  p.H = sh.H;
+  p.nq_hd = sh.nq * sh.hd;
+  p.F = sh.F;
+  p.L = check ? 1 : sh.L;
+  p.nsm = nsm;
+  p.W = W;
+  p.S = S;
+  p.eps = 1e-6f;
+  const int qkv_rows = (sh.nq + 2 * sh.nkv) * sh.hd;
+  p.m[0] = {0, qkv_rows, sh.H};
+  p.m[2] = {mat_bytes(p.m[0]), sh.H, p.nq_hd};
+  p.m[3] = {p.m[2].off + mat_bytes(p.m[2]), 2 * sh.F, sh.H};
+  p.m[4] = {p.m[3].off + mat_bytes(p.m[3]), sh.H, sh.F};
+  p.m[1] = {0, 0, 0};
+  p.layer_bytes = p.m[4].off + mat_bytes(p.m[4]);
+  const size_t wbytes = p.layer_bytes * p.L;
+  uint8_t* w = nullptr;
+  CUDA_CHECK(cudaMalloc(&w, wbytes));
+  lmf::cuda::bench::fill_bits<<<1024, 256>>>(reinterpret_cast<uint32_t*>(w), wbytes / 4, 12345u, 0xFFFFFFFFu, 0);
+  fix_scales<<<1024, 256>>>(w, wbytes / kTileBytes);
+  CUDA_CHECK(cudaGetLastError());
+  p.w = w;
+  // Activations and gammas.
+  std::vector<float> g(size_t(p.L) * sh.H), h0(sh.H);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.8f + 0.4f * float((i * 2654435761u >> 7) % 1000) / 1000.f;
+  for (int i = 0; i < sh.H; ++i) h0[i] = float(int((i * 40503u) % 2001) - 1000) / 500.f;
+  float *ga, *gf, *hA, *hB, *qkv, *attn, *act;
+  unsigned* cnt;
+  CUDA_CHECK(cudaMalloc(&ga, g.size() * 4));
+  CUDA_CHECK(cudaMalloc(&gf, g.size() * 4));
+  CUDA_CHECK(cudaMalloc(&hA, sh.H * 4));
+  CUDA_CHECK(cudaMalloc(&hB, sh.H * 4));
+  CUDA_CHECK(cudaMalloc(&qkv, qkv_rows * 4));
+  CUDA_CHECK(cudaMalloc(&attn, p.nq_hd * 4));
+  CUDA_CHECK(cudaMalloc(&act, sh.F * 4));
+  CUDA_CHECK(cudaMalloc(&cnt, p.L * kPhases * 4));
+  CUDA_CHECK(cudaMemset(cnt, 0, p.L * kPhases * 4));
+  CUDA_CHECK(cudaMemcpy(ga, g.data(), g.size() * 4, cudaMemcpyHostToDevice));
+  for (float& v : g) v = 2.0f - v;
+  CUDA_CHECK(cudaMemcpy(gf, g.data(), g.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(hA, h0.data(), sh.H * 4, cudaMemcpyHostToDevice));
+  p.g_attn = ga;
+  p.g_ffn = gf;
+  p.hA = hA;
+  p.hB = hB;
+  p.qkv = qkv;
+  p.attn = attn;
+  p.act = act;
+  p.cnt = cnt;
+  const size_t smem = size_t(S) * kChunkBytes + kMaxK / 32 * 40 + kMaxPart * 4 + 2 * S * 8;
+  CUDA_CHECK(cudaFuncSetAttribute(persist_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  // Every phase's share of partials must fit.
+  for (int ph : {0, 2, 3, 4}) {
+    const int n = p.m[ph].R / kTileRows, per = (n + nsm - 1) / nsm;
+    if (per * (p.m[ph].K / 512) * kTileRows > kMaxPart) {
+      std::fprintf(stderr, "error: %s phase %d needs more partials than %d\n", sh.name, ph, kMaxPart);
+      return 1;
+    }
+  }
+  unsigned epoch = 0;
+  auto launch = [&] {
+    p.epoch = ++epoch;
+    persist_kernel<<<nsm, (W + 1) * 32, smem>>>(p);
+  };
+  if (check) {
+    launch();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint8_t> wh(wbytes);
+    CUDA_CHECK(cudaMemcpy(wh.data(), w, wbytes, cudaMemcpyDeviceToHost));
+    std::vector<float> gh(sh.H), gfh(sh.H);
+    CUDA_CHECK(cudaMemcpy(gh.data(), ga, sh.H * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(gfh.data(), gf, sh.H * 4, cudaMemcpyDeviceToHost));
+    const auto dqkv = d2h(qkv, qkv_rows), dattn = d2h(attn, p.nq_hd), dhB = d2h(hB, sh.H), dact = d2h(act, sh.F),
+               dhA = d2h(hA, sh.H);
+    const auto rq = host_quant_gemv(wh.data(), p.m[0], host_norm(h0, gh.data(), p.eps));
+    std::vector<float> rattn(dqkv.begin(), dqkv.begin() + p.nq_hd);
+    auto ro = host_quant_gemv(wh.data(), p.m[2], dattn);
+    for (int i = 0; i < sh.H; ++i) ro[i] += h0[i];
+    const auto gu = host_quant_gemv(wh.data(), p.m[3], host_norm(dhB, gfh.data(), p.eps));
+    std::vector<float> ract(sh.F);
+    for (int i = 0; i < sh.F; ++i) ract[i] = gu[2 * i] / (1.f + std::exp(-gu[2 * i])) * gu[2 * i + 1];
+    auto rd = host_quant_gemv(wh.data(), p.m[4], dact);
+    for (int i = 0; i < sh.H; ++i) rd[i] += dhB[i];
+    const double e[5] = {rel_l2(dqkv, rq), rel_l2(dattn, rattn), rel_l2(dhB, ro), rel_l2(dact, ract),
+                         rel_l2(dhA, rd)};
+    bool ok = true;
+    for (double v : e) ok = ok && v <= 1e-3;
+    std::printf("check %s W=%d S=%d: rel-L2 qkv %.2e hop %.2e o+res %.2e gate/up %.2e down+res %.2e: %s\n",
+                sh.name, W, S, e[0], e[1], e[2], e[3], e[4], ok ? "ok" : "FAIL");
+    CUDA_CHECK(cudaFree(w));
+    return ok ? 0 : 1;
+  }
+  for (int i = 0; i < 3; ++i) launch();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  const int reps = 20;
+  CUDA_CHECK(cudaEventRecord(a));
+  for (int i = 0; i < reps; ++i) launch();
+  CUDA_CHECK(cudaEventRecord(b));
+  CUDA_CHECK(cudaEventSynchronize(b));
+  CUDA_CHECK(cudaGetLastError());
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  const double us_tok = ms * 1e3 / reps, us_layer = us_tok / p.L;
+  const double gbs = double(wbytes) / (us_tok * 1e-6) / 1e9;
+  std::printf("%-5s W=%2d S=%2d: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
+              sh.name, W, S, us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
+              100.0 * gbs / copy_gbs);
+  CUDA_CHECK(cudaFree(w));
+  for (void* q : {(void*)ga, (void*)gf, (void*)hA, (void*)hB, (void*)qkv, (void*)attn, (void*)act, (void*)cnt})
+    CUDA_CHECK(cudaFree(q));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // cuda_bench_persist [--check] [--shape NAME] [--warps W,W..] [--slots S,S..]
+  bool check = false;
+  std::string only;
+  std::vector<int> Ws = {8}, Ss = {10};
+  auto list = [](const char* s) {
+    std::vector<int> v;
+    for (const char* c = s; *c;) {
+      v.push_back(std::atoi(c));
+      while (*c && *c != ',') ++c;
+      if (*c) ++c;
+    }
+    return v;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--check") check = true;
+    else if (a == "--shape" && i + 1 < argc) only = argv[++i];
+    else if (a == "--warps" && i + 1 < argc) Ws = list(argv[++i]);
+    else if (a == "--slots" && i + 1 < argc) Ss = list(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--shape 0.6b|4b|8b] [--warps 8,16] [--slots 6,10]\n");
+      return 2;
+    }
+  }
+  for (int W : Ws)
+    if (W < 1 || W > 31) {
+      std::fprintf(stderr, "error: --warps must be 1..31\n");
+      return 2;
+    }
+  for (int S : Ss)
+    if (S < 2 || S > 11) {
+      std::fprintf(stderr, "error: --slots must be 2..11 (18 KB each)\n");
+      return 2;
+    }
+  int dev = 0, nsm = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+  const double copy = check ? 0.0 : lmf::cuda::bench::copy_bandwidth();
+  if (!check) std::printf("copy bandwidth %.1f GB/s, %d SMs\n", copy, nsm);
+  int rc = 0;
+  for (const Shape& sh : kShapes) {
+    if (!only.empty() && only != sh.name) continue;
+    for (int W : Ws)
+      for (int S : Ss) rc |= run(sh, W, S, check, copy, nsm);
+  }
+  return rc;
+}

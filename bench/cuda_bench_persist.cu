@@ -77,6 +77,7 @@ struct Params {
   float *hA, *hB, *qkv, *attn, *act;
   unsigned* cnt;  // [L * kPhases]
   unsigned epoch;
+  int nodep;  // timing only: no phase waits for the one before (wrong results; the streaming bound)
 };
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
@@ -123,42 +124,51 @@ __device__ __forceinline__ Share share_of(const Mat& m, int s, int nsm) {
 }
 
 // x (K floats, global, written by other SMs) -> int8 codes in xs (planes lo, hi, then {dx, sum}).
-// norm: x * rsqrt(mean(x^2) + eps) * gamma first.
-__device__ void stage_x(const float* x, const float* gamma, int K, float eps, float4* xs, float* red, int W) {
+// Thread t takes float4 t + k*NT, k < V, all V loads issued together (one L2 round trip per
+// phase; a loop with a load per trip paid one round trip per trip, ~1-2 µs each while the
+// weights stream: the first run of this prototype). NORM: x * rsqrt(mean(x^2) + eps) * gamma
+// first, gamma (a weight) loaded by the caller before the phase's dependency wait.
+template <int V, bool NORM>
+__device__ __forceinline__ void stage_x(const float* x, const float4 (&g)[V], int K, float eps, float4* xs, float* red,
+                                        int W) {
   const int NT = W * 32, tid = int(threadIdx.x);
   const int n4 = K / 4, nblk = K / 32;
   const float4* x4 = reinterpret_cast<const float4*>(x);
-  float rn = 1.f;
-  if (gamma) {
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 v[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int i = k * NT + tid;
+    v[k] = i < n4 ? __ldcg(x4 + i) : zero;
+  }
+  if constexpr (NORM) {
     float ss = 0.f;
-    for (int i = tid; i < n4; i += NT) {
-      const float4 v = __ldcg(x4 + i);
-      ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
-    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) ss = fmaf(v[k].x, v[k].x, fmaf(v[k].y, v[k].y, fmaf(v[k].z, v[k].z, fmaf(v[k].w, v[k].w, ss))));
     ss = warp_sum(ss);
     if ((tid & 31) == 0) red[tid >> 5] = ss;
     cbar(W);
     float t = 0.f;
     for (int w = 0; w < W; ++w) t += red[w];
-    rn = rsqrtf(t / float(K) + eps);
+    const float rn = rsqrtf(t / float(K) + eps);
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      v[k] = make_float4(v[k].x * rn * g[k].x, v[k].y * rn * g[k].y, v[k].z * rn * g[k].z, v[k].w * rn * g[k].w);
   }
-  const float4* g4 = reinterpret_cast<const float4*>(gamma);
-  for (int base = 0; base < n4; base += NT) {  // uniform trip count: the shuffles are safe
-    const int i = base + tid;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (i < n4) {
-      v = __ldcg(x4 + i);
-      if (gamma) {
-        const float4 g = __ldg(g4 + i);
-        v = make_float4(v.x * rn * g.x, v.y * rn * g.y, v.z * rn * g.z, v.w * rn * g.w);
-      }
-    }
-    const QuantWord q = quant_x4(v);
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    if (k * NT >= n4) break;  // uniform: the shuffles below stay full-warp
+    const int i = k * NT + tid;
+    const QuantWord q = quant_x4(v[k]);
     if (i < n4) store_quant_word(xs, nblk, i >> 3, i & 7, q);
   }
 }
+// float4s per thread: the Norm inputs are the hidden size (<= 4096), the others up to kMaxK, with
+// at least 8 consumer warps (256 threads).
+constexpr int kVNorm = 4, kVPlain = kMaxK / 4 / 256;
 
-__global__ void persist_kernel(const __grid_constant__ Params p) {
+constexpr int kMaxThreads = 17 * 32;  // 16 consumer warps + the producer
+__global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int S = p.S, W = p.W;
   uint8_t* ring = smem;
@@ -208,7 +218,25 @@ __global__ void persist_kernel(const __grid_constant__ Params p) {
   for (int l = 0; l < p.L; ++l)
     for (int ph = 0; ph < kPhases; ++ph) {
       const int gph = l * kPhases + ph;
-      if (gph > 0) {
+      // Before the wait: what does not depend on the previous phase (gamma; the residual rows,
+      // final since an earlier phase's wait).
+      const Mat& m = p.m[ph];
+      const Share sh = share_of(m, s, nsm);
+      const int nt = ph == 1 ? 0 : sh.tiles();
+      const bool norm = ph == 0 || ph == 3;
+      float4 g[kVNorm];
+      if (norm && nt > 0) {
+        const float4* g4 = reinterpret_cast<const float4*>((ph == 0 ? p.g_attn : p.g_ffn) + size_t(l) * p.H);
+#pragma unroll
+        for (int k = 0; k < kVNorm; ++k) {
+          const int i = k * NT + tid;
+          g[k] = i < p.H / 4 ? __ldg(g4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+      }
+      float res = 0.f;
+      const int nrows = (sh.rg1 - sh.rg0) * kTileRows;
+      if ((ph == 2 || ph == 4) && tid < nrows) res = __ldcg((ph == 2 ? p.hA : p.hB) + sh.rg0 * kTileRows + tid);
+      if (gph > 0 && !p.nodep) {
         if (tid == 0)
           while (ld_acquire(p.cnt + gph - 1) < target) {
           }
@@ -216,14 +244,15 @@ __global__ void persist_kernel(const __grid_constant__ Params p) {
       }
       if (ph == 1) {  // the hop: attn = q part of qkv, sliced over the SMs
         for (int i = s * NT + tid; i < p.nq_hd; i += nsm * NT) p.attn[i] = __ldcg(p.qkv + i);
-      } else {
-        const Mat& m = p.m[ph];
-        const Share sh = share_of(m, s, nsm);
-        const int nt = sh.tiles();
-        if (nt > 0) {
+      } else if (nt > 0) {
+        {
           const float* xin = ph == 0 ? p.hA : ph == 2 ? p.attn : ph == 3 ? p.hB : p.act;
-          const float* gam = ph == 0 ? p.g_attn + size_t(l) * p.H : ph == 3 ? p.g_ffn + size_t(l) * p.H : nullptr;
-          stage_x(xin, gam, m.K, p.eps, xs, red, W);
+          if (norm) {
+            stage_x<kVNorm, true>(xin, g, m.K, p.eps, xs, red, W);
+          } else {
+            float4 none[kVPlain];
+            stage_x<kVPlain, false>(xin, none, m.K, p.eps, xs, red, W);
+          }
           cbar(W);
           const int nblk = m.K / 32;
           const uint4* xlo = reinterpret_cast<const uint4*>(xs);
@@ -262,26 +291,25 @@ __global__ void persist_kernel(const __grid_constant__ Params p) {
           }
           cbar(W);
           // Rows of this SM: sum the row group's tiles in order, then the epilogue.
-          const int nrows = (sh.rg1 - sh.rg0) * kTileRows;
           if (ph == 3) {
             for (int pr = tid; pr < nrows / 2; pr += NT) {
-              float g = 0.f, u = 0.f;
+              float gt = 0.f, ut = 0.f;
               const int r = 2 * pr, rg = r / kTileRows, rr = r % kTileRows;
               for (int k = 0; k < sh.kt; ++k) {
-                g += part[(rg * sh.kt + k) * kTileRows + rr];
-                u += part[(rg * sh.kt + k) * kTileRows + rr + 1];
+                gt += part[(rg * sh.kt + k) * kTileRows + rr];
+                ut += part[(rg * sh.kt + k) * kTileRows + rr + 1];
               }
-              p.act[sh.rg0 * (kTileRows / 2) + pr] = silu(g) * u;
+              p.act[sh.rg0 * (kTileRows / 2) + pr] = silu(gt) * ut;
             }
           } else {
-            for (int r = tid; r < nrows; r += NT) {
+            for (int r = tid; r < nrows; r += NT) {  // residual phases: nrows <= NT, res is row r's
               const int rg = r / kTileRows, rr = r % kTileRows;
               float v = 0.f;
               for (int k = 0; k < sh.kt; ++k) v += part[(rg * sh.kt + k) * kTileRows + rr];
               const int row = sh.rg0 * kTileRows + r;
               if (ph == 0) p.qkv[row] = v;
-              else if (ph == 2) p.hB[row] = p.hA[row] + v;
-              else p.hA[row] = p.hB[row] + v;
+              else if (ph == 2) p.hB[row] = res + v;
+              else p.hA[row] = res + v;
             }
           }
         }
@@ -374,8 +402,9 @@ std::vector<float> d2h(const float* d, size_t n) {
   return h;
 }
 
-int run(const Shape& sh, int W, int S, bool check, double copy_gbs, int nsm) {
+int run(const Shape& sh, int W, int S, bool check, bool nodep, double copy_gbs, int nsm) {
   Params p{};
+  p.nodep = nodep ? 1 : 0;
   p.H = sh.H;
   p.nq_hd = sh.nq * sh.hd;
   p.F = sh.F;
@@ -430,6 +459,10 @@ int run(const Shape& sh, int W, int S, bool check, double copy_gbs, int nsm) {
   // Every phase's share of partials must fit.
   for (int ph : {0, 2, 3, 4}) {
     const int n = p.m[ph].R / kTileRows, per = (n + nsm - 1) / nsm;
+    if ((ph == 2 || ph == 4) && per * kTileRows > W * 32) {
+      std::fprintf(stderr, "error: %s phase %d has more rows per SM than consumer threads\n", sh.name, ph);
+      return 1;
+    }
     if (per * (p.m[ph].K / 512) * kTileRows > kMaxPart) {
       std::fprintf(stderr, "error: %s phase %d needs more partials than %d\n", sh.name, ph, kMaxPart);
       return 1;
@@ -483,8 +516,8 @@ int run(const Shape& sh, int W, int S, bool check, double copy_gbs, int nsm) {
   CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
   const double us_tok = ms * 1e3 / reps, us_layer = us_tok / p.L;
   const double gbs = double(wbytes) / (us_tok * 1e-6) / 1e9;
-  std::printf("%-5s W=%2d S=%2d: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
-              sh.name, W, S, us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
+  std::printf("%-5s W=%2d S=%2d%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
+              sh.name, W, S, nodep ? " nodep" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
               100.0 * gbs / copy_gbs);
   CUDA_CHECK(cudaFree(w));
   for (void* q : {(void*)ga, (void*)gf, (void*)hA, (void*)hB, (void*)qkv, (void*)attn, (void*)act, (void*)cnt})
@@ -496,7 +529,7 @@ int run(const Shape& sh, int W, int S, bool check, double copy_gbs, int nsm) {
 
 int main(int argc, char** argv) {
   // cuda_bench_persist [--check] [--shape NAME] [--warps W,W..] [--slots S,S..]
-  bool check = false;
+  bool check = false, nodep = false;
   std::string only;
   std::vector<int> Ws = {8}, Ss = {10};
   auto list = [](const char* s) {
@@ -511,17 +544,18 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--check") check = true;
+    else if (a == "--nodep") nodep = true;
     else if (a == "--shape" && i + 1 < argc) only = argv[++i];
     else if (a == "--warps" && i + 1 < argc) Ws = list(argv[++i]);
     else if (a == "--slots" && i + 1 < argc) Ss = list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--shape 0.6b|4b|8b] [--warps 8,16] [--slots 6,10]\n");
+      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--nodep] [--shape 0.6b|4b|8b] [--warps 8,16] [--slots 6,10]\n");
       return 2;
     }
   }
   for (int W : Ws)
-    if (W < 1 || W > 31) {
-      std::fprintf(stderr, "error: --warps must be 1..31\n");
+    if (W < 8 || W > 16) {
+      std::fprintf(stderr, "error: --warps must be 8..16 (the staging holds K/4/256 float4 per thread)\n");
       return 2;
     }
   for (int S : Ss)
@@ -538,7 +572,7 @@ int main(int argc, char** argv) {
   for (const Shape& sh : kShapes) {
     if (!only.empty() && only != sh.name) continue;
     for (int W : Ws)
-      for (int S : Ss) rc |= run(sh, W, S, check, copy, nsm);
+      for (int S : Ss) rc |= run(sh, W, S, check, nodep, copy, nsm);
   }
   return rc;
 }

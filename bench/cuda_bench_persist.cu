@@ -23,12 +23,15 @@
 // + W_o * attn; act = silu(gate) * up of W_gu * norm(hB) (rows interleaved gate/up); hA = hB +
 // W_down * act.
 //
-// Weight layout (any SM count): a matrix of R rows x K columns is row groups of 8 rows, each
-// K/512 tiles of 8 rows x 16 blocks of 32 (16 x 16 bytes of nibbles per row, then 8 x 16 fp16
-// scales: 2,304 bytes), row group after row group. SM s owns row groups [s*n/nsm, (s+1)*n/nsm),
-// a contiguous range. Inside an SM, tile t of the phase goes to consumer warp t % W; lane l
-// takes block l % 16 of rows 4*(l/16) .. +3, and the tile's per-row partial sums land in shared
-// memory, summed over the row group's tiles in order at the end of the phase (deterministic).
+// Weight layout (any SM count): a matrix of R rows x K columns is row groups of 32 rows, each
+// K/128 tiles of 32 rows x 4 blocks of 32 columns (4 x 32 x 16 bytes of nibbles, block-major,
+// then 4 x 32 fp16 scales: 2,304 bytes), row group after row group. SM s owns row groups
+// [s*n/nsm, (s+1)*n/nsm), a contiguous range. Inside an SM, tile t of the phase goes to consumer
+// warp t % W, lane l taking row l (no shuffles; x's blocks are broadcast reads); a warp adds its
+// tiles of one row group in registers, and the W per-warp sums of a row meet in shared memory,
+// added in warp order at the end of the phase (deterministic for a given W). (The first form,
+// 8-row tiles with a 16-lane shuffle reduction per tile, streamed at 66 % of copy with no phase
+// waiting at all: the consumers were the bound.)
 //
 // `--check`: one layer, each phase compared with a host computation from the device's own input
 // to that phase (rel-L2). Timing: tokens of all layers, back-to-back launches, µs per layer and
@@ -52,13 +55,13 @@ using namespace lmf::cuda::dev;
 
 namespace {
 
-constexpr int kTileRows = 8, kTileBlk = 16;
+constexpr int kTileRows = 32, kTileBlk = 4;  // a lane per row, 4 blocks of 32 columns
 constexpr int kTileQ = kTileRows * kTileBlk * 16;           // 2,048 bytes of nibbles
 constexpr int kTileBytes = kTileQ + kTileRows * kTileBlk * 2;  // + 256 bytes of scales
 constexpr int kChunkTiles = 8, kChunkBytes = kChunkTiles * kTileBytes;
 constexpr int kPhases = 5;  // qkv, hop, o, gate/up, down
 constexpr int kMaxK = 12288;
-constexpr int kMaxPart = 2048;  // floats of per-tile row partials per SM and phase
+constexpr int kMaxPart = 4096;  // floats of per-warp row partials per SM and phase
 
 struct Mat {
   size_t off;  // bytes into the layer
@@ -253,51 +256,52 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
             float4 none[kVPlain];
             stage_x<kVPlain, false>(xin, none, m.K, p.eps, xs, red, W);
           }
+          // Partials [row group][warp][row]: zero, as a warp may see no tile of a row group.
+          const int nrg = sh.rg1 - sh.rg0;
+          for (int i = tid; i < nrg * W * kTileRows; i += NT) part[i] = 0.f;
           cbar(W);
           const int nblk = m.K / 32;
           const uint4* xlo = reinterpret_cast<const uint4*>(xs);
           const uint4* xhi = xlo + nblk;
           const int2* xsc = reinterpret_cast<const int2*>(xlo + 2 * nblk);
-          const int j = lane & 15, rh = lane >> 4;
+          float acc = 0.f;
+          int cur = -1;  // the row group acc belongs to
           for (int t0 = 0; t0 < nt; t0 += kChunkTiles, ++gc) {
             const int slot = int(gc % unsigned(S));
             mbar_wait_parity(full + slot, (gc / unsigned(S)) & 1);
             const uint8_t* chunk = ring + size_t(slot) * kChunkBytes;
             const int tend = min(nt, t0 + kChunkTiles);
             for (int t = t0 + ((warp - t0 % W) + W) % W; t < tend; t += W) {
-              const uint8_t* tile = chunk + size_t(t - t0) * kTileBytes;
-              const int c = (t % sh.kt) * kTileBlk + j;
-              const uint4 xl = xlo[c], xh = xhi[c];
-              const int2 sc = xsc[c];
-              const float dx = __int_as_float(sc.x);
-              float v[4];
-#pragma unroll
-              for (int rr = 0; rr < 4; ++rr) {
-                const int r = rh * 4 + rr;
-                const uint4 q = reinterpret_cast<const uint4*>(tile)[r * kTileBlk + j];
-                const float d = __half2float(reinterpret_cast<const __half*>(tile + kTileQ)[r * kTileBlk + j]);
-                v[rr] = d * dx * float(dot_q4(q, xl, xh, -8 * sc.y));
+              const int rg = t / sh.kt;
+              if (rg != cur) {
+                if (cur >= 0) part[(cur * W + warp) * kTileRows + lane] = acc;
+                acc = 0.f;
+                cur = rg;
               }
+              const uint8_t* tile = chunk + size_t(t - t0) * kTileBytes;
+              const int c0 = (t % sh.kt) * kTileBlk;
 #pragma unroll
-              for (int rr = 0; rr < 4; ++rr)
-#pragma unroll
-                for (int o = 8; o > 0; o >>= 1) v[rr] += __shfl_xor_sync(0xffffffffu, v[rr], o);
-              if (j == 0)
-#pragma unroll
-                for (int rr = 0; rr < 4; ++rr) part[t * kTileRows + rh * 4 + rr] = v[rr];
+              for (int b = 0; b < kTileBlk; ++b) {
+                const uint4 xl = xlo[c0 + b], xh = xhi[c0 + b];
+                const int2 sc = xsc[c0 + b];
+                const uint4 q = reinterpret_cast<const uint4*>(tile)[b * kTileRows + lane];
+                const float d = __half2float(reinterpret_cast<const __half*>(tile + kTileQ)[b * kTileRows + lane]);
+                acc = fmaf(d * __int_as_float(sc.x), float(dot_q4(q, xl, xh, -8 * sc.y)), acc);
+              }
             }
             __syncwarp();
             if (lane == 0) mbar_arrive(empty + slot);
           }
+          if (cur >= 0) part[(cur * W + warp) * kTileRows + lane] = acc;
           cbar(W);
           // Rows of this SM: sum the row group's tiles in order, then the epilogue.
           if (ph == 3) {
             for (int pr = tid; pr < nrows / 2; pr += NT) {
               float gt = 0.f, ut = 0.f;
               const int r = 2 * pr, rg = r / kTileRows, rr = r % kTileRows;
-              for (int k = 0; k < sh.kt; ++k) {
-                gt += part[(rg * sh.kt + k) * kTileRows + rr];
-                ut += part[(rg * sh.kt + k) * kTileRows + rr + 1];
+              for (int w = 0; w < W; ++w) {
+                gt += part[(rg * W + w) * kTileRows + rr];
+                ut += part[(rg * W + w) * kTileRows + rr + 1];
               }
               p.act[sh.rg0 * (kTileRows / 2) + pr] = silu(gt) * ut;
             }
@@ -305,7 +309,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
             for (int r = tid; r < nrows; r += NT) {  // residual phases: nrows <= NT, res is row r's
               const int rg = r / kTileRows, rr = r % kTileRows;
               float v = 0.f;
-              for (int k = 0; k < sh.kt; ++k) v += part[(rg * sh.kt + k) * kTileRows + rr];
+              for (int w = 0; w < W; ++w) v += part[(rg * W + w) * kTileRows + rr];
               const int row = sh.rg0 * kTileRows + r;
               if (ph == 0) p.qkv[row] = v;
               else if (ph == 2) p.hB[row] = res + v;
@@ -315,10 +319,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
         }
       }
       cbar(W);
-      if (tid == 0) {
-        __threadfence();
-        red_release(p.cnt + gph, 1u);
-      }
+      // Release after the block barrier: the other threads' stores are ordered before it
+      // (cumulativity), so no separate fence (S15-1: fence + atomic 0.1-0.2 µs slower).
+      if (tid == 0) red_release(p.cnt + gph, 1u);
     }
 }
 
@@ -347,7 +350,7 @@ size_t mat_bytes(const Mat& m) { return size_t(m.R / kTileRows) * (m.K / (kTileB
 // Host: y[r] = sum_c d * dx * (sum_e (q_e - 8) * xq_e) over the tile layout, with the device's
 // quantization of x (the same float ops: amax, 127/amax, round to nearest even).
 std::vector<float> host_quant_gemv(const uint8_t* w, const Mat& m, std::vector<float> x) {
-  const int nblk = m.K / 32, kt = m.K / 512;
+  const int nblk = m.K / 32, kt = m.K / (kTileBlk * 32);
   std::vector<int8_t> q(m.K);
   std::vector<float> dx(nblk);
   for (int c = 0; c < nblk; ++c) {
@@ -363,9 +366,9 @@ std::vector<float> host_quant_gemv(const uint8_t* w, const Mat& m, std::vector<f
     for (int c = 0; c < nblk; ++c) {
       const size_t tile = (size_t(r / kTileRows) * kt + c / kTileBlk) * kTileBytes;
       const int rr = r % kTileRows, jj = c % kTileBlk;
-      const uint8_t* qb = w + m.off + tile + (rr * kTileBlk + jj) * 16;
+      const uint8_t* qb = w + m.off + tile + (jj * kTileRows + rr) * 16;
       uint16_t hb;
-      std::memcpy(&hb, w + m.off + tile + kTileQ + (rr * kTileBlk + jj) * 2, 2);
+      std::memcpy(&hb, w + m.off + tile + kTileQ + (jj * kTileRows + rr) * 2, 2);
       __half_raw hr;
       hr.x = hb;
       const float d = __half2float(__half(hr));
@@ -463,7 +466,7 @@ int run(const Shape& sh, int W, int S, bool check, bool nodep, double copy_gbs, 
       std::fprintf(stderr, "error: %s phase %d has more rows per SM than consumer threads\n", sh.name, ph);
       return 1;
     }
-    if (per * (p.m[ph].K / 512) * kTileRows > kMaxPart) {
+    if (per * W * kTileRows > kMaxPart) {
       std::fprintf(stderr, "error: %s phase %d needs more partials than %d\n", sh.name, ph, kMaxPart);
       return 1;
     }

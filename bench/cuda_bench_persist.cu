@@ -39,6 +39,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -80,8 +81,13 @@ struct Params {
   float *hA, *hB, *qkv, *attn, *act;
   unsigned* cnt;  // [L * kPhases]
   unsigned epoch;
-  int nodep;  // timing only: no phase waits for the one before (wrong results; the streaming bound)
+  int nodep;    // timing only: no phase waits for the one before (wrong results; the streaming bound)
+  int noweights;  // timing only: no weights copied or read (the phases' latency chain alone)
+  unsigned long long* stamps;  // [nsm][kPhases][kMarks] of layer L/2, or null
 };
+// Per-phase marks of thread 0 (%globaltimer): begin, dependency met, x staged, first chunk
+// ready, tiles done, epilogue done.
+constexpr int kMarks = 6;
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
@@ -192,7 +198,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
   __syncthreads();
 
   if (warp == W) {  // producer
-    if (lane == 0) {
+    if (lane == 0 && !p.noweights) {
       const uint64_t pol = evict_first_policy();
       unsigned gc = 0;
       for (int l = 0; l < p.L; ++l)
@@ -221,6 +227,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
   for (int l = 0; l < p.L; ++l)
     for (int ph = 0; ph < kPhases; ++ph) {
       const int gph = l * kPhases + ph;
+      unsigned long long* mk = p.stamps && l == p.L / 2 && tid == 0 ? p.stamps + (size_t(s) * kPhases + ph) * kMarks : nullptr;
+      if (mk) mk[0] = global_ns();
       // Before the wait: what does not depend on the previous phase (gamma; the residual rows,
       // final since an earlier phase's wait).
       const Mat& m = p.m[ph];
@@ -245,6 +253,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
           }
         cbar(W);
       }
+      if (mk) mk[1] = global_ns();
       if (ph == 1) {  // the hop: attn = q part of qkv, sliced over the SMs
         for (int i = s * NT + tid; i < p.nq_hd; i += nsm * NT) p.attn[i] = __ldcg(p.qkv + i);
       } else if (nt > 0) {
@@ -260,15 +269,17 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
           const int nrg = sh.rg1 - sh.rg0;
           for (int i = tid; i < nrg * W * kTileRows; i += NT) part[i] = 0.f;
           cbar(W);
+          if (mk) mk[2] = global_ns();
           const int nblk = m.K / 32;
           const uint4* xlo = reinterpret_cast<const uint4*>(xs);
           const uint4* xhi = xlo + nblk;
           const int2* xsc = reinterpret_cast<const int2*>(xlo + 2 * nblk);
           float acc = 0.f;
           int cur = -1;  // the row group acc belongs to
-          for (int t0 = 0; t0 < nt; t0 += kChunkTiles, ++gc) {
+          for (int t0 = 0; t0 < nt && !p.noweights; t0 += kChunkTiles, ++gc) {
             const int slot = int(gc % unsigned(S));
             mbar_wait_parity(full + slot, (gc / unsigned(S)) & 1);
+            if (mk && t0 == 0) mk[3] = global_ns();
             const uint8_t* chunk = ring + size_t(slot) * kChunkBytes;
             const int tend = min(nt, t0 + kChunkTiles);
             for (int t = t0 + ((warp - t0 % W) + W) % W; t < tend; t += W) {
@@ -294,6 +305,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
           }
           if (cur >= 0) part[(cur * W + warp) * kTileRows + lane] = acc;
           cbar(W);
+          if (mk) mk[4] = global_ns();
           // Rows of this SM: sum the row group's tiles in order, then the epilogue.
           if (ph == 3) {
             for (int pr = tid; pr < nrows / 2; pr += NT) {
@@ -321,6 +333,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
       cbar(W);
       // Release after the block barrier: the other threads' stores are ordered before it
       // (cumulativity), so no separate fence (S15-1: fence + atomic 0.1-0.2 µs slower).
+      if (mk) mk[5] = global_ns();
       if (tid == 0) red_release(p.cnt + gph, 1u);
     }
 }
@@ -405,9 +418,11 @@ std::vector<float> d2h(const float* d, size_t n) {
   return h;
 }
 
-int run(const Shape& sh, int W, int S, bool check, bool nodep, double copy_gbs, int nsm) {
+int run(const Shape& sh, int W, int S, bool check, bool nodep, bool noweights, bool marks, double copy_gbs,
+        int nsm) {
   Params p{};
   p.nodep = nodep ? 1 : 0;
+  p.noweights = noweights ? 1 : 0;
   p.H = sh.H;
   p.nq_hd = sh.nq * sh.hd;
   p.F = sh.F;
@@ -519,9 +534,60 @@ int run(const Shape& sh, int W, int S, bool check, bool nodep, double copy_gbs, 
   CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
   const double us_tok = ms * 1e3 / reps, us_layer = us_tok / p.L;
   const double gbs = double(wbytes) / (us_tok * 1e-6) / 1e9;
-  std::printf("%-5s W=%2d S=%2d%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
-              sh.name, W, S, nodep ? " nodep" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
+  std::printf("%-5s W=%2d S=%2d%s%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
+              sh.name, W, S, nodep ? " nodep" : "", noweights ? " noweights" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
               100.0 * gbs / copy_gbs);
+  if (marks) {  // one more token with the marks of layer L/2
+    const size_t n = size_t(nsm) * kPhases * kMarks;
+    unsigned long long* dm;
+    CUDA_CHECK(cudaMalloc(&dm, n * 8));
+    CUDA_CHECK(cudaMemset(dm, 0, n * 8));
+    p.stamps = dm;
+    launch();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<unsigned long long> hm(n);
+    CUDA_CHECK(cudaMemcpy(hm.data(), dm, n * 8, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(dm));
+    p.stamps = nullptr;
+    const char* names[kPhases] = {"qkv", "hop", "o", "gate/up", "down"};
+    unsigned long long prev_end = 0;
+    std::printf("  layer %d, us (mean over SMs; 'step' = latest end minus the previous phase's latest end):\n", p.L / 2);
+    std::printf("  %-8s %7s %7s %7s %7s %7s %7s %7s\n", "phase", "wait", "stage", "chunk1", "tiles", "epi", "total", "step");
+    for (int ph = 0; ph < kPhases; ++ph) {
+      double sum[5] = {0, 0, 0, 0, 0};
+      int cnt[5] = {0, 0, 0, 0, 0};
+      unsigned long long end = 0;
+      for (int sm = 0; sm < nsm; ++sm) {
+        const unsigned long long* m = &hm[(size_t(sm) * kPhases + ph) * kMarks];
+        end = std::max(end, m[5]);
+        auto add = [&](int i, unsigned long long a, unsigned long long b) {
+          if (a && b) {
+            sum[i] += double(b - a);
+            ++cnt[i];
+          }
+        };
+        add(0, m[0], m[1]);
+        add(1, m[1], m[2]);
+        add(2, m[2], m[3]);
+        add(3, m[2], m[4]);
+        add(4, m[4] ? m[4] : m[1], m[5]);
+      }
+      double tot = 0;
+      {
+        int c = 0;
+        for (int sm = 0; sm < nsm; ++sm) {
+          const unsigned long long* m = &hm[(size_t(sm) * kPhases + ph) * kMarks];
+          tot += double(m[5] - m[0]);
+          ++c;
+        }
+        tot /= c;
+      }
+      auto mean = [&](int i) { return cnt[i] ? sum[i] / cnt[i] / 1e3 : 0.0; };
+      std::printf("  %-8s %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f\n", names[ph], mean(0), mean(1), mean(2), mean(3),
+                  mean(4), tot / 1e3, prev_end ? double(end - prev_end) / 1e3 : 0.0);
+      prev_end = end;
+    }
+  }
   CUDA_CHECK(cudaFree(w));
   for (void* q : {(void*)ga, (void*)gf, (void*)hA, (void*)hB, (void*)qkv, (void*)attn, (void*)act, (void*)cnt})
     CUDA_CHECK(cudaFree(q));
@@ -532,7 +598,7 @@ int run(const Shape& sh, int W, int S, bool check, bool nodep, double copy_gbs, 
 
 int main(int argc, char** argv) {
   // cuda_bench_persist [--check] [--shape NAME] [--warps W,W..] [--slots S,S..]
-  bool check = false, nodep = false;
+  bool check = false, nodep = false, noweights = false, marks = false;
   std::string only;
   std::vector<int> Ws = {8}, Ss = {10};
   auto list = [](const char* s) {
@@ -548,11 +614,13 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--check") check = true;
     else if (a == "--nodep") nodep = true;
+    else if (a == "--noweights") noweights = true;
+    else if (a == "--marks") marks = true;
     else if (a == "--shape" && i + 1 < argc) only = argv[++i];
     else if (a == "--warps" && i + 1 < argc) Ws = list(argv[++i]);
     else if (a == "--slots" && i + 1 < argc) Ss = list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--nodep] [--shape 0.6b|4b|8b] [--warps 8,16] [--slots 6,10]\n");
+      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--nodep] [--noweights] [--marks] [--shape 0.6b|4b|8b] [--warps 8,16] [--slots 6,10]\n");
       return 2;
     }
   }
@@ -575,7 +643,7 @@ int main(int argc, char** argv) {
   for (const Shape& sh : kShapes) {
     if (!only.empty() && only != sh.name) continue;
     for (int W : Ws)
-      for (int S : Ss) rc |= run(sh, W, S, check, nodep, copy, nsm);
+      for (int S : Ss) rc |= run(sh, W, S, check, nodep, noweights, marks, copy, nsm);
   }
   return rc;
 }

@@ -83,6 +83,8 @@ struct Params {
   unsigned epoch;
   int nodep;    // timing only: no phase waits for the one before (wrong results; the streaming bound)
   int noweights;  // timing only: no weights copied or read (the phases' latency chain alone)
+  int nomath;     // timing only: the consumers take each chunk and release it unread (the stream alone)
+  int nocopy;     // timing only: the producer releases each slot without copying (the consumers alone)
   unsigned long long* stamps;  // [nsm][kPhases][kMarks] of layer L/2, or null
 };
 // Per-phase marks of thread 0 (%globaltimer): begin, dependency met, x staged, first chunk
@@ -212,6 +214,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
             const int slot = int(gc % unsigned(S));
             if (gc >= unsigned(S)) mbar_wait_parity(empty + slot, ((gc / unsigned(S)) - 1) & 1);
             const uint32_t bytes = uint32_t(min(kChunkTiles, nt - t0)) * kTileBytes;
+            if (p.nocopy) {
+              mbar_arrive(full + slot);
+              continue;
+            }
             mbar_arrive_expect_tx(full + slot, bytes);
             bulk_load(ring + size_t(slot) * kChunkBytes, src + size_t(t0) * kTileBytes, bytes, full + slot, pol);
           }
@@ -282,7 +288,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
             if (mk && t0 == 0) mk[3] = global_ns();
             const uint8_t* chunk = ring + size_t(slot) * kChunkBytes;
             const int tend = min(nt, t0 + kChunkTiles);
-            for (int t = t0 + ((warp - t0 % W) + W) % W; t < tend; t += W) {
+            for (int t = t0 + ((warp - t0 % W) + W) % W; t < tend && !p.nomath; t += W) {
               const int rg = t / sh.kt;
               if (rg != cur) {
                 if (cur >= 0) part[(cur * W + warp) * kTileRows + lane] = acc;
@@ -418,9 +424,11 @@ std::vector<float> d2h(const float* d, size_t n) {
   return h;
 }
 
-int run(const Shape& sh, int W, int S, bool check, bool nodep, bool noweights, bool marks, double copy_gbs,
+int run(const Shape& sh, int W, int S, bool check, bool nodep, bool noweights, bool marks, int mode, double copy_gbs,
         int nsm) {
   Params p{};
+  p.nomath = mode == 1;
+  p.nocopy = mode == 2;
   p.nodep = nodep ? 1 : 0;
   p.noweights = noweights ? 1 : 0;
   p.H = sh.H;
@@ -535,7 +543,7 @@ int run(const Shape& sh, int W, int S, bool check, bool nodep, bool noweights, b
   const double us_tok = ms * 1e3 / reps, us_layer = us_tok / p.L;
   const double gbs = double(wbytes) / (us_tok * 1e-6) / 1e9;
   std::printf("%-5s W=%2d S=%2d%s%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
-              sh.name, W, S, nodep ? " nodep" : "", noweights ? " noweights" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
+              sh.name, W, S, nodep ? " nodep" : "", noweights ? " noweights" : mode == 1 ? " nomath" : mode == 2 ? " nocopy" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
               100.0 * gbs / copy_gbs);
   if (marks) {  // one more token with the marks of layer L/2
     const size_t n = size_t(nsm) * kPhases * kMarks;
@@ -599,6 +607,7 @@ int run(const Shape& sh, int W, int S, bool check, bool nodep, bool noweights, b
 int main(int argc, char** argv) {
   // cuda_bench_persist [--check] [--shape NAME] [--warps W,W..] [--slots S,S..]
   bool check = false, nodep = false, noweights = false, marks = false;
+  int mode = 0;
   std::string only;
   std::vector<int> Ws = {8}, Ss = {10};
   auto list = [](const char* s) {
@@ -616,11 +625,13 @@ int main(int argc, char** argv) {
     else if (a == "--nodep") nodep = true;
     else if (a == "--noweights") noweights = true;
     else if (a == "--marks") marks = true;
+    else if (a == "--nomath") mode = 1;
+    else if (a == "--nocopy") mode = 2;
     else if (a == "--shape" && i + 1 < argc) only = argv[++i];
     else if (a == "--warps" && i + 1 < argc) Ws = list(argv[++i]);
     else if (a == "--slots" && i + 1 < argc) Ss = list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--nodep] [--noweights] [--marks] [--shape 0.6b|4b|8b] [--warps 8,16] [--slots 6,10]\n");
+      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--warps 8,16] [--slots 6,10]\n");
       return 2;
     }
   }
@@ -643,7 +654,7 @@ int main(int argc, char** argv) {
   for (const Shape& sh : kShapes) {
     if (!only.empty() && only != sh.name) continue;
     for (int W : Ws)
-      for (int S : Ss) rc |= run(sh, W, S, check, nodep, noweights, marks, copy, nsm);
+      for (int S : Ss) rc |= run(sh, W, S, check, nodep, noweights, marks, mode, copy, nsm);
   }
   return rc;
 }

@@ -59,7 +59,6 @@ namespace {
 constexpr int kTileRows = 32, kTileBlk = 4;  // a lane per row, 4 blocks of 32 columns
 constexpr int kTileQ = kTileRows * kTileBlk * 16;           // 2,048 bytes of nibbles
 constexpr int kTileBytes = kTileQ + kTileRows * kTileBlk * 2;  // + 256 bytes of scales
-constexpr int kChunkTiles = 8, kChunkBytes = kChunkTiles * kTileBytes;
 constexpr int kPhases = 5;  // qkv, hop, o, gate/up, down
 constexpr int kMaxK = 12288;
 constexpr int kMaxPart = 4096;  // floats of per-warp row partials per SM and phase
@@ -74,7 +73,7 @@ struct Params {
   size_t layer_bytes;
   Mat m[kPhases];  // m[1] unused (the hop)
   int L, H, nq_hd, F;
-  int nsm, W, S;
+  int nsm;
   float eps;
   const float* g_attn;  // [L][H]
   const float* g_ffn;   // [L][H]
@@ -178,13 +177,18 @@ __device__ __forceinline__ void stage_x(const float* x, const float4 (&g)[V], in
 // at least 8 consumer warps (256 threads).
 constexpr int kVNorm = 4, kVPlain = kMaxK / 4 / 256;
 
-constexpr int kMaxThreads = 17 * 32;  // 16 consumer warps + the producer
-__global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_constant__ Params p) {
+// W consumer warps (a power of two), chunks of CT tiles, S ring slots (a multiple of W): chunk g
+// (counted over the whole token) sits in slot g % S and belongs to consumer warp g % W, which
+// reads all its tiles (the per-chunk bookkeeping amortized over CT tiles; the first form dealt
+// single tiles to the warps, and ncu put half of the consumers' instructions in that bookkeeping).
+template <int W, int CT, int S>
+__global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_constant__ Params p) {
+  static_assert((W & (W - 1)) == 0 && S % W == 0, "slot g % S must belong to warp g % W");
+  constexpr int CB = CT * kTileBytes;
   extern __shared__ __align__(128) uint8_t smem[];
-  const int S = p.S, W = p.W;
   uint8_t* ring = smem;
-  float4* xs = reinterpret_cast<float4*>(smem + size_t(S) * kChunkBytes);           // <= 15.4 KB
-  float* part = reinterpret_cast<float*>(smem + size_t(S) * kChunkBytes + kMaxK / 32 * 40);
+  float4* xs = reinterpret_cast<float4*>(smem + size_t(S) * CB);           // <= 15.4 KB
+  float* part = reinterpret_cast<float*>(smem + size_t(S) * CB + kMaxK / 32 * 40);
   uint64_t* full = reinterpret_cast<uint64_t*>(part + kMaxPart);
   uint64_t* empty = full + S;
   __shared__ float red[32];
@@ -193,7 +197,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
   if (threadIdx.x == 0) {
     for (int i = 0; i < S; ++i) {
       mbar_init(full + i, 1);
-      mbar_init(empty + i, unsigned(W));
+      mbar_init(empty + i, 1u);
     }
     mbar_init_fence();
   }
@@ -210,16 +214,16 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
           const Share sh = share_of(m, s, nsm);
           const uint8_t* src = p.w + size_t(l) * p.layer_bytes + m.off + size_t(sh.rg0) * sh.kt * kTileBytes;
           const int nt = sh.tiles();
-          for (int t0 = 0; t0 < nt; t0 += kChunkTiles, ++gc) {
+          for (int t0 = 0; t0 < nt; t0 += CT, ++gc) {
             const int slot = int(gc % unsigned(S));
             if (gc >= unsigned(S)) mbar_wait_parity(empty + slot, ((gc / unsigned(S)) - 1) & 1);
-            const uint32_t bytes = uint32_t(min(kChunkTiles, nt - t0)) * kTileBytes;
+            const uint32_t bytes = uint32_t(min(CT, nt - t0)) * kTileBytes;
             if (p.nocopy) {
               mbar_arrive(full + slot);
               continue;
             }
             mbar_arrive_expect_tx(full + slot, bytes);
-            bulk_load(ring + size_t(slot) * kChunkBytes, src + size_t(t0) * kTileBytes, bytes, full + slot, pol);
+            bulk_load(ring + size_t(slot) * CB, src + size_t(t0) * kTileBytes, bytes, full + slot, pol);
           }
         }
     }
@@ -282,21 +286,26 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
           const int2* xsc = reinterpret_cast<const int2*>(xlo + 2 * nblk);
           float acc = 0.f;
           int cur = -1;  // the row group acc belongs to
-          for (int t0 = 0; t0 < nt && !p.noweights; t0 += kChunkTiles, ++gc) {
-            const int slot = int(gc % unsigned(S));
-            mbar_wait_parity(full + slot, (gc / unsigned(S)) & 1);
-            if (mk && t0 == 0) mk[3] = global_ns();
-            const uint8_t* chunk = ring + size_t(slot) * kChunkBytes;
-            const int tend = min(nt, t0 + kChunkTiles);
-            for (int t = t0 + ((warp - t0 % W) + W) % W; t < tend && !p.nomath; t += W) {
-              const int rg = t / sh.kt;
+          bool first = true;
+          for (int t0 = 0; t0 < nt && !p.noweights; t0 += CT, ++gc) {
+            if (int(gc % W) != warp) continue;
+            const int slot = int(gc % S);
+            mbar_wait_parity(full + slot, (gc / S) & 1);
+            if (mk && first) mk[3] = global_ns();
+            first = false;
+            const uint8_t* chunk = ring + size_t(slot) * CB;
+            const int nct = min(CT, nt - t0);
+            int rg = t0 / sh.kt, k = t0 - rg * sh.kt;
+#pragma unroll
+            for (int i = 0; i < CT; ++i) {
+              if (i >= nct || p.nomath) break;
               if (rg != cur) {
                 if (cur >= 0) part[(cur * W + warp) * kTileRows + lane] = acc;
                 acc = 0.f;
                 cur = rg;
               }
-              const uint8_t* tile = chunk + size_t(t - t0) * kTileBytes;
-              const int c0 = (t % sh.kt) * kTileBlk;
+              const uint8_t* tile = chunk + size_t(i) * kTileBytes;
+              const int c0 = k * kTileBlk;
 #pragma unroll
               for (int b = 0; b < kTileBlk; ++b) {
                 const uint4 xl = xlo[c0 + b], xh = xhi[c0 + b];
@@ -304,6 +313,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1) persist_kernel(const __grid_co
                 const uint4 q = reinterpret_cast<const uint4*>(tile)[b * kTileRows + lane];
                 const float d = __half2float(reinterpret_cast<const __half*>(tile + kTileQ)[b * kTileRows + lane]);
                 acc = fmaf(d * __int_as_float(sc.x), float(dot_q4(q, xl, xh, -8 * sc.y)), acc);
+              }
+              if (++k == sh.kt) {
+                k = 0;
+                ++rg;
               }
             }
             __syncwarp();
@@ -424,7 +437,29 @@ std::vector<float> d2h(const float* d, size_t n) {
   return h;
 }
 
-int run(const Shape& sh, int W, int S, bool check, bool nodep, bool noweights, bool marks, int mode, double copy_gbs,
+struct Config {
+  int W, CT, S;
+};
+const Config kConfigs[] = {{8, 4, 16}, {8, 2, 32}, {16, 2, 32}, {8, 8, 8}};
+template <int W, int CT, int S>
+void launch_cfg(const Params& p, size_t smem, int nsm) {
+  static bool attr = false;
+  if (!attr) {
+    CUDA_CHECK(cudaFuncSetAttribute(persist_kernel<W, CT, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    attr = true;
+  }
+  persist_kernel<W, CT, S><<<nsm, (W + 1) * 32, smem>>>(p);
+}
+void launch_config(int ci, const Params& p, size_t smem, int nsm) {
+  switch (ci) {
+    case 0: launch_cfg<8, 4, 16>(p, smem, nsm); break;
+    case 1: launch_cfg<8, 2, 32>(p, smem, nsm); break;
+    case 2: launch_cfg<16, 2, 32>(p, smem, nsm); break;
+    default: launch_cfg<8, 8, 8>(p, smem, nsm); break;
+  }
+}
+
+int run(const Shape& sh, int ci, bool check, bool nodep, bool noweights, bool marks, int mode, double copy_gbs,
         int nsm) {
   Params p{};
   p.nomath = mode == 1;
@@ -436,8 +471,7 @@ int run(const Shape& sh, int W, int S, bool check, bool nodep, bool noweights, b
   p.F = sh.F;
   p.L = check ? 1 : sh.L;
   p.nsm = nsm;
-  p.W = W;
-  p.S = S;
+  const int W = kConfigs[ci].W, CT = kConfigs[ci].CT, S = kConfigs[ci].S;
   p.eps = 1e-6f;
   const int qkv_rows = (sh.nq + 2 * sh.nkv) * sh.hd;
   p.m[0] = {0, qkv_rows, sh.H};
@@ -480,8 +514,7 @@ int run(const Shape& sh, int W, int S, bool check, bool nodep, bool noweights, b
   p.attn = attn;
   p.act = act;
   p.cnt = cnt;
-  const size_t smem = size_t(S) * kChunkBytes + kMaxK / 32 * 40 + kMaxPart * 4 + 2 * S * 8;
-  CUDA_CHECK(cudaFuncSetAttribute(persist_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const size_t smem = size_t(S) * CT * kTileBytes + kMaxK / 32 * 40 + kMaxPart * 4 + 2 * S * 8;
   // Every phase's share of partials must fit.
   for (int ph : {0, 2, 3, 4}) {
     const int n = p.m[ph].R / kTileRows, per = (n + nsm - 1) / nsm;
@@ -497,7 +530,7 @@ int run(const Shape& sh, int W, int S, bool check, bool nodep, bool noweights, b
   unsigned epoch = 0;
   auto launch = [&] {
     p.epoch = ++epoch;
-    persist_kernel<<<nsm, (W + 1) * 32, smem>>>(p);
+    launch_config(ci, p, smem, nsm);
   };
   if (check) {
     launch();
@@ -522,8 +555,8 @@ int run(const Shape& sh, int W, int S, bool check, bool nodep, bool noweights, b
                          rel_l2(dhA, rd)};
     bool ok = true;
     for (double v : e) ok = ok && v <= 1e-3;
-    std::printf("check %s W=%d S=%d: rel-L2 qkv %.2e hop %.2e o+res %.2e gate/up %.2e down+res %.2e: %s\n",
-                sh.name, W, S, e[0], e[1], e[2], e[3], e[4], ok ? "ok" : "FAIL");
+    std::printf("check %s W=%d CT=%d S=%d: rel-L2 qkv %.2e hop %.2e o+res %.2e gate/up %.2e down+res %.2e: %s\n",
+                sh.name, W, CT, S, e[0], e[1], e[2], e[3], e[4], ok ? "ok" : "FAIL");
     CUDA_CHECK(cudaFree(w));
     return ok ? 0 : 1;
   }
@@ -542,8 +575,8 @@ int run(const Shape& sh, int W, int S, bool check, bool nodep, bool noweights, b
   CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
   const double us_tok = ms * 1e3 / reps, us_layer = us_tok / p.L;
   const double gbs = double(wbytes) / (us_tok * 1e-6) / 1e9;
-  std::printf("%-5s W=%2d S=%2d%s%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
-              sh.name, W, S, nodep ? " nodep" : "", noweights ? " noweights" : mode == 1 ? " nomath" : mode == 2 ? " nocopy" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
+  std::printf("%-5s W=%2d CT=%d S=%2d%s%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
+              sh.name, W, CT, S, nodep ? " nodep" : "", noweights ? " noweights" : mode == 1 ? " nomath" : mode == 2 ? " nocopy" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
               100.0 * gbs / copy_gbs);
   if (marks) {  // one more token with the marks of layer L/2
     const size_t n = size_t(nsm) * kPhases * kMarks;
@@ -605,11 +638,12 @@ int run(const Shape& sh, int W, int S, bool check, bool nodep, bool noweights, b
 }  // namespace
 
 int main(int argc, char** argv) {
-  // cuda_bench_persist [--check] [--shape NAME] [--warps W,W..] [--slots S,S..]
+  // cuda_bench_persist [--check] [--shape NAME] [--configs I,I..] (kConfigs: consumer warps,
+  // tiles per chunk, ring slots)
   bool check = false, nodep = false, noweights = false, marks = false;
   int mode = 0;
   std::string only;
-  std::vector<int> Ws = {8}, Ss = {10};
+  std::vector<int> cfgs = {0};
   auto list = [](const char* s) {
     std::vector<int> v;
     for (const char* c = s; *c;) {
@@ -628,21 +662,16 @@ int main(int argc, char** argv) {
     else if (a == "--nomath") mode = 1;
     else if (a == "--nocopy") mode = 2;
     else if (a == "--shape" && i + 1 < argc) only = argv[++i];
-    else if (a == "--warps" && i + 1 < argc) Ws = list(argv[++i]);
-    else if (a == "--slots" && i + 1 < argc) Ss = list(argv[++i]);
+    else if (a == "--configs" && i + 1 < argc) cfgs = list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--warps 8,16] [--slots 6,10]\n");
+      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3]\n");
       return 2;
     }
   }
-  for (int W : Ws)
-    if (W < 8 || W > 16) {
-      std::fprintf(stderr, "error: --warps must be 8..16 (the staging holds K/4/256 float4 per thread)\n");
-      return 2;
-    }
-  for (int S : Ss)
-    if (S < 2 || S > 11) {
-      std::fprintf(stderr, "error: --slots must be 2..11 (18 KB each)\n");
+  const int ncfg = int(sizeof(kConfigs) / sizeof(kConfigs[0]));
+  for (int c : cfgs)
+    if (c < 0 || c >= ncfg) {
+      std::fprintf(stderr, "error: --configs takes indices 0..%d\n", ncfg - 1);
       return 2;
     }
   int dev = 0, nsm = 0;
@@ -653,8 +682,7 @@ int main(int argc, char** argv) {
   int rc = 0;
   for (const Shape& sh : kShapes) {
     if (!only.empty() && only != sh.name) continue;
-    for (int W : Ws)
-      for (int S : Ss) rc |= run(sh, W, S, check, nodep, noweights, marks, mode, copy, nsm);
+    for (int c : cfgs) rc |= run(sh, c, check, nodep, noweights, marks, mode, copy, nsm);
   }
   return rc;
 }

@@ -10,13 +10,14 @@
 // nothing.
 //
 // The prototype: one block per SM, one producer warp and W consumer warps. The producer walks
-// the SM's share of every weight matrix of every layer in order and copies it, in chunks of
-// 18 KB, into a ring of S shared-memory slots (cp.async.bulk completing on a per-slot mbarrier,
+// the SM's share of every weight matrix of every layer in order and copies it, in chunks of CT
+// tiles, into a ring of S shared-memory slots (cp.async.bulk completing on a per-slot mbarrier,
 // L2 evict-first); it waits only for a free slot, never for data. The consumers run the layer's
 // phases: each phase first waits until every SM has finished the phase before it (a counter in
 // global memory per phase, red.release / ld.acquire), stages its input vector (RMSNorm where the
 // layer has one, int8 per 32-block as the engine's integer-dot GEMVs do), then takes the phase's
-// tiles from the ring, and at the end applies the epilogue and counts the SM in.
+// chunks from the ring (chunk g of the token belongs to consumer warp g % W), and at the end
+// applies the epilogue and counts the SM in.
 //
 // Per layer (Qwen3 shapes, Q4_0): qkv = W_qkv * norm(hA); a weightless hop standing for the
 // attention (attn = q part of qkv, sliced over the SMs: one more grid-wide dependency); hB = hA
@@ -26,12 +27,17 @@
 // Weight layout (any SM count): a matrix of R rows x K columns is row groups of 32 rows, each
 // K/128 tiles of 32 rows x 4 blocks of 32 columns (4 x 32 x 16 bytes of nibbles, block-major,
 // then 4 x 32 fp16 scales: 2,304 bytes), row group after row group. SM s owns row groups
-// [s*n/nsm, (s+1)*n/nsm), a contiguous range. Inside an SM, tile t of the phase goes to consumer
-// warp t % W, lane l taking row l (no shuffles; x's blocks are broadcast reads); a warp adds its
-// tiles of one row group in registers, and the W per-warp sums of a row meet in shared memory,
-// added in warp order at the end of the phase (deterministic for a given W). (The first form,
-// 8-row tiles with a 16-lane shuffle reduction per tile, streamed at 66 % of copy with no phase
-// waiting at all: the consumers were the bound.)
+// [s*n/nsm, (s+1)*n/nsm), a contiguous range. Lane l of a consumer warp takes row l of each tile
+// (no shuffles; x's blocks are broadcast reads); a warp adds its tiles of one row group in
+// registers, and the W per-warp sums of a row meet in shared memory, added in warp order at the
+// end of the phase (deterministic for a given W). Earlier forms, measured (docs/PERF.md S20-1):
+// 8-row tiles with a 16-lane shuffle reduction per tile, and single tiles dealt to the warps
+// (ncu: half of the consumers' instructions were that bookkeeping); both left the consumers, not
+// the copies, as the bound.
+//
+// Diagnostics: `--marks` (per-phase times of the middle layer: dependency wait, staging, first
+// chunk, tiles, epilogue), `--nodep` (no phase waits: the streaming bound), `--noweights` (the
+// latency chain alone), `--nomath` (the copies alone), `--nocopy` (the consumers alone).
 //
 // `--check`: one layer, each phase compared with a host computation from the device's own input
 // to that phase (rel-L2). Timing: tokens of all layers, back-to-back launches, µs per layer and
@@ -480,6 +486,18 @@ int run(const Shape& sh, int ci, bool check, bool nodep, bool noweights, bool ma
   p.m[4] = {p.m[3].off + mat_bytes(p.m[3]), sh.H, sh.F};
   p.m[1] = {0, 0, 0};
   p.layer_bytes = p.m[4].off + mat_bytes(p.m[4]);
+  // Every phase's share (checked before anything is allocated) of partials must fit.
+  for (int ph : {0, 2, 3, 4}) {
+    const int n = p.m[ph].R / kTileRows, per = (n + nsm - 1) / nsm;
+    if ((ph == 2 || ph == 4) && per * kTileRows > W * 32) {
+      std::fprintf(stderr, "error: %s phase %d has more rows per SM than consumer threads\n", sh.name, ph);
+      return 1;
+    }
+    if (per * W * kTileRows > kMaxPart) {
+      std::fprintf(stderr, "error: %s phase %d needs more partials than %d\n", sh.name, ph, kMaxPart);
+      return 1;
+    }
+  }
   const size_t wbytes = p.layer_bytes * p.L;
   uint8_t* w = nullptr;
   CUDA_CHECK(cudaMalloc(&w, wbytes));
@@ -515,18 +533,10 @@ int run(const Shape& sh, int ci, bool check, bool nodep, bool noweights, bool ma
   p.act = act;
   p.cnt = cnt;
   const size_t smem = size_t(S) * CT * kTileBytes + kMaxK / 32 * 40 + kMaxPart * 4 + 2 * S * 8;
-  // Every phase's share of partials must fit.
-  for (int ph : {0, 2, 3, 4}) {
-    const int n = p.m[ph].R / kTileRows, per = (n + nsm - 1) / nsm;
-    if ((ph == 2 || ph == 4) && per * kTileRows > W * 32) {
-      std::fprintf(stderr, "error: %s phase %d has more rows per SM than consumer threads\n", sh.name, ph);
-      return 1;
-    }
-    if (per * W * kTileRows > kMaxPart) {
-      std::fprintf(stderr, "error: %s phase %d needs more partials than %d\n", sh.name, ph, kMaxPart);
-      return 1;
-    }
-  }
+  auto cleanup = [&] {
+    for (void* q : {(void*)w, (void*)ga, (void*)gf, (void*)hA, (void*)hB, (void*)qkv, (void*)attn, (void*)act, (void*)cnt})
+      CUDA_CHECK(cudaFree(q));
+  };
   unsigned epoch = 0;
   auto launch = [&] {
     p.epoch = ++epoch;
@@ -557,7 +567,7 @@ int run(const Shape& sh, int ci, bool check, bool nodep, bool noweights, bool ma
     for (double v : e) ok = ok && v <= 1e-3;
     std::printf("check %s W=%d CT=%d S=%d: rel-L2 qkv %.2e hop %.2e o+res %.2e gate/up %.2e down+res %.2e: %s\n",
                 sh.name, W, CT, S, e[0], e[1], e[2], e[3], e[4], ok ? "ok" : "FAIL");
-    CUDA_CHECK(cudaFree(w));
+    cleanup();
     return ok ? 0 : 1;
   }
   for (int i = 0; i < 3; ++i) launch();
@@ -629,9 +639,7 @@ int run(const Shape& sh, int ci, bool check, bool nodep, bool noweights, bool ma
       prev_end = end;
     }
   }
-  CUDA_CHECK(cudaFree(w));
-  for (void* q : {(void*)ga, (void*)gf, (void*)hA, (void*)hB, (void*)qkv, (void*)attn, (void*)act, (void*)cnt})
-    CUDA_CHECK(cudaFree(q));
+  cleanup();
   return 0;
 }
 

@@ -20,7 +20,7 @@ if [ ! -e /usr/include/CLI/CLI.hpp ] && [ ! -e .deps/include/CLI/CLI.hpp ]; then
 tests=(-DLMFUSE_TESTS=OFF)
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLMFUSE_CUDA=ON "${tests[@]}" "${cli[@]}" \
   >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
-cmake --build "$BUILD" --target cuda_op_tests cuda_bench_gemv cuda_bench_stream -j"$(nproc)" >"$OUT/build.log" 2>&1 \
+cmake --build "$BUILD" --target cuda_op_tests cuda_bench_gemv cuda_bench_stream cuda_bench_persist -j"$(nproc)" >"$OUT/build.log" 2>&1 \
   || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
 echo "build ok"
 

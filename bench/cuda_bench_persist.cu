@@ -84,6 +84,7 @@ struct Params {
   const float* g_attn;  // [L][H]
   const float* g_ffn;   // [L][H]
   float *hA, *hB, *qkv, *attn, *act;
+  uint8_t* actq;  // act quantized once by gate/up (int8 staging layout), or null: down stages act itself
   unsigned* cnt;  // [L * kPhases]
   unsigned epoch;
   int nodep;    // timing only: no phase waits for the one before (wrong results; the streaming bound)
@@ -134,9 +135,11 @@ struct Share {
   int rg0, rg1, kt;  // row groups [rg0, rg1) of this SM, tiles per row group
   __device__ int tiles() const { return (rg1 - rg0) * kt; }
 };
-__device__ __forceinline__ Share share_of(const Mat& m, int s, int nsm) {
-  const int n = m.R / kTileRows;
-  return {int(long(s) * n / nsm), int(long(s + 1) * n / nsm), m.K / (kTileBlk * 32)};
+// pairs: shares of whole row-group pairs (gate/up: 64 rows = one 32-block of act, which the
+// SM that computes it quantizes for down).
+__device__ __forceinline__ Share share_of(const Mat& m, int s, int nsm, bool pairs = false) {
+  const int u = pairs ? 2 : 1, n = m.R / kTileRows / u;
+  return {u * int(long(s) * n / nsm), u * int(long(s + 1) * n / nsm), m.K / (kTileBlk * 32)};
 }
 
 // x (K floats, global, written by other SMs) -> int8 codes in xs (planes lo, hi, then {dx, sum}).
@@ -179,9 +182,13 @@ __device__ __forceinline__ void stage_x(const float* x, const float4 (&g)[V], in
     if (i < n4) store_quant_word(xs, nblk, i >> 3, i & 7, q);
   }
 }
-// float4s per thread: the Norm inputs are the hidden size (<= 4096), the others up to kMaxK, with
-// at least 8 consumer warps (256 threads).
-constexpr int kVNorm = 4, kVPlain = kMaxK / 4 / 256;
+// float4s per thread for W consumer warps: the Norm inputs are the hidden size (<= 4096), the
+// others up to kMaxK.
+constexpr int kMaxH = 4096;
+template <int W>
+constexpr int kVNorm = kMaxH / 4 / (W * 32);
+template <int W>
+constexpr int kVPlain = kMaxK / 4 / (W * 32);
 
 // W consumer warps (a power of two), chunks of CT tiles, S ring slots (a multiple of W): chunk g
 // (counted over the whole token) sits in slot g % S and belongs to consumer warp g % W, which
@@ -217,7 +224,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
         for (int ph = 0; ph < kPhases; ++ph) {
           if (ph == 1) continue;
           const Mat& m = p.m[ph];
-          const Share sh = share_of(m, s, nsm);
+          const Share sh = share_of(m, s, nsm, ph == 3 && p.actq);
           const uint8_t* src = p.w + size_t(l) * p.layer_bytes + m.off + size_t(sh.rg0) * sh.kt * kTileBytes;
           const int nt = sh.tiles();
           for (int t0 = 0; t0 < nt; t0 += CT, ++gc) {
@@ -248,14 +255,14 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
       // Before the wait: what does not depend on the previous phase (gamma; the residual rows,
       // final since an earlier phase's wait).
       const Mat& m = p.m[ph];
-      const Share sh = share_of(m, s, nsm);
+      const Share sh = share_of(m, s, nsm, ph == 3 && p.actq);
       const int nt = ph == 1 ? 0 : sh.tiles();
       const bool norm = ph == 0 || ph == 3;
-      float4 g[kVNorm];
+      float4 g[kVNorm<W>];
       if (norm && nt > 0) {
         const float4* g4 = reinterpret_cast<const float4*>((ph == 0 ? p.g_attn : p.g_ffn) + size_t(l) * p.H);
 #pragma unroll
-        for (int k = 0; k < kVNorm; ++k) {
+        for (int k = 0; k < kVNorm<W>; ++k) {
           const int i = k * NT + tid;
           g[k] = i < p.H / 4 ? __ldg(g4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
@@ -276,10 +283,39 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
         {
           const float* xin = ph == 0 ? p.hA : ph == 2 ? p.attn : ph == 3 ? p.hB : p.act;
           if (norm) {
-            stage_x<kVNorm, true>(xin, g, m.K, p.eps, xs, red, W);
+            stage_x<kVNorm<W>, true>(xin, g, m.K, p.eps, xs, red, W);
+          } else if (ph == 4 && p.actq) {  // a copy: 40 bytes per 32 values, loads batched
+            const int nb = m.K / 32;
+            const uint4* src = reinterpret_cast<const uint4*>(p.actq);
+            uint4* dst = reinterpret_cast<uint4*>(xs);
+            constexpr int kV = (2 * kMaxK / 32 + W * 32 - 1) / (W * 32), kV2 = (kMaxK / 32 + W * 32 - 1) / (W * 32);
+            uint4 v[kV];
+#pragma unroll
+            for (int k = 0; k < kV; ++k) {
+              const int i = k * NT + tid;
+              if (i < 2 * nb) v[k] = __ldcg(src + i);
+            }
+            const uint2* src2 = reinterpret_cast<const uint2*>(src + 2 * nb);
+            uint2* dst2 = reinterpret_cast<uint2*>(dst + 2 * nb);
+            uint2 v2[kV2];
+#pragma unroll
+            for (int k = 0; k < kV2; ++k) {
+              const int i = k * NT + tid;
+              if (i < nb) v2[k] = __ldcg(src2 + i);
+            }
+#pragma unroll
+            for (int k = 0; k < kV; ++k) {
+              const int i = k * NT + tid;
+              if (i < 2 * nb) dst[i] = v[k];
+            }
+#pragma unroll
+            for (int k = 0; k < kV2; ++k) {
+              const int i = k * NT + tid;
+              if (i < nb) dst2[i] = v2[k];
+            }
           } else {
-            float4 none[kVPlain];
-            stage_x<kVPlain, false>(xin, none, m.K, p.eps, xs, red, W);
+            float4 none[kVPlain<W>];
+            stage_x<kVPlain<W>, false>(xin, none, m.K, p.eps, xs, red, W);
           }
           // Partials [row group][warp][row]: zero, as a warp may see no tile of a row group.
           const int nrg = sh.rg1 - sh.rg0;
@@ -300,30 +336,33 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
             if (mk && first) mk[3] = global_ns();
             first = false;
             const uint8_t* chunk = ring + size_t(slot) * CB;
-            const int nct = min(CT, nt - t0);
-            int rg = t0 / sh.kt, k = t0 - rg * sh.kt;
+            // A chunk lies inside one row group (CT divides K/128, checked on the host), so its
+            // CT tiles are independent sums: no branch between them, their loads all in flight.
+            const int rg = t0 / sh.kt, c0 = (t0 - rg * sh.kt) * kTileBlk;
+            if (rg != cur) {
+              if (cur >= 0) part[(cur * W + warp) * kTileRows + lane] = acc;
+              acc = 0.f;
+              cur = rg;
+            }
+            if (!p.nomath) {
+              float a[CT];
 #pragma unroll
-            for (int i = 0; i < CT; ++i) {
-              if (i >= nct || p.nomath) break;
-              if (rg != cur) {
-                if (cur >= 0) part[(cur * W + warp) * kTileRows + lane] = acc;
-                acc = 0.f;
-                cur = rg;
-              }
-              const uint8_t* tile = chunk + size_t(i) * kTileBytes;
-              const int c0 = k * kTileBlk;
+              for (int i = 0; i < CT; ++i) {
+                const uint8_t* tile = chunk + size_t(i) * kTileBytes;
+                float ai = 0.f;
 #pragma unroll
-              for (int b = 0; b < kTileBlk; ++b) {
-                const uint4 xl = xlo[c0 + b], xh = xhi[c0 + b];
-                const int2 sc = xsc[c0 + b];
-                const uint4 q = reinterpret_cast<const uint4*>(tile)[b * kTileRows + lane];
-                const float d = __half2float(reinterpret_cast<const __half*>(tile + kTileQ)[b * kTileRows + lane]);
-                acc = fmaf(d * __int_as_float(sc.x), float(dot_q4(q, xl, xh, -8 * sc.y)), acc);
+                for (int b = 0; b < kTileBlk; ++b) {
+                  const int c = c0 + i * kTileBlk + b;
+                  const uint4 xl = xlo[c], xh = xhi[c];
+                  const int2 sc = xsc[c];
+                  const uint4 q = reinterpret_cast<const uint4*>(tile)[b * kTileRows + lane];
+                  const float d = __half2float(reinterpret_cast<const __half*>(tile + kTileQ)[b * kTileRows + lane]);
+                  ai = fmaf(d * __int_as_float(sc.x), float(dot_q4(q, xl, xh, -8 * sc.y)), ai);
+                }
+                a[i] = ai;
               }
-              if (++k == sh.kt) {
-                k = 0;
-                ++rg;
-              }
+#pragma unroll
+              for (int i = 0; i < CT; ++i) acc += a[i];
             }
             __syncwarp();
             if (lane == 0) mbar_arrive(empty + slot);
@@ -332,7 +371,22 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
           cbar(W);
           if (mk) mk[4] = global_ns();
           // Rows of this SM: sum the row group's tiles in order, then the epilogue.
-          if (ph == 3) {
+          if (ph == 3 && p.actq) {
+            // One warp per 32-block of act (two row groups): lane e makes value e, the warp
+            // quantizes the block into actq (act_quant.cuh's rule, as down's staging would).
+            const int nb = nrows / 64, a0 = sh.rg0 * (kTileRows / 2);
+            for (int bl = warp; bl < nb; bl += W) {
+              const int r = bl * 64 + 2 * lane, rg = r / kTileRows, rr = r % kTileRows;
+              float gt = 0.f, ut = 0.f;
+              for (int w = 0; w < W; ++w) {
+                gt += part[(rg * W + w) * kTileRows + rr];
+                ut += part[(rg * W + w) * kTileRows + rr + 1];
+              }
+              const float v = silu(gt) * ut;
+              p.act[a0 + bl * 32 + lane] = v;
+              quant_warp_store(v, reinterpret_cast<float4*>(p.actq), p.F / 32, a0 / 32 + bl, lane);
+            }
+          } else if (ph == 3) {
             for (int pr = tid; pr < nrows / 2; pr += NT) {
               float gt = 0.f, ut = 0.f;
               const int r = 2 * pr, rg = r / kTileRows, rr = r % kTileRows;
@@ -446,7 +500,7 @@ std::vector<float> d2h(const float* d, size_t n) {
 struct Config {
   int W, CT, S;
 };
-const Config kConfigs[] = {{8, 4, 16}, {8, 2, 32}, {16, 2, 32}, {8, 8, 8}};
+const Config kConfigs[] = {{8, 4, 16}, {16, 4, 16}, {8, 2, 32}, {16, 2, 32}};
 template <int W, int CT, int S>
 void launch_cfg(const Params& p, size_t smem, int nsm) {
   static bool attr = false;
@@ -459,13 +513,13 @@ void launch_cfg(const Params& p, size_t smem, int nsm) {
 void launch_config(int ci, const Params& p, size_t smem, int nsm) {
   switch (ci) {
     case 0: launch_cfg<8, 4, 16>(p, smem, nsm); break;
-    case 1: launch_cfg<8, 2, 32>(p, smem, nsm); break;
-    case 2: launch_cfg<16, 2, 32>(p, smem, nsm); break;
-    default: launch_cfg<8, 8, 8>(p, smem, nsm); break;
+    case 1: launch_cfg<16, 4, 16>(p, smem, nsm); break;
+    case 2: launch_cfg<8, 2, 32>(p, smem, nsm); break;
+    default: launch_cfg<16, 2, 32>(p, smem, nsm); break;
   }
 }
 
-int run(const Shape& sh, int ci, bool check, bool nodep, bool noweights, bool marks, int mode, double copy_gbs,
+int run(const Shape& sh, int ci, bool quant_act, bool check, bool nodep, bool noweights, bool marks, int mode, double copy_gbs,
         int nsm) {
   Params p{};
   p.nomath = mode == 1;
@@ -488,9 +542,19 @@ int run(const Shape& sh, int ci, bool check, bool nodep, bool noweights, bool ma
   p.layer_bytes = p.m[4].off + mat_bytes(p.m[4]);
   // Every phase's share (checked before anything is allocated) of partials must fit.
   for (int ph : {0, 2, 3, 4}) {
-    const int n = p.m[ph].R / kTileRows, per = (n + nsm - 1) / nsm;
+    const int n = p.m[ph].R / kTileRows;
+    const bool pairs = ph == 3 && quant_act;
+    if (pairs && n % 2) {
+      std::fprintf(stderr, "error: %s gate/up has an odd number of row groups\n", sh.name);
+      return 1;
+    }
+    const int per = pairs ? 2 * ((n / 2 + nsm - 1) / nsm) : (n + nsm - 1) / nsm;
     if ((ph == 2 || ph == 4) && per * kTileRows > W * 32) {
       std::fprintf(stderr, "error: %s phase %d has more rows per SM than consumer threads\n", sh.name, ph);
+      return 1;
+    }
+    if ((p.m[ph].K / (kTileBlk * 32)) % CT != 0) {
+      std::fprintf(stderr, "error: %s phase %d: a chunk of %d tiles would cross a row group\n", sh.name, ph, CT);
       return 1;
     }
     if (per * W * kTileRows > kMaxPart) {
@@ -519,6 +583,9 @@ int run(const Shape& sh, int ci, bool check, bool nodep, bool noweights, bool ma
   CUDA_CHECK(cudaMalloc(&attn, p.nq_hd * 4));
   CUDA_CHECK(cudaMalloc(&act, sh.F * 4));
   CUDA_CHECK(cudaMalloc(&cnt, p.L * kPhases * 4));
+  uint8_t* actq = nullptr;
+  if (quant_act) CUDA_CHECK(cudaMalloc(&actq, size_t(sh.F / 32) * 40));
+  p.actq = actq;
   CUDA_CHECK(cudaMemset(cnt, 0, p.L * kPhases * 4));
   CUDA_CHECK(cudaMemcpy(ga, g.data(), g.size() * 4, cudaMemcpyHostToDevice));
   for (float& v : g) v = 2.0f - v;
@@ -534,6 +601,7 @@ int run(const Shape& sh, int ci, bool check, bool nodep, bool noweights, bool ma
   p.cnt = cnt;
   const size_t smem = size_t(S) * CT * kTileBytes + kMaxK / 32 * 40 + kMaxPart * 4 + 2 * S * 8;
   auto cleanup = [&] {
+    if (actq) CUDA_CHECK(cudaFree(actq));
     for (void* q : {(void*)w, (void*)ga, (void*)gf, (void*)hA, (void*)hB, (void*)qkv, (void*)attn, (void*)act, (void*)cnt})
       CUDA_CHECK(cudaFree(q));
   };
@@ -565,8 +633,8 @@ int run(const Shape& sh, int ci, bool check, bool nodep, bool noweights, bool ma
                          rel_l2(dhA, rd)};
     bool ok = true;
     for (double v : e) ok = ok && v <= 1e-3;
-    std::printf("check %s W=%d CT=%d S=%d: rel-L2 qkv %.2e hop %.2e o+res %.2e gate/up %.2e down+res %.2e: %s\n",
-                sh.name, W, CT, S, e[0], e[1], e[2], e[3], e[4], ok ? "ok" : "FAIL");
+    std::printf("check %s W=%d CT=%d S=%d%s: rel-L2 qkv %.2e hop %.2e o+res %.2e gate/up %.2e down+res %.2e: %s\n",
+                sh.name, W, CT, S, quant_act ? " qact" : "", e[0], e[1], e[2], e[3], e[4], ok ? "ok" : "FAIL");
     cleanup();
     return ok ? 0 : 1;
   }
@@ -585,8 +653,8 @@ int run(const Shape& sh, int ci, bool check, bool nodep, bool noweights, bool ma
   CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
   const double us_tok = ms * 1e3 / reps, us_layer = us_tok / p.L;
   const double gbs = double(wbytes) / (us_tok * 1e-6) / 1e9;
-  std::printf("%-5s W=%2d CT=%d S=%2d%s%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
-              sh.name, W, CT, S, nodep ? " nodep" : "", noweights ? " noweights" : mode == 1 ? " nomath" : mode == 2 ? " nocopy" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
+  std::printf("%-5s W=%2d CT=%d S=%2d%s%s%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
+              sh.name, W, CT, S, quant_act ? " qact" : "", nodep ? " nodep" : "", noweights ? " noweights" : mode == 1 ? " nomath" : mode == 2 ? " nocopy" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
               100.0 * gbs / copy_gbs);
   if (marks) {  // one more token with the marks of layer L/2
     const size_t n = size_t(nsm) * kPhases * kMarks;
@@ -648,7 +716,7 @@ int run(const Shape& sh, int ci, bool check, bool nodep, bool noweights, bool ma
 int main(int argc, char** argv) {
   // cuda_bench_persist [--check] [--shape NAME] [--configs I,I..] (kConfigs: consumer warps,
   // tiles per chunk, ring slots)
-  bool check = false, nodep = false, noweights = false, marks = false;
+  bool check = false, nodep = false, noweights = false, marks = false, quant_act = false;
   int mode = 0;
   std::string only;
   std::vector<int> cfgs = {0};
@@ -665,6 +733,7 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--check") check = true;
     else if (a == "--nodep") nodep = true;
+    else if (a == "--quant-act") quant_act = true;
     else if (a == "--noweights") noweights = true;
     else if (a == "--marks") marks = true;
     else if (a == "--nomath") mode = 1;
@@ -672,7 +741,7 @@ int main(int argc, char** argv) {
     else if (a == "--shape" && i + 1 < argc) only = argv[++i];
     else if (a == "--configs" && i + 1 < argc) cfgs = list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3]\n");
+      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3]\n");
       return 2;
     }
   }
@@ -690,7 +759,7 @@ int main(int argc, char** argv) {
   int rc = 0;
   for (const Shape& sh : kShapes) {
     if (!only.empty() && only != sh.name) continue;
-    for (int c : cfgs) rc |= run(sh, c, check, nodep, noweights, marks, mode, copy, nsm);
+    for (int c : cfgs) rc |= run(sh, c, quant_act, check, nodep, noweights, marks, mode, copy, nsm);
   }
   return rc;
 }

@@ -85,6 +85,12 @@ struct Params {
   const float* g_ffn;   // [L][H]
   float *hA, *hB, *qkv, *attn, *act;
   uint8_t* actq;  // act quantized once by gate/up (int8 staging layout), or null: down stages act itself
+  // Every input quantized once by its producer (or null): attnq by the hop; hq = h * gamma of the
+  // next RMSNorm per 32-block and ssq = each block's sum of h^2, by the residual epilogues (the
+  // norm's scale rsqrt(mean + eps) is common to a vector, so it multiplies dx at the staging: the
+  // same codes as quantizing the normalized vector up to rounding ties).
+  uint8_t *attnq, *hq;
+  float* ssq;
   unsigned* cnt;  // [L * kPhases]
   unsigned epoch;
   int nodep;    // timing only: no phase waits for the one before (wrong results; the streaming bound)
@@ -94,8 +100,8 @@ struct Params {
   unsigned long long* stamps;  // [nsm][kPhases][kMarks] of layer L/2, or null
 };
 // Per-phase marks of thread 0 (%globaltimer): begin, dependency met, x staged, first chunk
-// ready, tiles done, epilogue done.
-constexpr int kMarks = 6;
+// ready, tiles done, epilogue done (all warps), thread 0's own epilogue done.
+constexpr int kMarks = 7;
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
@@ -190,6 +196,44 @@ constexpr int kVNorm = kMaxH / 4 / (W * 32);
 template <int W>
 constexpr int kVPlain = kMaxK / 4 / (W * 32);
 
+// Staging from a vector its producer quantized (the int8 layout): the planes copied, loads
+// batched. ssq (or null): the blocks' sums of squares; dx is then multiplied by the RMSNorm scale,
+// which every warp computes itself from them (same order in each: the same value).
+template <int W>
+__device__ __forceinline__ void stage_copy(const uint8_t* q, int K, const float* ssq, float eps, float4* xs) {
+  constexpr int NT = W * 32;
+  constexpr int kV = (2 * kMaxK / 32 + NT - 1) / NT, kV2 = (kMaxK / 32 + NT - 1) / NT, kS = kMaxH / 1024;
+  const int tid = int(threadIdx.x), lane = tid & 31, nb = K / 32;
+  const uint4* src = reinterpret_cast<const uint4*>(q);
+  const uint2* src2 = reinterpret_cast<const uint2*>(src + 2 * nb);
+  uint4 v[kV];
+  uint2 v2[kV2];
+  float sq[kS];
+#pragma unroll
+  for (int k = 0; k < kV; ++k)
+    if (k * NT + tid < 2 * nb) v[k] = __ldcg(src + k * NT + tid);
+#pragma unroll
+  for (int k = 0; k < kV2; ++k)
+    if (k * NT + tid < nb) v2[k] = __ldcg(src2 + k * NT + tid);
+  float rn = 1.f;
+  if (ssq) {
+#pragma unroll
+    for (int k = 0; k < kS; ++k) sq[k] = lane + 32 * k < nb ? __ldcg(ssq + lane + 32 * k) : 0.f;
+    float t = 0.f;
+#pragma unroll
+    for (int k = 0; k < kS; ++k) t += sq[k];
+    rn = rsqrtf(warp_sum(t) / float(K) + eps);
+  }
+  uint4* dst = reinterpret_cast<uint4*>(xs);
+  uint2* dst2 = reinterpret_cast<uint2*>(dst + 2 * nb);
+#pragma unroll
+  for (int k = 0; k < kV; ++k)
+    if (k * NT + tid < 2 * nb) dst[k * NT + tid] = v[k];
+#pragma unroll
+  for (int k = 0; k < kV2; ++k)
+    if (k * NT + tid < nb) dst2[k * NT + tid] = make_uint2(__float_as_uint(__uint_as_float(v2[k].x) * rn), v2[k].y);
+}
+
 // W consumer warps (a power of two), chunks of CT tiles, S ring slots (a multiple of W): chunk g
 // (counted over the whole token) sits in slot g % S and belongs to consumer warp g % W, which
 // reads all its tiles (the per-chunk bookkeeping amortized over CT tiles; the first form dealt
@@ -269,7 +313,12 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
       }
       float res = 0.f;
       const int nrows = (sh.rg1 - sh.rg0) * kTileRows;
-      if ((ph == 2 || ph == 4) && tid < nrows) res = __ldcg((ph == 2 ? p.hA : p.hB) + sh.rg0 * kTileRows + tid);
+      float gnext = 0.f;  // gamma of the RMSNorm that reads this residual phase's output
+      if ((ph == 2 || ph == 4) && tid < nrows) {
+        res = __ldcg((ph == 2 ? p.hA : p.hB) + sh.rg0 * kTileRows + tid);
+        if (p.hq) gnext = ph == 2 ? p.g_ffn[size_t(l) * p.H + sh.rg0 * kTileRows + tid]
+                                  : p.g_attn[size_t((l + 1) % p.L) * p.H + sh.rg0 * kTileRows + tid];
+      }
       if (gph > 0 && !p.nodep) {
         if (tid == 0)
           while (ld_acquire(p.cnt + gph - 1) < target) {
@@ -278,41 +327,22 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
       }
       if (mk) mk[1] = global_ns();
       if (ph == 1) {  // the hop: attn = q part of qkv, sliced over the SMs
-        for (int i = s * NT + tid; i < p.nq_hd; i += nsm * NT) p.attn[i] = __ldcg(p.qkv + i);
+        for (int i = s * NT + tid; i < p.nq_hd; i += nsm * NT) {  // warp-uniform: nq_hd % 32 == 0
+          const float v = __ldcg(p.qkv + i);
+          p.attn[i] = v;
+          if (p.attnq) quant_warp_store(v, reinterpret_cast<float4*>(p.attnq), p.nq_hd / 32, i / 32, lane);
+        }
       } else if (nt > 0) {
         {
           const float* xin = ph == 0 ? p.hA : ph == 2 ? p.attn : ph == 3 ? p.hB : p.act;
-          if (norm) {
+          if (norm && p.hq && (ph == 3 || l > 0)) {  // layer 0 stages hA itself (no producer in this launch)
+            stage_copy<W>(p.hq, m.K, p.ssq, p.eps, xs);
+          } else if (norm) {
             stage_x<kVNorm<W>, true>(xin, g, m.K, p.eps, xs, red, W);
-          } else if (ph == 4 && p.actq) {  // a copy: 40 bytes per 32 values, loads batched
-            const int nb = m.K / 32;
-            const uint4* src = reinterpret_cast<const uint4*>(p.actq);
-            uint4* dst = reinterpret_cast<uint4*>(xs);
-            constexpr int kV = (2 * kMaxK / 32 + W * 32 - 1) / (W * 32), kV2 = (kMaxK / 32 + W * 32 - 1) / (W * 32);
-            uint4 v[kV];
-#pragma unroll
-            for (int k = 0; k < kV; ++k) {
-              const int i = k * NT + tid;
-              if (i < 2 * nb) v[k] = __ldcg(src + i);
-            }
-            const uint2* src2 = reinterpret_cast<const uint2*>(src + 2 * nb);
-            uint2* dst2 = reinterpret_cast<uint2*>(dst + 2 * nb);
-            uint2 v2[kV2];
-#pragma unroll
-            for (int k = 0; k < kV2; ++k) {
-              const int i = k * NT + tid;
-              if (i < nb) v2[k] = __ldcg(src2 + i);
-            }
-#pragma unroll
-            for (int k = 0; k < kV; ++k) {
-              const int i = k * NT + tid;
-              if (i < 2 * nb) dst[i] = v[k];
-            }
-#pragma unroll
-            for (int k = 0; k < kV2; ++k) {
-              const int i = k * NT + tid;
-              if (i < nb) dst2[i] = v2[k];
-            }
+          } else if (ph == 4 && p.actq) {
+            stage_copy<W>(p.actq, m.K, nullptr, p.eps, xs);
+          } else if (ph == 2 && p.attnq) {
+            stage_copy<W>(p.attnq, m.K, nullptr, p.eps, xs);
           } else {
             float4 none[kVPlain<W>];
             stage_x<kVPlain<W>, false>(xin, none, m.K, p.eps, xs, red, W);
@@ -402,13 +432,22 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
               float v = 0.f;
               for (int w = 0; w < W; ++w) v += part[(rg * W + w) * kTileRows + rr];
               const int row = sh.rg0 * kTileRows + r;
-              if (ph == 0) p.qkv[row] = v;
-              else if (ph == 2) p.hB[row] = res + v;
-              else p.hA[row] = res + v;
+              if (ph == 0) {
+                p.qkv[row] = v;
+              } else {
+                const float h = res + v;
+                (ph == 2 ? p.hB : p.hA)[row] = h;
+                if (p.hq) {  // warp-uniform: nrows is a multiple of 32, one row group = one block
+                  quant_warp_store(h * gnext, reinterpret_cast<float4*>(p.hq), p.H / 32, row / 32, lane);
+                  const float ss = warp_sum(h * h);
+                  if (lane == 0) p.ssq[row / 32] = ss;
+                }
+              }
             }
           }
         }
       }
+      if (mk) mk[6] = global_ns();
       cbar(W);
       // Release after the block barrier: the other threads' stores are ordered before it
       // (cumulativity), so no separate fence (S15-1: fence + atomic 0.1-0.2 µs slower).
@@ -519,7 +558,7 @@ void launch_config(int ci, const Params& p, size_t smem, int nsm) {
   }
 }
 
-int run(const Shape& sh, int ci, bool quant_act, bool check, bool nodep, bool noweights, bool marks, int mode, double copy_gbs,
+int run(const Shape& sh, int ci, bool quant_act, bool quant_all, bool check, bool nodep, bool noweights, bool marks, int mode, double copy_gbs,
         int nsm) {
   Params p{};
   p.nomath = mode == 1;
@@ -583,9 +622,18 @@ int run(const Shape& sh, int ci, bool quant_act, bool check, bool nodep, bool no
   CUDA_CHECK(cudaMalloc(&attn, p.nq_hd * 4));
   CUDA_CHECK(cudaMalloc(&act, sh.F * 4));
   CUDA_CHECK(cudaMalloc(&cnt, p.L * kPhases * 4));
-  uint8_t* actq = nullptr;
+  uint8_t *actq = nullptr, *attnq = nullptr, *hq = nullptr;
+  float* ssq = nullptr;
   if (quant_act) CUDA_CHECK(cudaMalloc(&actq, size_t(sh.F / 32) * 40));
+  if (quant_all) {
+    CUDA_CHECK(cudaMalloc(&attnq, size_t(p.nq_hd / 32) * 40));
+    CUDA_CHECK(cudaMalloc(&hq, size_t(sh.H / 32) * 40));
+    CUDA_CHECK(cudaMalloc(&ssq, size_t(sh.H / 32) * 4));
+  }
   p.actq = actq;
+  p.attnq = attnq;
+  p.hq = hq;
+  p.ssq = ssq;
   CUDA_CHECK(cudaMemset(cnt, 0, p.L * kPhases * 4));
   CUDA_CHECK(cudaMemcpy(ga, g.data(), g.size() * 4, cudaMemcpyHostToDevice));
   for (float& v : g) v = 2.0f - v;
@@ -601,7 +649,8 @@ int run(const Shape& sh, int ci, bool quant_act, bool check, bool nodep, bool no
   p.cnt = cnt;
   const size_t smem = size_t(S) * CT * kTileBytes + kMaxK / 32 * 40 + kMaxPart * 4 + 2 * S * 8;
   auto cleanup = [&] {
-    if (actq) CUDA_CHECK(cudaFree(actq));
+    for (void* q : {(void*)actq, (void*)attnq, (void*)hq, (void*)ssq})
+      if (q) CUDA_CHECK(cudaFree(q));
     for (void* q : {(void*)w, (void*)ga, (void*)gf, (void*)hA, (void*)hB, (void*)qkv, (void*)attn, (void*)act, (void*)cnt})
       CUDA_CHECK(cudaFree(q));
   };
@@ -634,7 +683,7 @@ int run(const Shape& sh, int ci, bool quant_act, bool check, bool nodep, bool no
     bool ok = true;
     for (double v : e) ok = ok && v <= 1e-3;
     std::printf("check %s W=%d CT=%d S=%d%s: rel-L2 qkv %.2e hop %.2e o+res %.2e gate/up %.2e down+res %.2e: %s\n",
-                sh.name, W, CT, S, quant_act ? " qact" : "", e[0], e[1], e[2], e[3], e[4], ok ? "ok" : "FAIL");
+                sh.name, W, CT, S, quant_all ? " qall" : quant_act ? " qact" : "", e[0], e[1], e[2], e[3], e[4], ok ? "ok" : "FAIL");
     cleanup();
     return ok ? 0 : 1;
   }
@@ -654,7 +703,7 @@ int run(const Shape& sh, int ci, bool quant_act, bool check, bool nodep, bool no
   const double us_tok = ms * 1e3 / reps, us_layer = us_tok / p.L;
   const double gbs = double(wbytes) / (us_tok * 1e-6) / 1e9;
   std::printf("%-5s W=%2d CT=%d S=%2d%s%s%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
-              sh.name, W, CT, S, quant_act ? " qact" : "", nodep ? " nodep" : "", noweights ? " noweights" : mode == 1 ? " nomath" : mode == 2 ? " nocopy" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
+              sh.name, W, CT, S, quant_all ? " qall" : quant_act ? " qact" : "", nodep ? " nodep" : "", noweights ? " noweights" : mode == 1 ? " nomath" : mode == 2 ? " nocopy" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
               100.0 * gbs / copy_gbs);
   if (marks) {  // one more token with the marks of layer L/2
     const size_t n = size_t(nsm) * kPhases * kMarks;
@@ -671,10 +720,11 @@ int run(const Shape& sh, int ci, bool quant_act, bool check, bool nodep, bool no
     const char* names[kPhases] = {"qkv", "hop", "o", "gate/up", "down"};
     unsigned long long prev_end = 0;
     std::printf("  layer %d, us (mean over SMs; 'step' = latest end minus the previous phase's latest end):\n", p.L / 2);
-    std::printf("  %-8s %7s %7s %7s %7s %7s %7s %7s\n", "phase", "wait", "stage", "chunk1", "tiles", "epi", "total", "step");
+    std::printf("  %-8s %7s %7s %7s %7s %7s %7s %7s %7s\n", "phase", "wait", "stage", "chunk1", "tiles", "epi", "epi(t0)",
+                "total", "step");
     for (int ph = 0; ph < kPhases; ++ph) {
-      double sum[5] = {0, 0, 0, 0, 0};
-      int cnt[5] = {0, 0, 0, 0, 0};
+      double sum[6] = {0, 0, 0, 0, 0, 0};
+      int cnt[6] = {0, 0, 0, 0, 0, 0};
       unsigned long long end = 0;
       for (int sm = 0; sm < nsm; ++sm) {
         const unsigned long long* m = &hm[(size_t(sm) * kPhases + ph) * kMarks];
@@ -690,6 +740,7 @@ int run(const Shape& sh, int ci, bool quant_act, bool check, bool nodep, bool no
         add(2, m[2], m[3]);
         add(3, m[2], m[4]);
         add(4, m[4] ? m[4] : m[1], m[5]);
+        add(5, m[4] ? m[4] : m[1], m[6]);
       }
       double tot = 0;
       {
@@ -702,8 +753,8 @@ int run(const Shape& sh, int ci, bool quant_act, bool check, bool nodep, bool no
         tot /= c;
       }
       auto mean = [&](int i) { return cnt[i] ? sum[i] / cnt[i] / 1e3 : 0.0; };
-      std::printf("  %-8s %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f\n", names[ph], mean(0), mean(1), mean(2), mean(3),
-                  mean(4), tot / 1e3, prev_end ? double(end - prev_end) / 1e3 : 0.0);
+      std::printf("  %-8s %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f\n", names[ph], mean(0), mean(1), mean(2),
+                  mean(3), mean(4), mean(5), tot / 1e3, prev_end ? double(end - prev_end) / 1e3 : 0.0);
       prev_end = end;
     }
   }
@@ -716,7 +767,7 @@ int run(const Shape& sh, int ci, bool quant_act, bool check, bool nodep, bool no
 int main(int argc, char** argv) {
   // cuda_bench_persist [--check] [--shape NAME] [--configs I,I..] (kConfigs: consumer warps,
   // tiles per chunk, ring slots)
-  bool check = false, nodep = false, noweights = false, marks = false, quant_act = false;
+  bool check = false, nodep = false, noweights = false, marks = false, quant_act = false, quant_all = false;
   int mode = 0;
   std::string only;
   std::vector<int> cfgs = {0};
@@ -734,6 +785,7 @@ int main(int argc, char** argv) {
     if (a == "--check") check = true;
     else if (a == "--nodep") nodep = true;
     else if (a == "--quant-act") quant_act = true;
+    else if (a == "--quant-all") quant_act = quant_all = true;
     else if (a == "--noweights") noweights = true;
     else if (a == "--marks") marks = true;
     else if (a == "--nomath") mode = 1;
@@ -741,7 +793,7 @@ int main(int argc, char** argv) {
     else if (a == "--shape" && i + 1 < argc) only = argv[++i];
     else if (a == "--configs" && i + 1 < argc) cfgs = list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3]\n");
+      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3]\n");
       return 2;
     }
   }
@@ -759,7 +811,7 @@ int main(int argc, char** argv) {
   int rc = 0;
   for (const Shape& sh : kShapes) {
     if (!only.empty() && only != sh.name) continue;
-    for (int c : cfgs) rc |= run(sh, c, quant_act, check, nodep, noweights, marks, mode, copy, nsm);
+    for (int c : cfgs) rc |= run(sh, c, quant_act, quant_all, check, nodep, noweights, marks, mode, copy, nsm);
   }
   return rc;
 }

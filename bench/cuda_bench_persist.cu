@@ -91,6 +91,10 @@ struct Params {
   // same codes as quantizing the normalized vector up to rounding ties).
   uint8_t *attnq, *hq;
   float* ssq;
+  // Chunks the producer keeps in flight (issued, not landed) at most; 0 = the ring's free slots
+  // only. The consumers' own loads and stores queue behind the SM's outstanding copies (the
+  // staging and the epilogues took 1-3 µs with up to 147 KB outstanding, run S20-4).
+  int inflight;
   unsigned* cnt;  // [L * kPhases]
   unsigned epoch;
   int nodep;    // timing only: no phase waits for the one before (wrong results; the streaming bound)
@@ -274,6 +278,10 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
           for (int t0 = 0; t0 < nt; t0 += CT, ++gc) {
             const int slot = int(gc % unsigned(S));
             if (gc >= unsigned(S)) mbar_wait_parity(empty + slot, ((gc / unsigned(S)) - 1) & 1);
+            if (p.inflight > 0 && gc >= unsigned(p.inflight)) {  // chunk gc - inflight has landed
+              const unsigned o = gc - unsigned(p.inflight);
+              mbar_wait_parity(full + o % unsigned(S), (o / unsigned(S)) & 1);
+            }
             const uint32_t bytes = uint32_t(min(CT, nt - t0)) * kTileBytes;
             if (p.nocopy) {
               mbar_arrive(full + slot);
@@ -558,13 +566,14 @@ void launch_config(int ci, const Params& p, size_t smem, int nsm) {
   }
 }
 
-int run(const Shape& sh, int ci, bool quant_act, bool quant_all, bool check, bool nodep, bool noweights, bool marks, int mode, double copy_gbs,
+int run(const Shape& sh, int ci, int inflight, bool quant_act, bool quant_all, bool check, bool nodep, bool noweights, bool marks, int mode, double copy_gbs,
         int nsm) {
   Params p{};
   p.nomath = mode == 1;
   p.nocopy = mode == 2;
   p.nodep = nodep ? 1 : 0;
   p.noweights = noweights ? 1 : 0;
+  p.inflight = inflight;
   p.H = sh.H;
   p.nq_hd = sh.nq * sh.hd;
   p.F = sh.F;
@@ -579,6 +588,10 @@ int run(const Shape& sh, int ci, bool quant_act, bool quant_all, bool check, boo
   p.m[4] = {p.m[3].off + mat_bytes(p.m[3]), sh.H, sh.F};
   p.m[1] = {0, 0, 0};
   p.layer_bytes = p.m[4].off + mat_bytes(p.m[4]);
+  if (inflight < 0 || inflight >= S) {
+    std::fprintf(stderr, "error: --inflight must be 0..%d for %d ring slots\n", S - 1, S);
+    return 1;
+  }
   // Every phase's share (checked before anything is allocated) of partials must fit.
   for (int ph : {0, 2, 3, 4}) {
     const int n = p.m[ph].R / kTileRows;
@@ -683,7 +696,7 @@ int run(const Shape& sh, int ci, bool quant_act, bool quant_all, bool check, boo
     bool ok = true;
     for (double v : e) ok = ok && v <= 1e-3;
     std::printf("check %s W=%d CT=%d S=%d%s: rel-L2 qkv %.2e hop %.2e o+res %.2e gate/up %.2e down+res %.2e: %s\n",
-                sh.name, W, CT, S, quant_all ? " qall" : quant_act ? " qact" : "", e[0], e[1], e[2], e[3], e[4], ok ? "ok" : "FAIL");
+                sh.name, W, CT, S, inflight, quant_all ? " qall" : quant_act ? " qact" : "", e[0], e[1], e[2], e[3], e[4], ok ? "ok" : "FAIL");
     cleanup();
     return ok ? 0 : 1;
   }
@@ -702,7 +715,7 @@ int run(const Shape& sh, int ci, bool quant_act, bool quant_all, bool check, boo
   CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
   const double us_tok = ms * 1e3 / reps, us_layer = us_tok / p.L;
   const double gbs = double(wbytes) / (us_tok * 1e-6) / 1e9;
-  std::printf("%-5s W=%2d CT=%d S=%2d%s%s%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
+  std::printf("%-5s W=%2d CT=%d S=%2d F=%2d%s%s%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
               sh.name, W, CT, S, quant_all ? " qall" : quant_act ? " qact" : "", nodep ? " nodep" : "", noweights ? " noweights" : mode == 1 ? " nomath" : mode == 2 ? " nocopy" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
               100.0 * gbs / copy_gbs);
   if (marks) {  // one more token with the marks of layer L/2
@@ -770,7 +783,7 @@ int main(int argc, char** argv) {
   bool check = false, nodep = false, noweights = false, marks = false, quant_act = false, quant_all = false;
   int mode = 0;
   std::string only;
-  std::vector<int> cfgs = {0};
+  std::vector<int> cfgs = {0}, inflights = {0};
   auto list = [](const char* s) {
     std::vector<int> v;
     for (const char* c = s; *c;) {
@@ -792,8 +805,9 @@ int main(int argc, char** argv) {
     else if (a == "--nocopy") mode = 2;
     else if (a == "--shape" && i + 1 < argc) only = argv[++i];
     else if (a == "--configs" && i + 1 < argc) cfgs = list(argv[++i]);
+    else if (a == "--inflight" && i + 1 < argc) inflights = list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3]\n");
+      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3] [--inflight 0,4,6]\n");
       return 2;
     }
   }
@@ -811,7 +825,8 @@ int main(int argc, char** argv) {
   int rc = 0;
   for (const Shape& sh : kShapes) {
     if (!only.empty() && only != sh.name) continue;
-    for (int c : cfgs) rc |= run(sh, c, quant_act, quant_all, check, nodep, noweights, marks, mode, copy, nsm);
+    for (int c : cfgs)
+      for (int f : inflights) rc |= run(sh, c, f, quant_act, quant_all, check, nodep, noweights, marks, mode, copy, nsm);
   }
   return rc;
 }

@@ -695,7 +695,7 @@ int run(const Shape& sh, int ci, int inflight, bool quant_act, bool quant_all, b
                          rel_l2(dhA, rd)};
     bool ok = true;
     for (double v : e) ok = ok && v <= 1e-3;
-    std::printf("check %s W=%d CT=%d S=%d%s: rel-L2 qkv %.2e hop %.2e o+res %.2e gate/up %.2e down+res %.2e: %s\n",
+    std::printf("check %s W=%d CT=%d S=%d F=%d%s: rel-L2 qkv %.2e hop %.2e o+res %.2e gate/up %.2e down+res %.2e: %s\n",
                 sh.name, W, CT, S, inflight, quant_all ? " qall" : quant_act ? " qact" : "", e[0], e[1], e[2], e[3], e[4], ok ? "ok" : "FAIL");
     cleanup();
     return ok ? 0 : 1;
@@ -716,7 +716,7 @@ int run(const Shape& sh, int ci, int inflight, bool quant_act, bool quant_all, b
   const double us_tok = ms * 1e3 / reps, us_layer = us_tok / p.L;
   const double gbs = double(wbytes) / (us_tok * 1e-6) / 1e9;
   std::printf("%-5s W=%2d CT=%d S=%2d F=%2d%s%s%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
-              sh.name, W, CT, S, quant_all ? " qall" : quant_act ? " qact" : "", nodep ? " nodep" : "", noweights ? " noweights" : mode == 1 ? " nomath" : mode == 2 ? " nocopy" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
+              sh.name, W, CT, S, inflight, quant_all ? " qall" : quant_act ? " qact" : "", nodep ? " nodep" : "", noweights ? " noweights" : mode == 1 ? " nomath" : mode == 2 ? " nocopy" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
               100.0 * gbs / copy_gbs);
   if (marks) {  // one more token with the marks of layer L/2
     const size_t n = size_t(nsm) * kPhases * kMarks;

@@ -1,6 +1,6 @@
 // Bulk copies global -> shared memory (cp.async.bulk, the Hopper copy engine) completing on a
-// shared-memory mbarrier, for cuda_bench_stream's (c) rows. A block's thread issues the copy;
-// every thread that needs the data waits on the barrier's phase. (The decode GEMV staged x this
+// shared-memory mbarrier, for cuda_bench_stream's (c) rows and cuda_bench_persist's weight ring.
+// A block's thread issues the copy; every thread that needs the data waits on the barrier's phase. (The decode GEMV staged x this
 // way in session 9's experiment: measured slower, docs/PERF.md session 10.)
 #pragma once
 #include <cstdint>
@@ -32,6 +32,10 @@ __device__ __forceinline__ void mbar_wait_parity(uint64_t* bar, uint32_t parity)
         : "r"(smem_addr(bar)), "r"(parity)
         : "memory");
   } while (!done);
+}
+// One plain arrival (no bytes expected), e.g. a consumer releasing a ring slot.
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 // dst, src 16-byte aligned, bytes a multiple of 16 (below 2^20 per phase in all).
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t pol) {

@@ -55,8 +55,10 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/act_quant.cuh"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/gemv.cuh"
 #include "bulk_copy.cuh"
 #include "cuda_bench_util.cuh"
+#include "grid_sync.cuh"
 
 using namespace lmf::cuda::dev;
 
@@ -107,38 +109,8 @@ struct Params {
 // ready, tiles done, epilogue done (all warps), thread 0's own epilogue done.
 constexpr int kMarks = 7;
 
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void red_release(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
 __device__ __forceinline__ void cbar(int W) {  // the consumer warps only
   asm volatile("bar.sync 1, %0;" ::"r"(W * 32) : "memory");
-}
-
-__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
-  int d;
-  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-// Q4_0 block (16 bytes, GGUF order) times 32 int8 codes (lo = 0..15, hi = 16..31) + init.
-__device__ __forceinline__ int dot_q4(const uint4& q, const uint4& xl, const uint4& xh, int init) {
-  int lo = init, hi = 0;
-  lo = dp4a_us(q.x & 0x0F0F0F0Fu, xl.x, lo);
-  hi = dp4a_us(q.x & 0xF0F0F0F0u, xh.x, hi);
-  lo = dp4a_us(q.y & 0x0F0F0F0Fu, xl.y, lo);
-  hi = dp4a_us(q.y & 0xF0F0F0F0u, xh.y, hi);
-  lo = dp4a_us(q.z & 0x0F0F0F0Fu, xl.z, lo);
-  hi = dp4a_us(q.z & 0xF0F0F0F0u, xh.z, hi);
-  lo = dp4a_us(q.w & 0x0F0F0F0Fu, xl.w, lo);
-  hi = dp4a_us(q.w & 0xF0F0F0F0u, xh.w, hi);
-  return lo + (hi >> 4);
 }
 
 struct Share {
@@ -395,7 +367,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
                   const int2 sc = xsc[c];
                   const uint4 q = reinterpret_cast<const uint4*>(tile)[b * kTileRows + lane];
                   const float d = __half2float(reinterpret_cast<const __half*>(tile + kTileQ)[b * kTileRows + lane]);
-                  ai = fmaf(d * __int_as_float(sc.x), float(dot_q4(q, xl, xh, -8 * sc.y)), ai);
+                  ai = fmaf(d * __int_as_float(sc.x), float(dot_q4_i8(q, xl, xh, -8 * sc.y)), ai);
                 }
                 a[i] = ai;
               }

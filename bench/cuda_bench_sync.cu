@@ -16,19 +16,14 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "cuda_bench_util.cuh"
+#include "grid_sync.cuh"
 
 using lmf::cuda::bench::time_graph;
+using lmf::cuda::dev::ld_acquire;
+using lmf::cuda::dev::red_release;
 
 namespace {
 
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void red_release(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
 
 // One dependent hand-over per phase: block b reads block b+1's value of the previous phase.
 __device__ __forceinline__ void touch(unsigned* vals, int phase) {

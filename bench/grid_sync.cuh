@@ -1,0 +1,17 @@
+// Hand-over between the blocks of one grid through a counter in global memory, for the
+// benchmarks that compare or build on it (cuda_bench_sync, cuda_bench_persist): arrivals with
+// release semantics, polling with acquire semantics (no separate fence either side).
+#pragma once
+
+namespace lmf::cuda::dev {
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+}  // namespace lmf::cuda::dev

@@ -20,9 +20,11 @@
 // applies the epilogue and counts the SM in.
 //
 // Per layer (Qwen3 shapes, Q4_0): qkv = W_qkv * norm(hA); a weightless hop standing for the
-// attention (attn = q part of qkv, sliced over the SMs: one more grid-wide dependency); hB = hA
-// + W_o * attn; act = silu(gate) * up of W_gu * norm(hB) (rows interleaved gate/up); hA = hB +
-// W_down * act.
+// attention (attn = q part of qkv, sliced over the SMs: one more grid-wide dependency), or with
+// `--attn` the attention itself at position `--pos` (query head h on SM h: q/k RMSNorm, RoPE, the
+// KV-cache append, softmax over the prefilled fp16 caches); hB = hA + W_o * attn; act =
+// silu(gate) * up of W_gu * norm(hB) (rows interleaved gate/up); hA = hB + W_down * act.
+// `--quant-act` / `--quant-all`: the producers quantize their outputs once for the next phase.
 //
 // Weight layout (any SM count): a matrix of R rows x K columns is row groups of 32 rows, each
 // K/128 tiles of 32 rows x 4 blocks of 32 columns (4 x 32 x 16 bytes of nibbles, block-major,
@@ -93,6 +95,13 @@ struct Params {
   // same codes as quantizing the normalized vector up to rounding ties).
   uint8_t *attnq, *hq;
   float* ssq;
+  // The attention in the hop's place (k_cache non-null): query head h on SM h at position pos,
+  // over fp16 caches [L][n_kv][n_ctx][128] prefilled below pos; Qwen3's q/k RMSNorm over the head
+  // (q_norm, k_norm: [L][128]) and NeoX RoPE.
+  __half *k_cache, *v_cache;
+  const float *q_norm, *k_norm;
+  int n_head, n_kv, pos, n_ctx;
+  float theta;
   // Chunks the producer keeps in flight (issued, not landed) at most; 0 = the ring's free slots
   // only. The consumers' own loads and stores queue behind the SM's outstanding copies (the
   // staging and the epilogues took 1-3 µs with up to 147 KB outstanding, run S20-4).
@@ -210,6 +219,119 @@ __device__ __forceinline__ void stage_copy(const uint8_t* q, int K, const float*
     if (k * NT + tid < nb) dst2[k * NT + tid] = make_uint2(__float_as_uint(__uint_as_float(v2[k].x) * rn), v2[k].y);
 }
 
+// The attention of query head h (Params: k_cache): every warp builds the head's q and its KV
+// head's k, v at pos from the raw qkv (lane j-th value = element lane + 32 j of 128; RoPE pairs
+// i, i + 64 sit in one lane), k and v rounded to fp16 as the cache holds them, the first head of
+// the group stores them; scores for positions w, w + W, ... per warp into sc, the softmax in every
+// warp (same order), each warp's share of sum p v into po, added in warp order.
+template <int W>
+__device__ void attn_head(const Params& p, int l, int h, float* sc, float* po) {
+  constexpr int hd = 128;
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int G = p.n_head / p.n_kv, kvh = h / G, pos = p.pos;
+  const float* qr = p.qkv + size_t(h) * hd;
+  const float* kr = p.qkv + size_t(p.n_head + kvh) * hd;
+  const float* vr = p.qkv + size_t(p.n_head + p.n_kv + kvh) * hd;
+  float q[4], k[4], v[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    q[j] = __ldcg(qr + lane + 32 * j);
+    k[j] = __ldcg(kr + lane + 32 * j);
+    v[j] = __ldcg(vr + lane + 32 * j);
+  }
+  float sq = 0.f, sk = 0.f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    sq = fmaf(q[j], q[j], sq);
+    sk = fmaf(k[j], k[j], sk);
+  }
+  sq = warp_sum(sq);
+  sk = warp_sum(sk);
+  const float* qg = p.q_norm + size_t(l) * hd;
+  const float* kg = p.k_norm + size_t(l) * hd;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    q[j] = head_norm(q[j], sq, hd, p.eps, __ldg(qg + lane + 32 * j));
+    k[j] = head_norm(k[j], sk, hd, p.eps, __ldg(kg + lane + 32 * j));
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    float c, sn;
+    rope_cs(pos, lane + 32 * j, hd, p.theta, &c, &sn);
+    const float qa = q[j], qb = q[j + 2], ka = k[j], kb = k[j + 2];
+    q[j] = rope_rotate(qa, qb, c, sn, true);
+    q[j + 2] = rope_rotate(qb, qa, c, sn, false);
+    k[j] = rope_rotate(ka, kb, c, sn, true);
+    k[j + 2] = rope_rotate(kb, ka, c, sn, false);
+  }
+  const size_t row = ((size_t(l) * p.n_kv + kvh) * p.n_ctx) * hd;  // this KV head's cache rows
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __half kh = __float2half_rn(k[j]), vh = __float2half_rn(v[j]);
+    k[j] = __half2float(kh);
+    v[j] = __half2float(vh);
+    if (h % G == 0 && warp == 0) {
+      p.k_cache[row + size_t(pos) * hd + lane + 32 * j] = kh;
+      p.v_cache[row + size_t(pos) * hd + lane + 32 * j] = vh;
+    }
+  }
+  const float scale = rsqrtf(float(hd));
+  for (int t0 = warp; t0 <= pos; t0 += 4 * W) {  // four positions per trip, loads together
+    float kt[4][4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int t = t0 + u * W;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        kt[u][j] = t < pos ? __half2float(p.k_cache[row + size_t(t) * hd + lane + 32 * j]) : k[j];
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      float d = 0.f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) d = fmaf(q[j], kt[u][j], d);
+      d = warp_sum(d);
+      if (lane == 0 && t0 + u * W <= pos) sc[t0 + u * W] = d * scale;
+    }
+  }
+  cbar(W);
+  float m = -INFINITY;
+  for (int t = lane; t <= pos; t += 32) m = fmaxf(m, sc[t]);
+  m = warp_max(m);
+  float o[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int t0 = warp; t0 <= pos; t0 += 4 * W) {
+    float vt[4][4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int t = t0 + u * W;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        vt[u][j] = t < pos ? __half2float(p.v_cache[row + size_t(t) * hd + lane + 32 * j]) : v[j];
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int t = t0 + u * W;
+      if (t > pos) break;
+      const float e = __expf(sc[t] - m);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) o[j] = fmaf(e, vt[u][j], o[j]);
+    }
+  }
+  float den = 0.f;
+  for (int t = lane; t <= pos; t += 32) den += __expf(sc[t] - m);
+  den = warp_sum(den);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) po[warp * hd + lane + 32 * j] = o[j];
+  cbar(W);
+  if (tid < hd) {  // warps 0-3: one 32-block of the head's output each
+    float r = 0.f;
+    for (int w = 0; w < W; ++w) r += po[w * hd + tid];
+    r /= den;
+    p.attn[size_t(h) * hd + tid] = r;
+    if (p.attnq) quant_warp_store(r, reinterpret_cast<float4*>(p.attnq), p.nq_hd / 32, h * 4 + warp, lane);
+  }
+}
+
 // W consumer warps (a power of two), chunks of CT tiles, S ring slots (a multiple of W): chunk g
 // (counted over the whole token) sits in slot g % S and belongs to consumer warp g % W, which
 // reads all its tiles (the per-chunk bookkeeping amortized over CT tiles; the first form dealt
@@ -306,7 +428,9 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
         cbar(W);
       }
       if (mk) mk[1] = global_ns();
-      if (ph == 1) {  // the hop: attn = q part of qkv, sliced over the SMs
+      if (ph == 1 && p.k_cache) {
+        if (s < p.n_head) attn_head<W>(p, l, s, part, part + 2048);
+      } else if (ph == 1) {  // the hop: attn = q part of qkv, sliced over the SMs
         for (int i = s * NT + tid; i < p.nq_hd; i += nsm * NT) {  // warp-uniform: nq_hd % 32 == 0
           const float v = __ldcg(p.qkv + i);
           p.attn[i] = v;
@@ -538,8 +662,83 @@ void launch_config(int ci, const Params& p, size_t smem, int nsm) {
   }
 }
 
-int run(const Shape& sh, int ci, int inflight, bool quant_act, bool quant_all, bool check, bool nodep, bool noweights, bool marks, int mode, double copy_gbs,
-        int nsm) {
+// Host attention of layer 0 at pos from the device's raw qkv and the prefilled caches (head_dim
+// 128): the norms, RoPE, fp16 rounding of the new k and v, softmax in double. knew/vnew: the new
+// cache rows per KV head (as fp16 values), for comparing the device's stores.
+std::vector<float> host_attention(const std::vector<float>& qkv, const std::vector<__half>& kc,
+                                  const std::vector<__half>& vc, const std::vector<float>& qn,
+                                  const std::vector<float>& kn, int nq, int nkv, int pos, int n_ctx, float eps,
+                                  float theta, std::vector<float>* knew, std::vector<float>* vnew) {
+  constexpr int hd = 128;
+  auto norm_rope = [&](const float* x, const float* g, bool rope) {
+    std::vector<float> y(x, x + hd);
+    if (g) {
+      float ss = 0.f;
+      for (float v : y) ss += v * v;
+      const float rn = 1.f / std::sqrt(ss / hd + eps);
+      for (int i = 0; i < hd; ++i) y[i] = y[i] * rn * g[i];
+    }
+    if (rope)
+      for (int i = 0; i < hd / 2; ++i) {
+        const float inv = 1.0f / std::pow(theta, float(2 * i) / float(hd)), ang = float(pos) * inv;
+        const double c = std::cos(double(ang)), sn = std::sin(double(ang));
+        const float a = y[i], b = y[i + hd / 2];
+        y[i] = float(a * c - b * sn);
+        y[i + hd / 2] = float(b * c + a * sn);
+      }
+    return y;
+  };
+  auto f16 = [](float v) { return __half2float(__float2half_rn(v)); };
+  knew->assign(size_t(nkv) * hd, 0.f);
+  vnew->assign(size_t(nkv) * hd, 0.f);
+  for (int kh = 0; kh < nkv; ++kh) {
+    const auto k = norm_rope(&qkv[size_t(nq + kh) * hd], kn.data(), true);
+    for (int i = 0; i < hd; ++i) {
+      (*knew)[size_t(kh) * hd + i] = f16(k[i]);
+      (*vnew)[size_t(kh) * hd + i] = f16(qkv[size_t(nq + nkv + kh) * hd + i]);
+    }
+  }
+  std::vector<float> out(size_t(nq) * hd);
+  for (int h = 0; h < nq; ++h) {
+    const int kh = h / (nq / nkv);
+    const auto q = norm_rope(&qkv[size_t(h) * hd], qn.data(), true);
+    auto krow = [&](int t, int i) {
+      return t < pos ? __half2float(kc[(size_t(kh) * n_ctx + t) * hd + i]) : (*knew)[size_t(kh) * hd + i];
+    };
+    auto vrow = [&](int t, int i) {
+      return t < pos ? __half2float(vc[(size_t(kh) * n_ctx + t) * hd + i]) : (*vnew)[size_t(kh) * hd + i];
+    };
+    std::vector<double> sc(pos + 1);
+    double m = -1e300;
+    for (int t = 0; t <= pos; ++t) {
+      double d = 0;
+      for (int i = 0; i < hd; ++i) d += double(q[i]) * krow(t, i);
+      sc[t] = d / std::sqrt(double(hd));
+      m = std::max(m, sc[t]);
+    }
+    double den = 0;
+    for (double& v : sc) den += (v = std::exp(v - m));
+    for (int i = 0; i < hd; ++i) {
+      double acc = 0;
+      for (int t = 0; t <= pos; ++t) acc += sc[t] * vrow(t, i);
+      out[size_t(h) * hd + i] = float(acc / den);
+    }
+  }
+  return out;
+}
+
+// The command line's choices for one run.
+struct Opts {
+  bool check = false, nodep = false, noweights = false, marks = false, quant_act = false, quant_all = false;
+  bool attn = false;  // the attention in the hop's place, at position pos
+  int mode = 0;       // 1 = --nomath, 2 = --nocopy
+  int inflight = 0, pos = 64;
+};
+
+int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
+  const bool check = o.check, nodep = o.nodep, noweights = o.noweights, marks = o.marks;
+  const bool quant_act = o.quant_act, quant_all = o.quant_all;
+  const int mode = o.mode, inflight = o.inflight;
   Params p{};
   p.nomath = mode == 1;
   p.nocopy = mode == 2;
@@ -615,6 +814,45 @@ int run(const Shape& sh, int ci, int inflight, bool quant_act, bool quant_all, b
     CUDA_CHECK(cudaMalloc(&hq, size_t(sh.H / 32) * 40));
     CUDA_CHECK(cudaMalloc(&ssq, size_t(sh.H / 32) * 4));
   }
+  // Attention inputs: caches prefilled with fp16 values in [-1, 1) below pos, norms near 1.
+  __half *kc = nullptr, *vc = nullptr;
+  float *qn = nullptr, *kn = nullptr;
+  std::vector<__half> kch, vch;
+  std::vector<float> qnh(size_t(p.L) * 128), knh(size_t(p.L) * 128);
+  if (o.attn) {
+    if (sh.hd != 128) {
+      std::fprintf(stderr, "error: --attn needs head_dim 128\n");
+      return 1;
+    }
+    p.n_head = sh.nq;
+    p.n_kv = sh.nkv;
+    p.pos = o.pos;
+    p.n_ctx = o.pos + 1;
+    p.theta = 1e6f;
+    const size_t nc = size_t(p.L) * sh.nkv * p.n_ctx * 128;
+    kch.resize(nc);
+    vch.resize(nc);
+    for (size_t i = 0; i < nc; ++i) {
+      kch[i] = __float2half(float(int((i * 2654435761u >> 9) % 2000) - 1000) / 1000.f);
+      vch[i] = __float2half(float(int((i * 40503u + 7) % 2000) - 1000) / 1000.f);
+    }
+    for (size_t i = 0; i < qnh.size(); ++i) {
+      qnh[i] = 0.9f + 0.2f * float(i % 17) / 17.f;
+      knh[i] = 1.1f - 0.2f * float(i % 13) / 13.f;
+    }
+    CUDA_CHECK(cudaMalloc(&kc, nc * 2));
+    CUDA_CHECK(cudaMalloc(&vc, nc * 2));
+    CUDA_CHECK(cudaMalloc(&qn, qnh.size() * 4));
+    CUDA_CHECK(cudaMalloc(&kn, knh.size() * 4));
+    CUDA_CHECK(cudaMemcpy(kc, kch.data(), nc * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(vc, vch.data(), nc * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(qn, qnh.data(), qnh.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(kn, knh.data(), knh.size() * 4, cudaMemcpyHostToDevice));
+  }
+  p.k_cache = kc;
+  p.v_cache = vc;
+  p.q_norm = qn;
+  p.k_norm = kn;
   p.actq = actq;
   p.attnq = attnq;
   p.hq = hq;
@@ -634,7 +872,7 @@ int run(const Shape& sh, int ci, int inflight, bool quant_act, bool quant_all, b
   p.cnt = cnt;
   const size_t smem = size_t(S) * CT * kTileBytes + kMaxK / 32 * 40 + kMaxPart * 4 + 2 * S * 8;
   auto cleanup = [&] {
-    for (void* q : {(void*)actq, (void*)attnq, (void*)hq, (void*)ssq})
+    for (void* q : {(void*)actq, (void*)attnq, (void*)hq, (void*)ssq, (void*)kc, (void*)vc, (void*)qn, (void*)kn})
       if (q) CUDA_CHECK(cudaFree(q));
     for (void* q : {(void*)w, (void*)ga, (void*)gf, (void*)hA, (void*)hB, (void*)qkv, (void*)attn, (void*)act, (void*)cnt})
       CUDA_CHECK(cudaFree(q));
@@ -655,7 +893,24 @@ int run(const Shape& sh, int ci, int inflight, bool quant_act, bool quant_all, b
     const auto dqkv = d2h(qkv, qkv_rows), dattn = d2h(attn, p.nq_hd), dhB = d2h(hB, sh.H), dact = d2h(act, sh.F),
                dhA = d2h(hA, sh.H);
     const auto rq = host_quant_gemv(wh.data(), p.m[0], host_norm(h0, gh.data(), p.eps));
-    std::vector<float> rattn(dqkv.begin(), dqkv.begin() + p.nq_hd);
+    std::vector<float> rattn(dqkv.begin(), dqkv.begin() + p.nq_hd), knew, vnew;
+    double ecache = 0;
+    if (o.attn) {
+      rattn = host_attention(dqkv, kch, vch, qnh, knh, sh.nq, sh.nkv, p.pos, p.n_ctx, p.eps, p.theta, &knew, &vnew);
+      std::vector<__half> dk(size_t(sh.nkv) * p.n_ctx * 128), dv(dk.size());
+      CUDA_CHECK(cudaMemcpy(dk.data(), kc, dk.size() * 2, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(dv.data(), vc, dv.size() * 2, cudaMemcpyDeviceToHost));
+      std::vector<float> dkv, rkv;
+      for (int kh = 0; kh < sh.nkv; ++kh)
+        for (int i = 0; i < 128; ++i) {
+          const size_t at = (size_t(kh) * p.n_ctx + p.pos) * 128 + i;
+          dkv.push_back(__half2float(dk[at]));
+          dkv.push_back(__half2float(dv[at]));
+          rkv.push_back(knew[size_t(kh) * 128 + i]);
+          rkv.push_back(vnew[size_t(kh) * 128 + i]);
+        }
+      ecache = rel_l2(dkv, rkv);
+    }
     auto ro = host_quant_gemv(wh.data(), p.m[2], dattn);
     for (int i = 0; i < sh.H; ++i) ro[i] += h0[i];
     const auto gu = host_quant_gemv(wh.data(), p.m[3], host_norm(dhB, gfh.data(), p.eps));
@@ -665,10 +920,12 @@ int run(const Shape& sh, int ci, int inflight, bool quant_act, bool quant_all, b
     for (int i = 0; i < sh.H; ++i) rd[i] += dhB[i];
     const double e[5] = {rel_l2(dqkv, rq), rel_l2(dattn, rattn), rel_l2(dhB, ro), rel_l2(dact, ract),
                          rel_l2(dhA, rd)};
-    bool ok = true;
+    bool ok = ecache <= 1e-3;
     for (double v : e) ok = ok && v <= 1e-3;
-    std::printf("check %s W=%d CT=%d S=%d F=%d%s: rel-L2 qkv %.2e hop %.2e o+res %.2e gate/up %.2e down+res %.2e: %s\n",
-                sh.name, W, CT, S, inflight, quant_all ? " qall" : quant_act ? " qact" : "", e[0], e[1], e[2], e[3], e[4], ok ? "ok" : "FAIL");
+    std::printf("check %s W=%d CT=%d S=%d F=%d%s: rel-L2 qkv %.2e %s %.2e o+res %.2e gate/up %.2e down+res %.2e%s: %s\n",
+                sh.name, W, CT, S, inflight, quant_all ? " qall" : quant_act ? " qact" : "", e[0],
+                o.attn ? "attn" : "hop", e[1], e[2], e[3], e[4],
+                o.attn ? (" kv@pos " + std::to_string(ecache)).c_str() : "", ok ? "ok" : "FAIL");
     cleanup();
     return ok ? 0 : 1;
   }
@@ -688,7 +945,10 @@ int run(const Shape& sh, int ci, int inflight, bool quant_act, bool quant_all, b
   const double us_tok = ms * 1e3 / reps, us_layer = us_tok / p.L;
   const double gbs = double(wbytes) / (us_tok * 1e-6) / 1e9;
   std::printf("%-5s W=%2d CT=%d S=%2d F=%2d%s%s%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
-              sh.name, W, CT, S, inflight, quant_all ? " qall" : quant_act ? " qact" : "", nodep ? " nodep" : "", noweights ? " noweights" : mode == 1 ? " nomath" : mode == 2 ? " nocopy" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
+              sh.name, W, CT, S, inflight,
+              o.attn ? (std::string(quant_all ? " qall" : quant_act ? " qact" : "") + " attn@" + std::to_string(o.pos)).c_str()
+                     : quant_all ? " qall" : quant_act ? " qact" : "",
+              nodep ? " nodep" : "", noweights ? " noweights" : mode == 1 ? " nomath" : mode == 2 ? " nocopy" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
               100.0 * gbs / copy_gbs);
   if (marks) {  // one more token with the marks of layer L/2
     const size_t n = size_t(nsm) * kPhases * kMarks;
@@ -702,7 +962,7 @@ int run(const Shape& sh, int ci, int inflight, bool quant_act, bool quant_all, b
     CUDA_CHECK(cudaMemcpy(hm.data(), dm, n * 8, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaFree(dm));
     p.stamps = nullptr;
-    const char* names[kPhases] = {"qkv", "hop", "o", "gate/up", "down"};
+    const char* names[kPhases] = {"qkv", o.attn ? "attn" : "hop", "o", "gate/up", "down"};
     unsigned long long prev_end = 0;
     std::printf("  layer %d, us (mean over SMs; 'step' = latest end minus the previous phase's latest end):\n", p.L / 2);
     std::printf("  %-8s %7s %7s %7s %7s %7s %7s %7s %7s\n", "phase", "wait", "stage", "chunk1", "tiles", "epi", "epi(t0)",
@@ -749,11 +1009,10 @@ int run(const Shape& sh, int ci, int inflight, bool quant_act, bool quant_all, b
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   // cuda_bench_persist [--check] [--shape NAME] [--configs I,I..] (kConfigs: consumer warps,
   // tiles per chunk, ring slots)
-  bool check = false, nodep = false, noweights = false, marks = false, quant_act = false, quant_all = false;
-  int mode = 0;
+  Opts o;
   std::string only;
   std::vector<int> cfgs = {0}, inflights = {0};
   auto list = [](const char* s) {
@@ -767,19 +1026,21 @@ int main(int argc, char** argv) {
   };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--check") check = true;
-    else if (a == "--nodep") nodep = true;
-    else if (a == "--quant-act") quant_act = true;
-    else if (a == "--quant-all") quant_act = quant_all = true;
-    else if (a == "--noweights") noweights = true;
-    else if (a == "--marks") marks = true;
-    else if (a == "--nomath") mode = 1;
-    else if (a == "--nocopy") mode = 2;
+    if (a == "--check") o.check = true;
+    else if (a == "--nodep") o.nodep = true;
+    else if (a == "--quant-act") o.quant_act = true;
+    else if (a == "--quant-all") o.quant_act = o.quant_all = true;
+    else if (a == "--attn") o.attn = true;
+    else if (a == "--pos" && i + 1 < argc) o.pos = std::atoi(argv[++i]);
+    else if (a == "--noweights") o.noweights = true;
+    else if (a == "--marks") o.marks = true;
+    else if (a == "--nomath") o.mode = 1;
+    else if (a == "--nocopy") o.mode = 2;
     else if (a == "--shape" && i + 1 < argc) only = argv[++i];
     else if (a == "--configs" && i + 1 < argc) cfgs = list(argv[++i]);
     else if (a == "--inflight" && i + 1 < argc) inflights = list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3] [--inflight 0,4,6]\n");
+      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--attn] [--pos P] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3] [--inflight 0,4,6]\n");
       return 2;
     }
   }
@@ -789,16 +1050,32 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "error: --configs takes indices 0..%d\n", ncfg - 1);
       return 2;
     }
+  if (o.pos < 1 || o.pos > 2047) {
+    std::fprintf(stderr, "error: --pos must be 1..2047\n");
+    return 2;
+  }
   int dev = 0, nsm = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
-  const double copy = check ? 0.0 : lmf::cuda::bench::copy_bandwidth();
-  if (!check) std::printf("copy bandwidth %.1f GB/s, %d SMs\n", copy, nsm);
+  const double copy = o.check ? 0.0 : lmf::cuda::bench::copy_bandwidth();
+  if (!o.check) std::printf("copy bandwidth %.1f GB/s, %d SMs\n", copy, nsm);
   int rc = 0;
   for (const Shape& sh : kShapes) {
     if (!only.empty() && only != sh.name) continue;
     for (int c : cfgs)
-      for (int f : inflights) rc |= run(sh, c, f, quant_act, quant_all, check, nodep, noweights, marks, mode, copy, nsm);
+      for (int f : inflights) {
+        o.inflight = f;
+        rc |= run(sh, c, o, copy, nsm);
+      }
   }
   return rc;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
 }

@@ -219,6 +219,18 @@ __device__ __forceinline__ void stage_copy(const uint8_t* q, int K, const float*
     if (k * NT + tid < nb) dst2[k * NT + tid] = make_uint2(__float_as_uint(__uint_as_float(v2[k].x) * rn), v2[k].y);
 }
 
+// The lane's four values of cache rows t0 + u W (u < 4) of one KV head (rows of 128 fp16); the row
+// at pos is the step's own (own), rows past pos are not read.
+__device__ __forceinline__ void cache_rows4(const __half* rows, int t0, int W, int pos, int lane, const float (&own)[4],
+                                            float (&out)[4][4]) {
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const int t = t0 + u * W;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) out[u][j] = t < pos ? __half2float(rows[size_t(t) * 128 + lane + 32 * j]) : own[j];
+  }
+}
+
 // The attention of query head h (Params: k_cache): every warp builds the head's q and its KV
 // head's k, v at pos from the raw qkv (lane j-th value = element lane + 32 j of 128; RoPE pairs
 // i, i + 64 sit in one lane), k and v rounded to fp16 as the cache holds them, the first head of
@@ -278,13 +290,7 @@ __device__ void attn_head(const Params& p, int l, int h, float* sc, float* po) {
   const float scale = rsqrtf(float(hd));
   for (int t0 = warp; t0 <= pos; t0 += 4 * W) {  // four positions per trip, loads together
     float kt[4][4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int t = t0 + u * W;
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        kt[u][j] = t < pos ? __half2float(p.k_cache[row + size_t(t) * hd + lane + 32 * j]) : k[j];
-    }
+    cache_rows4(p.k_cache + row, t0, W, pos, lane, k, kt);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       float d = 0.f;
@@ -301,13 +307,7 @@ __device__ void attn_head(const Params& p, int l, int h, float* sc, float* po) {
   float o[4] = {0.f, 0.f, 0.f, 0.f};
   for (int t0 = warp; t0 <= pos; t0 += 4 * W) {
     float vt[4][4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int t = t0 + u * W;
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        vt[u][j] = t < pos ? __half2float(p.v_cache[row + size_t(t) * hd + lane + 32 * j]) : v[j];
-    }
+    cache_rows4(p.v_cache + row, t0, W, pos, lane, v, vt);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const int t = t0 + u * W;

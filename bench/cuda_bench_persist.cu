@@ -965,8 +965,8 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
     const char* names[kPhases] = {"qkv", o.attn ? "attn" : "hop", "o", "gate/up", "down"};
     unsigned long long prev_end = 0;
     std::printf("  layer %d, us (mean over SMs; 'step' = latest end minus the previous phase's latest end):\n", p.L / 2);
-    std::printf("  %-8s %7s %7s %7s %7s %7s %7s %7s %7s\n", "phase", "wait", "stage", "chunk1", "tiles", "epi", "epi(t0)",
-                "total", "step");
+    std::printf("  %-8s %7s %7s %7s %7s %7s %7s %7s %7s  %s\n", "phase", "wait", "stage", "chunk1", "tiles", "epi", "epi(t0)",
+                "total", "step", "ends after the median (p90, max) and the last SMs");
     for (int ph = 0; ph < kPhases; ++ph) {
       double sum[6] = {0, 0, 0, 0, 0, 0};
       int cnt[6] = {0, 0, 0, 0, 0, 0};
@@ -998,8 +998,15 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
         tot /= c;
       }
       auto mean = [&](int i) { return cnt[i] ? sum[i] / cnt[i] / 1e3 : 0.0; };
-      std::printf("  %-8s %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f\n", names[ph], mean(0), mean(1), mean(2),
-                  mean(3), mean(4), mean(5), tot / 1e3, prev_end ? double(end - prev_end) / 1e3 : 0.0);
+      // How unevenly the SMs finish the phase: which SMs set its end.
+      std::vector<std::pair<unsigned long long, int>> ends;
+      for (int sm = 0; sm < nsm; ++sm) ends.push_back({hm[(size_t(sm) * kPhases + ph) * kMarks + 5], sm});
+      std::sort(ends.begin(), ends.end());
+      const unsigned long long med = ends[ends.size() / 2].first;
+      std::printf("  %-8s %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f  %.2f, %.2f: SM %d, %d, %d\n", names[ph], mean(0),
+                  mean(1), mean(2), mean(3), mean(4), mean(5), tot / 1e3, prev_end ? double(end - prev_end) / 1e3 : 0.0,
+                  double(ends[ends.size() * 9 / 10].first - med) / 1e3, double(ends.back().first - med) / 1e3,
+                  ends[ends.size() - 1].second, ends[ends.size() - 2].second, ends[ends.size() - 3].second);
       prev_end = end;
     }
   }

@@ -26,13 +26,13 @@
 // silu(gate) * up of W_gu * norm(hB) (rows interleaved gate/up); hA = hB + W_down * act.
 // `--quant-act` / `--quant-all`: the producers quantize their outputs once for the next phase.
 //
-// Weight layout (any SM count): a matrix of R rows x K columns is row groups of 32 rows, each
-// K/128 tiles of 32 rows x 4 blocks of 32 columns (4 x 32 x 16 bytes of nibbles, block-major,
-// then 4 x 32 fp16 scales: 2,304 bytes), row group after row group. SM s owns row groups
-// [s*n/nsm, (s+1)*n/nsm), a contiguous range. Lane l of a consumer warp takes row l of each tile
-// (no shuffles; x's blocks are broadcast reads); a warp adds its tiles of one row group in
-// registers, and the W per-warp sums of a row meet in shared memory, added in warp order at the
-// end of the phase (deterministic for a given W). Earlier forms, measured (docs/PERF.md S20-1):
+// Weight layout (any SM count): the engine's per-SM tiles (kernels.h, repack_tiles_*): a matrix
+// of R rows x K columns is row groups of 32 rows, each K/128 tiles of 32 rows x 4 blocks of 32
+// columns (4 x 32 x 16 bytes of nibbles, block-major, then 4 x 32 fp16 scales: 2,304 bytes), row
+// group after row group. SM s owns row groups [s*n/nsm, (s+1)*n/nsm), a contiguous range. Lane l
+// of a consumer warp takes row l of each tile (no shuffles; x's blocks are broadcast reads); a warp
+// adds its tiles of one row group in registers, and the W per-warp sums of a row meet in shared
+// memory, added in warp order at the end of the phase (deterministic for a given W). Earlier forms, measured (docs/PERF.md S20-1):
 // 8-row tiles with a 16-lane shuffle reduction per tile, and single tiles dealt to the warps
 // (ncu: half of the consumers' instructions were that bookkeeping); both left the consumers, not
 // the copies, as the bound.
@@ -41,8 +41,9 @@
 // chunk, tiles, epilogue), `--nodep` (no phase waits: the streaming bound), `--noweights` (the
 // latency chain alone), `--nomath` (the copies alone), `--nocopy` (the consumers alone).
 //
-// `--check`: one layer, each phase compared with a host computation from the device's own input
-// to that phase (rel-L2). Timing: tokens of all layers, back-to-back launches, µs per layer and
+// `--check`: one layer whose weights are random GGUF Q4_0 rows put in tiles by the engine's
+// repack, each phase compared with a host computation from those GGUF rows and the device's own
+// input to that phase (rel-L2): the kernel and the repack checked together. Timing: tokens of all layers, back-to-back launches, µs per layer and
 // % of the copy bandwidth measured in the same run.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -66,9 +67,11 @@ using namespace lmf::cuda::dev;
 
 namespace {
 
-constexpr int kTileRows = 32, kTileBlk = 4;  // a lane per row, 4 blocks of 32 columns
-constexpr int kTileQ = kTileRows * kTileBlk * 16;           // 2,048 bytes of nibbles
-constexpr int kTileBytes = kTileQ + kTileRows * kTileBlk * 2;  // + 256 bytes of scales
+// The tile layout is the engine's (kernels.h, repack_tiles_*): 32 rows x 4 blocks of 32 columns,
+// nibbles block-major then the fp16 scales; a consumer lane per row.
+using lmf::cuda::kTileBytes;
+using lmf::cuda::kTileRows;
+constexpr int kTileBlk = lmf::cuda::kTileBlocks, kTileQ = lmf::cuda::kTileQBytes;
 constexpr int kPhases = 5;  // qkv, hop (or the attention), o, gate/up, down
 constexpr int kMaxK = 12288;
 constexpr int kMaxPart = 4096;  // floats of per-warp row partials per SM and phase
@@ -583,11 +586,12 @@ const Shape kShapes[] = {{"0.6b", 1024, 16, 8, 128, 3072, 28},
 
 size_t mat_bytes(const Mat& m) { return size_t(m.R / kTileRows) * (m.K / (kTileBlk * 32)) * kTileBytes; }
 
-// Host: y[r] = sum_c d * dx * (sum_e (q_e - 8) * xq_e) over the tile layout, with the device's
-// quantization of x (the same float ops: amax, 127/amax, round to nearest even).
-std::vector<float> host_quant_gemv(const uint8_t* w, const Mat& m, std::vector<float> x) {
-  const int nblk = m.K / 32, kt = m.K / (kTileBlk * 32);
-  std::vector<int8_t> q(m.K);
+// Host: y[r] = sum_c d * dx * (sum_e (q_e - 8) * xq_e) over GGUF Q4_0 rows (independent of the
+// tile layout), with the device's quantization of x (the same float ops: amax, 127/amax, round to
+// nearest even).
+std::vector<float> host_quant_gemv(const std::vector<uint8_t>& rows, int R, int K, const std::vector<float>& x) {
+  const int nblk = K / 32;
+  std::vector<int8_t> q(K);
   std::vector<float> dx(nblk);
   for (int c = 0; c < nblk; ++c) {
     float am = 0.f;
@@ -596,28 +600,39 @@ std::vector<float> host_quant_gemv(const uint8_t* w, const Mat& m, std::vector<f
     for (int e = 0; e < 32; ++e) q[c * 32 + e] = int8_t(std::nearbyint(x[c * 32 + e] * id));
     dx[c] = am / 127.f;
   }
-  std::vector<float> y(m.R);
-  for (int r = 0; r < m.R; ++r) {
+  std::vector<float> y(R);
+  for (int r = 0; r < R; ++r) {
+    const auto* blk = reinterpret_cast<const lmf::BlockQ4_0*>(rows.data() + lmf::row_bytes(lmf::DType::Q4_0, K) * r);
     double acc = 0;
     for (int c = 0; c < nblk; ++c) {
-      const size_t tile = (size_t(r / kTileRows) * kt + c / kTileBlk) * kTileBytes;
-      const int rr = r % kTileRows, jj = c % kTileBlk;
-      const uint8_t* qb = w + m.off + tile + (jj * kTileRows + rr) * 16;
-      uint16_t hb;
-      std::memcpy(&hb, w + m.off + tile + kTileQ + (jj * kTileRows + rr) * 2, 2);
       __half_raw hr;
-      hr.x = hb;
+      hr.x = blk[c].d;
       const float d = __half2float(__half(hr));
-      long s = 0;
+      long sum = 0;
       for (int b = 0; b < 16; ++b) {
-        s += long((qb[b] & 15) - 8) * q[c * 32 + b];
-        s += long((qb[b] >> 4) - 8) * q[c * 32 + 16 + b];
+        sum += long((blk[c].qs[b] & 15) - 8) * q[c * 32 + b];
+        sum += long((blk[c].qs[b] >> 4) - 8) * q[c * 32 + 16 + b];
       }
-      acc += double(d) * double(dx[c]) * double(s);
+      acc += double(d) * double(dx[c]) * double(sum);
     }
     y[r] = float(acc);
   }
   return y;
+}
+// Random GGUF Q4_0 rows (hashed bytes, small positive scales as fix_scales makes them).
+std::vector<uint8_t> random_q4_0_rows(int R, int K, uint32_t seed) {
+  std::vector<uint8_t> out(lmf::row_bytes(lmf::DType::Q4_0, K) * R);
+  auto* blk = reinterpret_cast<lmf::BlockQ4_0*>(out.data());
+  for (size_t b = 0; b < size_t(R) * (K / 32); ++b) {
+    uint32_t h = uint32_t(b) * 2654435761u ^ seed;
+    h ^= h >> 13;
+    blk[b].d = uint16_t(0x2000u | (h & 0x3FFu));
+    for (int i = 0; i < 16; ++i) {
+      h = h * 1664525u + 1013904223u;
+      blk[b].qs[i] = uint8_t(h >> 24);
+    }
+  }
+  return out;
 }
 std::vector<float> host_norm(const std::vector<float>& x, const float* g, float eps) {
   double ss = 0;
@@ -789,9 +804,41 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   const size_t wbytes = p.layer_bytes * p.L;
   uint8_t* w = nullptr;
   CUDA_CHECK(cudaMalloc(&w, wbytes));
-  lmf::cuda::bench::fill_bits<<<1024, 256>>>(reinterpret_cast<uint32_t*>(w), wbytes / 4, 12345u, 0xFFFFFFFFu, 0);
-  fix_scales<<<1024, 256>>>(w, wbytes / kTileBytes);
-  CUDA_CHECK(cudaGetLastError());
+  // --check: GGUF rows on the host, put in tiles by the engine's repack (the host reference then
+  // reads the GGUF rows, so the layout is checked too). Timing: random tiles filled on the device.
+  std::vector<uint8_t> wq, wk, wv, wo, wg, wu, wd;
+  if (check) {
+    using lmf::cuda::RowsRef;
+    const int kv_rows = sh.nkv * sh.hd;
+    wq = random_q4_0_rows(p.nq_hd, sh.H, 1);
+    wk = random_q4_0_rows(kv_rows, sh.H, 2);
+    wv = random_q4_0_rows(kv_rows, sh.H, 3);
+    wo = random_q4_0_rows(sh.H, p.nq_hd, 4);
+    wg = random_q4_0_rows(sh.F, sh.H, 5);
+    wu = random_q4_0_rows(sh.F, sh.H, 6);
+    wd = random_q4_0_rows(sh.H, sh.F, 7);
+    const lmf::cuda::HostTiles t[4] = {
+        lmf::cuda::repack_tiles_concat(lmf::DType::Q4_0,
+                                       {RowsRef{wq.data(), p.nq_hd}, RowsRef{wk.data(), kv_rows}, RowsRef{wv.data(), kv_rows}},
+                                       sh.H),
+        lmf::cuda::repack_tiles_concat(lmf::DType::Q4_0, {RowsRef{wo.data(), sh.H}}, p.nq_hd),
+        lmf::cuda::repack_tiles_gate_up(lmf::DType::Q4_0, wg.data(), wu.data(), sh.F, sh.H),
+        lmf::cuda::repack_tiles_concat(lmf::DType::Q4_0, {RowsRef{wd.data(), sh.H}}, sh.F)};
+    const int at[4] = {0, 2, 3, 4};
+    for (int i = 0; i < 4; ++i) {
+      if (t[i].bytes.size() != mat_bytes(p.m[at[i]])) {
+        std::fprintf(stderr, "error: %s phase %d: the repack made %zu bytes, the layout needs %zu\n", sh.name, at[i],
+                     t[i].bytes.size(), mat_bytes(p.m[at[i]]));
+        CUDA_CHECK(cudaFree(w));
+        return 1;
+      }
+      CUDA_CHECK(cudaMemcpy(w + p.m[at[i]].off, t[i].bytes.data(), t[i].bytes.size(), cudaMemcpyHostToDevice));
+    }
+  } else {
+    lmf::cuda::bench::fill_bits<<<1024, 256>>>(reinterpret_cast<uint32_t*>(w), wbytes / 4, 12345u, 0xFFFFFFFFu, 0);
+    fix_scales<<<1024, 256>>>(w, wbytes / kTileBytes);
+    CUDA_CHECK(cudaGetLastError());
+  }
   p.w = w;
   // Activations and gammas.
   std::vector<float> g(size_t(p.L) * sh.H), h0(sh.H);
@@ -886,14 +933,18 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   if (check) {
     launch();
     CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint8_t> wh(wbytes);
-    CUDA_CHECK(cudaMemcpy(wh.data(), w, wbytes, cudaMemcpyDeviceToHost));
     std::vector<float> gh(sh.H), gfh(sh.H);
     CUDA_CHECK(cudaMemcpy(gh.data(), ga, sh.H * 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(gfh.data(), gf, sh.H * 4, cudaMemcpyDeviceToHost));
     const auto dqkv = d2h(qkv, qkv_rows), dattn = d2h(attn, p.nq_hd), dhB = d2h(hB, sh.H), dact = d2h(act, sh.F),
                dhA = d2h(hA, sh.H);
-    const auto rq = host_quant_gemv(wh.data(), p.m[0], host_norm(h0, gh.data(), p.eps));
+    const int kv_rows = sh.nkv * sh.hd;
+    const auto xn = host_norm(h0, gh.data(), p.eps);
+    std::vector<float> rq = host_quant_gemv(wq, p.nq_hd, sh.H, xn);
+    for (const auto* part : {&wk, &wv}) {
+      const auto y = host_quant_gemv(*part, kv_rows, sh.H, xn);
+      rq.insert(rq.end(), y.begin(), y.end());
+    }
     std::vector<float> rattn(dqkv.begin(), dqkv.begin() + p.nq_hd), knew, vnew;
     double ecache = 0;
     if (o.attn) {
@@ -912,12 +963,13 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
         }
       ecache = rel_l2(dkv, rkv);
     }
-    auto ro = host_quant_gemv(wh.data(), p.m[2], dattn);
+    auto ro = host_quant_gemv(wo, sh.H, p.nq_hd, dattn);
     for (int i = 0; i < sh.H; ++i) ro[i] += h0[i];
-    const auto gu = host_quant_gemv(wh.data(), p.m[3], host_norm(dhB, gfh.data(), p.eps));
+    const auto xf = host_norm(dhB, gfh.data(), p.eps);
+    const auto rg = host_quant_gemv(wg, sh.F, sh.H, xf), ru = host_quant_gemv(wu, sh.F, sh.H, xf);
     std::vector<float> ract(sh.F);
-    for (int i = 0; i < sh.F; ++i) ract[i] = gu[2 * i] / (1.f + std::exp(-gu[2 * i])) * gu[2 * i + 1];
-    auto rd = host_quant_gemv(wh.data(), p.m[4], dact);
+    for (int i = 0; i < sh.F; ++i) ract[i] = rg[i] / (1.f + std::exp(-rg[i])) * ru[i];
+    auto rd = host_quant_gemv(wd, sh.H, sh.F, dact);
     for (int i = 0; i < sh.H; ++i) rd[i] += dhB[i];
     const double e[5] = {rel_l2(dqkv, rq), rel_l2(dattn, rattn), rel_l2(dhB, ro), rel_l2(dact, ract),
                          rel_l2(dhA, rd)};

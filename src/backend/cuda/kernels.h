@@ -55,6 +55,24 @@ HostPacked repack_concat(DType t, const std::vector<RowsRef>& parts, int64_t col
 // gate/up for the SiLU-mul epilogue: output rows interleaved gate0, up0, gate1, up1, ...
 HostPacked repack_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols);
 
+// Per-SM tile layout (Q4_0 only; the persistent decode step prototyped in
+// bench/cuda_bench_persist.cu, docs/PERF.md session 20). rows % 32 == 0, cols % 128 == 0. Row
+// group g (rows 32g .. 32g+31) is cols/128 tiles; tile t of group g starts at byte
+// (g * cols/128 + t) * kTileBytes and holds blocks 4t .. 4t+3 of its 32 rows: the 16 nibble bytes
+// of block b, row r (GGUF order) at (b*32 + r) * 16, then the fp16 scale d at
+// kTileQBytes + (b*32 + r) * 2. A contiguous range of row groups is one SM's contiguous stream,
+// and lane r of a warp reading a tile reads consecutive 16-byte words.
+constexpr int kTileRows = 32, kTileBlocks = 4;
+constexpr int kTileQBytes = kTileRows * kTileBlocks * 16, kTileBytes = kTileQBytes + kTileRows * kTileBlocks * 2;
+struct HostTiles {
+  int64_t rows = 0, cols = 0;
+  std::vector<uint8_t> bytes;  // (rows/32) * (cols/128) tiles
+};
+// As repack_concat / repack_gate_up, into tiles. Throws lmf::Error for another type or a shape
+// off the tile grid.
+HostTiles repack_tiles_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols);
+HostTiles repack_tiles_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols);
+
 // Device copy of a HostPacked weight (owns its memory through upload/free below).
 struct DeviceWeight {
   DType type = DType::F16;

@@ -1,4 +1,5 @@
-// Host-side repacking of GGUF rows into the 16-byte tiled layout (kernels.h documents it).
+// Host-side repacking of GGUF rows into the layouts the CUDA kernels read (kernels.h documents
+// them): the 16-byte tiled layout of the decode GEMVs, and the per-SM tiles of the persistent step.
 #include <cstring>
 
 #include "backend/cuda/kernels.h"
@@ -98,6 +99,57 @@ HostPacked repack_gate_up(DType t, const void* gate, const void* up, int64_t row
   for (int64_t i = 0; i < rows; ++i) {
     pack_at(h, 2 * i, static_cast<const uint8_t*>(gate) + rb * i);
     pack_at(h, 2 * i + 1, static_cast<const uint8_t*>(up) + rb * i);
+  }
+  return h;
+}
+
+namespace {
+
+HostTiles make_tiles(DType t, int64_t rows, int64_t cols) {
+  if (t != DType::Q4_0) LMF_FAIL("cuda tile repack: only Q4_0 is supported, got ", dtype_name(t));
+  if (rows <= 0 || rows % kTileRows != 0)
+    LMF_FAIL("cuda tile repack: rows must be a positive multiple of ", kTileRows, ", got ", rows);
+  if (cols <= 0 || cols % (kTileBlocks * QK) != 0)
+    LMF_FAIL("cuda tile repack: cols must be a positive multiple of ", kTileBlocks * QK, ", got ", cols);
+  HostTiles h;
+  h.rows = rows;
+  h.cols = cols;
+  h.bytes.resize(size_t(rows / kTileRows) * size_t(cols / (kTileBlocks * QK)) * kTileBytes);
+  return h;
+}
+
+// One GGUF Q4_0 row into its place in the tiles.
+void tile_pack_at(HostTiles& h, int64_t row, const uint8_t* src) {
+  const int64_t nblk = h.cols / QK, tiles_per_group = nblk / kTileBlocks;
+  const int64_t g = row / kTileRows, r = row % kTileRows;
+  for (int64_t c = 0; c < nblk; ++c) {
+    const auto* blk = reinterpret_cast<const BlockQ4_0*>(src) + c;
+    uint8_t* tile = h.bytes.data() + size_t(g * tiles_per_group + c / kTileBlocks) * kTileBytes;
+    const int64_t slot = (c % kTileBlocks) * kTileRows + r;
+    std::memcpy(tile + slot * 16, blk->qs, 16);
+    std::memcpy(tile + kTileQBytes + slot * 2, &blk->d, 2);
+  }
+}
+
+}  // namespace
+
+HostTiles repack_tiles_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols) {
+  int64_t rows = 0;
+  for (auto& p : parts) rows += p.rows;
+  HostTiles h = make_tiles(t, rows, cols);
+  const size_t rb = row_bytes(t, cols);
+  int64_t r = 0;
+  for (auto& p : parts)
+    for (int64_t i = 0; i < p.rows; ++i) tile_pack_at(h, r++, static_cast<const uint8_t*>(p.data) + rb * i);
+  return h;
+}
+
+HostTiles repack_tiles_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols) {
+  HostTiles h = make_tiles(t, 2 * rows, cols);
+  const size_t rb = row_bytes(t, cols);
+  for (int64_t i = 0; i < rows; ++i) {
+    tile_pack_at(h, 2 * i, static_cast<const uint8_t*>(gate) + rb * i);
+    tile_pack_at(h, 2 * i + 1, static_cast<const uint8_t*>(up) + rb * i);
   }
   return h;
 }

@@ -1,0 +1,71 @@
+// The per-SM tile repack (kernels.h, repack_tiles_*): every GGUF Q4_0 block lands at the byte the
+// layout documents, for concatenated parts and for interleaved gate/up rows, and shapes off the
+// tile grid or other types are refused. Host only (no device needed).
+#include <cstring>
+
+#include "cuda_test.h"
+#include "cuda_test_util.h"
+
+using namespace lmfct_cuda;
+using namespace lmf::cuda;
+
+namespace {
+
+// Whether block c of output row `row` in tiles h holds GGUF block `blk` (nibbles and scale).
+bool tile_block_is(const HostTiles& h, int64_t row, int64_t c, const BlockQ4_0& blk) {
+  const int64_t tiles_per_group = h.cols / (kTileBlocks * QK);
+  const uint8_t* tile = h.bytes.data() + size_t((row / kTileRows) * tiles_per_group + c / kTileBlocks) * kTileBytes;
+  const int64_t slot = (c % kTileBlocks) * kTileRows + row % kTileRows;
+  uint16_t d;
+  std::memcpy(&d, tile + kTileQBytes + slot * 2, 2);
+  return std::memcmp(tile + slot * 16, blk.qs, 16) == 0 && d == blk.d;
+}
+
+const BlockQ4_0& gguf_block(const std::vector<uint8_t>& rows, int64_t cols, int64_t r, int64_t c) {
+  return reinterpret_cast<const BlockQ4_0*>(rows.data() + row_bytes(DType::Q4_0, cols) * r)[c];
+}
+
+}  // namespace
+
+TEST(CudaRepackTiles, ConcatPlacesEveryBlock) {
+  std::mt19937 rng(7);
+  const int64_t cols = 384;  // 12 blocks: 3 tiles per row group
+  auto a = random_rows(DType::Q4_0, 64, cols, rng), b = random_rows(DType::Q4_0, 32, cols, rng);
+  const HostTiles h = repack_tiles_concat(DType::Q4_0, {RowsRef{a.data(), 64}, RowsRef{b.data(), 32}}, cols);
+  ASSERT_TRUE(h.rows == 96 && h.cols == cols);
+  EXPECT_EQ(h.bytes.size(), size_t(3) * 3 * kTileBytes);
+  int bad = 0;
+  for (int64_t r = 0; r < 96; ++r)
+    for (int64_t c = 0; c < cols / QK; ++c)
+      bad += !tile_block_is(h, r, c, r < 64 ? gguf_block(a, cols, r, c) : gguf_block(b, cols, r - 64, c));
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(CudaRepackTiles, GateUpInterleavesRows) {
+  std::mt19937 rng(11);
+  const int64_t rows = 48, cols = 256;  // 96 output rows: 3 row groups of 32
+  auto g = random_rows(DType::Q4_0, rows, cols, rng), u = random_rows(DType::Q4_0, rows, cols, rng);
+  const HostTiles h = repack_tiles_gate_up(DType::Q4_0, g.data(), u.data(), rows, cols);
+  ASSERT_TRUE(h.rows == 2 * rows && h.cols == cols);
+  int bad = 0;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < cols / QK; ++c) {
+      bad += !tile_block_is(h, 2 * i, c, gguf_block(g, cols, i, c));
+      bad += !tile_block_is(h, 2 * i + 1, c, gguf_block(u, cols, i, c));
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(CudaRepackTiles, RefusesShapesOffTheGridAndOtherTypes) {
+  std::mt19937 rng(3);
+  auto q4 = random_rows(DType::Q4_0, 64, 256, rng);
+  auto q8 = random_rows(DType::Q8_0, 32, 128, rng);
+  EXPECT_TRUE(throws_error([&] { repack_tiles_concat(DType::Q8_0, {RowsRef{q8.data(), 32}}, 128); }))
+      << "Q8_0 accepted";
+  EXPECT_TRUE(throws_error([&] { repack_tiles_concat(DType::Q4_0, {RowsRef{q4.data(), 48}}, 256); }))
+      << "48 rows accepted";
+  EXPECT_TRUE(throws_error([&] { repack_tiles_concat(DType::Q4_0, {RowsRef{q4.data(), 32}}, 96); }))
+      << "96 columns accepted";
+  EXPECT_TRUE(throws_error([&] { repack_tiles_gate_up(DType::Q4_0, q4.data(), q4.data(), 8, 256); }))
+      << "16 gate/up rows accepted";
+}

@@ -32,10 +32,10 @@
 // group after row group. SM s owns row groups [s*n/nsm, (s+1)*n/nsm), a contiguous range. Lane l
 // of a consumer warp takes row l of each tile (no shuffles; x's blocks are broadcast reads); a warp
 // adds its tiles of one row group in registers, and the W per-warp sums of a row meet in shared
-// memory, added in warp order at the end of the phase (deterministic for a given W). Earlier forms, measured (docs/PERF.md S20-1):
-// 8-row tiles with a 16-lane shuffle reduction per tile, and single tiles dealt to the warps
-// (ncu: half of the consumers' instructions were that bookkeeping); both left the consumers, not
-// the copies, as the bound.
+// memory, added in warp order at the end of the phase (deterministic for a given W). Earlier forms,
+// measured (docs/PERF.md S20-1): 8-row tiles with a 16-lane shuffle reduction per tile, and
+// single tiles dealt to the warps (ncu: half of the consumers' instructions were that
+// bookkeeping); both left the consumers, not the copies, as the bound.
 //
 // Diagnostics: `--marks` (per-phase times of the middle layer: dependency wait, staging, first
 // chunk, tiles, epilogue), `--nodep` (no phase waits: the streaming bound), `--noweights` (the
@@ -43,8 +43,8 @@
 //
 // `--check`: one layer whose weights are random GGUF Q4_0 rows put in tiles by the engine's
 // repack, each phase compared with a host computation from those GGUF rows and the device's own
-// input to that phase (rel-L2): the kernel and the repack checked together. Timing: tokens of all layers, back-to-back launches, µs per layer and
-// % of the copy bandwidth measured in the same run.
+// input to that phase (rel-L2): the kernel and the repack checked together. Timing: tokens of all
+// layers, back-to-back launches, µs per layer and % of the copy bandwidth measured in the same run.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 

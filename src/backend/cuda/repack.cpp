@@ -75,6 +75,34 @@ void pack_at(HostPacked& h, int64_t row, const uint8_t* src) {
   pack_row(h.type, src, h.cols, h.q.data() + stride * row, h.scales.data() + sb * row);
 }
 
+// The output rows of a concatenation (the parts' rows in order) and of a gate/up interleave
+// (gate0, up0, gate1, ...): make(rows) builds the empty result, at(result, row, src) packs one GGUF
+// row. Shared by both layouts.
+int64_t total_rows(const std::vector<RowsRef>& parts) {
+  int64_t rows = 0;
+  for (auto& p : parts) rows += p.rows;
+  return rows;
+}
+template <class H, class Make, class At>
+H concat_rows(DType t, const std::vector<RowsRef>& parts, int64_t cols, Make make_h, At at) {
+  H h = make_h(total_rows(parts));
+  const size_t rb = row_bytes(t, cols);
+  int64_t r = 0;
+  for (auto& p : parts)
+    for (int64_t i = 0; i < p.rows; ++i) at(h, r++, static_cast<const uint8_t*>(p.data) + rb * i);
+  return h;
+}
+template <class H, class Make, class At>
+H interleave_rows(DType t, const void* gate, const void* up, int64_t rows, int64_t cols, Make make_h, At at) {
+  H h = make_h(2 * rows);
+  const size_t rb = row_bytes(t, cols);
+  for (int64_t i = 0; i < rows; ++i) {
+    at(h, 2 * i, static_cast<const uint8_t*>(gate) + rb * i);
+    at(h, 2 * i + 1, static_cast<const uint8_t*>(up) + rb * i);
+  }
+  return h;
+}
+
 }  // namespace
 
 HostPacked repack_rows(DType t, const void* src, int64_t rows, int64_t cols) {
@@ -82,25 +110,11 @@ HostPacked repack_rows(DType t, const void* src, int64_t rows, int64_t cols) {
 }
 
 HostPacked repack_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols) {
-  int64_t rows = 0;
-  for (auto& p : parts) rows += p.rows;
-  HostPacked h = make(t, rows, cols);
-  const size_t rb = row_bytes(t, cols);
-  int64_t r = 0;
-  for (auto& p : parts)
-    for (int64_t i = 0; i < p.rows; ++i)
-      pack_at(h, r++, static_cast<const uint8_t*>(p.data) + rb * i);
-  return h;
+  return concat_rows<HostPacked>(t, parts, cols, [&](int64_t rows) { return make(t, rows, cols); }, pack_at);
 }
 
 HostPacked repack_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols) {
-  HostPacked h = make(t, 2 * rows, cols);
-  const size_t rb = row_bytes(t, cols);
-  for (int64_t i = 0; i < rows; ++i) {
-    pack_at(h, 2 * i, static_cast<const uint8_t*>(gate) + rb * i);
-    pack_at(h, 2 * i + 1, static_cast<const uint8_t*>(up) + rb * i);
-  }
-  return h;
+  return interleave_rows<HostPacked>(t, gate, up, rows, cols, [&](int64_t n) { return make(t, n, cols); }, pack_at);
 }
 
 namespace {
@@ -134,24 +148,12 @@ void tile_pack_at(HostTiles& h, int64_t row, const uint8_t* src) {
 }  // namespace
 
 HostTiles repack_tiles_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols) {
-  int64_t rows = 0;
-  for (auto& p : parts) rows += p.rows;
-  HostTiles h = make_tiles(t, rows, cols);
-  const size_t rb = row_bytes(t, cols);
-  int64_t r = 0;
-  for (auto& p : parts)
-    for (int64_t i = 0; i < p.rows; ++i) tile_pack_at(h, r++, static_cast<const uint8_t*>(p.data) + rb * i);
-  return h;
+  return concat_rows<HostTiles>(t, parts, cols, [&](int64_t rows) { return make_tiles(t, rows, cols); }, tile_pack_at);
 }
 
 HostTiles repack_tiles_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols) {
-  HostTiles h = make_tiles(t, 2 * rows, cols);
-  const size_t rb = row_bytes(t, cols);
-  for (int64_t i = 0; i < rows; ++i) {
-    tile_pack_at(h, 2 * i, static_cast<const uint8_t*>(gate) + rb * i);
-    tile_pack_at(h, 2 * i + 1, static_cast<const uint8_t*>(up) + rb * i);
-  }
-  return h;
+  return interleave_rows<HostTiles>(t, gate, up, rows, cols, [&](int64_t n) { return make_tiles(t, n, cols); },
+                                    tile_pack_at);
 }
 
 }  // namespace lmf::cuda

@@ -1,6 +1,9 @@
-// The per-SM tile repack (kernels.h, repack_tiles_*): every GGUF Q4_0 block lands at the byte the
-// layout documents, for concatenated parts and for interleaved gate/up rows, and shapes off the
-// tile grid or other types are refused. Host only (no device needed).
+// Host-side repacks (kernels.h). The 16-byte tiled layout: a concatenation and a gate/up
+// interleave equal the single-matrix repacks of their rows, put together row by row. The per-SM
+// tiles (repack_tiles_*): every GGUF Q4_0 block lands at the byte the layout documents, for
+// concatenated parts and for interleaved gate/up rows, and shapes off the tile grid or other
+// types are refused. Host only (no device needed).
+#include <algorithm>
 #include <cstring>
 
 #include "cuda_test.h"
@@ -68,4 +71,30 @@ TEST(CudaRepackTiles, RefusesShapesOffTheGridAndOtherTypes) {
       << "96 columns accepted";
   EXPECT_TRUE(throws_error([&] { repack_tiles_gate_up(DType::Q4_0, q4.data(), q4.data(), 8, 256); }))
       << "16 gate/up rows accepted";
+}
+
+TEST(CudaRepack, ConcatAndGateUpAreTheirRowsRepacked) {
+  std::mt19937 rng(5);
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16}) {
+    const int64_t cols = 96;  // three blocks: a partial group of 32
+    auto a = random_rows(t, 3, cols, rng), b = random_rows(t, 2, cols, rng);
+    const HostPacked cat = repack_concat(t, {RowsRef{a.data(), 3}, RowsRef{b.data(), 2}}, cols);
+    const HostPacked gu = repack_gate_up(t, a.data(), b.data(), 2, cols);
+    const size_t rb = row_bytes(t, cols);
+    const HostPacked one = repack_rows(t, a.data(), 1, cols);
+    const size_t qs = one.q.size(), ss = one.scales.size();  // bytes per packed row
+    ASSERT_TRUE(cat.q.size() == 5 * qs && cat.scales.size() == 5 * ss && gu.q.size() == 4 * qs);
+    auto same_row = [&](const HostPacked& h, int64_t r, const uint8_t* src) {
+      const HostPacked p = repack_rows(t, src, 1, cols);
+      return std::equal(p.q.begin(), p.q.end(), h.q.begin() + r * qs) &&
+             std::equal(p.scales.begin(), p.scales.end(), h.scales.begin() + r * ss);
+    };
+    int bad = 0;
+    for (int64_t r = 0; r < 5; ++r) bad += !same_row(cat, r, r < 3 ? a.data() + rb * r : b.data() + rb * (r - 3));
+    for (int64_t i = 0; i < 2; ++i) {
+      bad += !same_row(gu, 2 * i, a.data() + rb * i);
+      bad += !same_row(gu, 2 * i + 1, b.data() + rb * i);
+    }
+    EXPECT_EQ(bad, 0) << dtype_name(t);
+  }
 }

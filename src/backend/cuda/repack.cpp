@@ -76,7 +76,7 @@ void pack_at(HostPacked& h, int64_t row, const uint8_t* src) {
 }
 
 // The output rows of a concatenation (the parts' rows in order) and of a gate/up interleave
-// (gate0, up0, gate1, ...): make(rows) builds the empty result, at(result, row, src) packs one GGUF
+// (gate0, up0, gate1, ...): make_h(rows) builds the empty result, at(result, row, src) packs one GGUF
 // row. Shared by both layouts.
 int64_t total_rows(const std::vector<RowsRef>& parts) {
   int64_t rows = 0;

@@ -59,6 +59,7 @@
 #include "backend/cuda/kernels/act_quant.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
+#include "model/presets.h"
 #include "bulk_copy.cuh"
 #include "cuda_bench_util.cuh"
 #include "grid_sync.cuh"
@@ -576,13 +577,18 @@ __global__ void fix_scales(uint8_t* w, size_t ntiles) {
   }
 }
 
+// A model's shapes, from the presets `lmfuse random-model` uses (model/presets.h).
 struct Shape {
-  const char* name;
+  const char* name;  // "0.6b" for preset qwen3-0.6b
   int H, nq, nkv, hd, F, L;
+  float theta, eps;
 };
-const Shape kShapes[] = {{"0.6b", 1024, 16, 8, 128, 3072, 28},
-                         {"4b", 2560, 32, 8, 128, 9728, 36},
-                         {"8b", 4096, 32, 8, 128, 12288, 36}};
+Shape shape_of(const char* name) {
+  const lmf::Preset& m = lmf::find_preset(std::string("qwen3-") + name);
+  return {name, int(m.n_embd), int(m.n_head), int(m.n_head_kv), int(m.head_dim), int(m.n_ff), int(m.n_layer),
+          float(m.rope_theta), float(m.rms_eps)};
+}
+const char* const kShapes[] = {"0.6b", "4b", "8b"};
 
 size_t mat_bytes(const Mat& m) { return size_t(m.R / kTileRows) * (m.K / (kTileBlk * 32)) * kTileBytes; }
 
@@ -659,22 +665,28 @@ std::vector<float> d2h(const float* d, size_t n) {
 struct Config {
   int W, CT, S;
 };
-const Config kConfigs[] = {{8, 4, 16}, {16, 4, 16}, {8, 2, 32}, {16, 2, 32}};
-template <int W, int CT, int S>
+constexpr Config kConfigs[] = {{8, 4, 16}, {16, 4, 16}, {8, 2, 32}, {16, 2, 32}};
+constexpr int kNumConfigs = int(sizeof(kConfigs) / sizeof(kConfigs[0]));
+// The kernel instance of kConfigs[I] (its shared memory set on first use; the size depends only on
+// the configuration).
+template <int I>
 void launch_cfg(const Params& p, size_t smem, int nsm) {
-  static bool attr = false;
-  if (!attr) {
-    CUDA_CHECK(cudaFuncSetAttribute(persist_kernel<W, CT, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    attr = true;
-  }
-  persist_kernel<W, CT, S><<<nsm, (W + 1) * 32, smem>>>(p);
+  constexpr Config c = kConfigs[I];
+  static const bool ready = [&] {
+    CUDA_CHECK(cudaFuncSetAttribute(persist_kernel<c.W, c.CT, c.S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem)));
+    return true;
+  }();
+  (void)ready;
+  persist_kernel<c.W, c.CT, c.S><<<nsm, (c.W + 1) * 32, smem>>>(p);
 }
 void launch_config(int ci, const Params& p, size_t smem, int nsm) {
+  static_assert(kNumConfigs == 4, "one case per configuration");
   switch (ci) {
-    case 0: launch_cfg<8, 4, 16>(p, smem, nsm); break;
-    case 1: launch_cfg<16, 4, 16>(p, smem, nsm); break;
-    case 2: launch_cfg<8, 2, 32>(p, smem, nsm); break;
-    default: launch_cfg<16, 2, 32>(p, smem, nsm); break;
+    case 0: launch_cfg<0>(p, smem, nsm); break;
+    case 1: launch_cfg<1>(p, smem, nsm); break;
+    case 2: launch_cfg<2>(p, smem, nsm); break;
+    default: launch_cfg<3>(p, smem, nsm); break;
   }
 }
 
@@ -752,22 +764,20 @@ struct Opts {
 };
 
 int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
-  const bool check = o.check, nodep = o.nodep, noweights = o.noweights, marks = o.marks;
-  const bool quant_act = o.quant_act, quant_all = o.quant_all;
-  const int mode = o.mode, inflight = o.inflight;
   Params p{};
-  p.nomath = mode == 1;
-  p.nocopy = mode == 2;
-  p.nodep = nodep ? 1 : 0;
-  p.noweights = noweights ? 1 : 0;
-  p.inflight = inflight;
+  p.nomath = o.mode == 1;
+  p.nocopy = o.mode == 2;
+  p.nodep = o.nodep ? 1 : 0;
+  p.noweights = o.noweights ? 1 : 0;
+  p.inflight = o.inflight;
   p.H = sh.H;
   p.nq_hd = sh.nq * sh.hd;
   p.F = sh.F;
-  p.L = check ? 1 : sh.L;
+  p.L = o.check ? 1 : sh.L;
   p.nsm = nsm;
   const int W = kConfigs[ci].W, CT = kConfigs[ci].CT, S = kConfigs[ci].S;
-  p.eps = 1e-6f;
+  const std::string qtag = o.quant_all ? " qall" : o.quant_act ? " qact" : "";  // in both report lines
+  p.eps = sh.eps;
   const int qkv_rows = (sh.nq + 2 * sh.nkv) * sh.hd;
   p.m[0] = {0, qkv_rows, sh.H};
   p.m[2] = {mat_bytes(p.m[0]), sh.H, p.nq_hd};
@@ -775,14 +785,14 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   p.m[4] = {p.m[3].off + mat_bytes(p.m[3]), sh.H, sh.F};
   p.m[1] = {0, 0, 0};
   p.layer_bytes = p.m[4].off + mat_bytes(p.m[4]);
-  if (inflight < 0 || inflight >= S) {
+  if (o.inflight < 0 || o.inflight >= S) {
     std::fprintf(stderr, "error: --inflight must be 0..%d for %d ring slots\n", S - 1, S);
     return 1;
   }
   // Every phase's share (checked before anything is allocated) of partials must fit.
   for (int ph : {0, 2, 3, 4}) {
     const int n = p.m[ph].R / kTileRows;
-    const bool pairs = ph == 3 && quant_act;
+    const bool pairs = ph == 3 && o.quant_act;
     if (pairs && n % 2) {
       std::fprintf(stderr, "error: %s gate/up has an odd number of row groups\n", sh.name);
       return 1;
@@ -807,7 +817,7 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   // --check: GGUF rows on the host, put in tiles by the engine's repack (the host reference then
   // reads the GGUF rows, so the layout is checked too). Timing: random tiles filled on the device.
   std::vector<uint8_t> wq, wk, wv, wo, wg, wu, wd;
-  if (check) {
+  if (o.check) {
     using lmf::cuda::RowsRef;
     const int kv_rows = sh.nkv * sh.hd;
     wq = random_q4_0_rows(p.nq_hd, sh.H, 1);
@@ -856,8 +866,8 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   CUDA_CHECK(cudaMalloc(&cnt, p.L * kPhases * 4));
   uint8_t *actq = nullptr, *attnq = nullptr, *hq = nullptr;
   float* ssq = nullptr;
-  if (quant_act) CUDA_CHECK(cudaMalloc(&actq, size_t(sh.F / 32) * 40));
-  if (quant_all) {
+  if (o.quant_act) CUDA_CHECK(cudaMalloc(&actq, size_t(sh.F / 32) * 40));
+  if (o.quant_all) {
     CUDA_CHECK(cudaMalloc(&attnq, size_t(p.nq_hd / 32) * 40));
     CUDA_CHECK(cudaMalloc(&hq, size_t(sh.H / 32) * 40));
     CUDA_CHECK(cudaMalloc(&ssq, size_t(sh.H / 32) * 4));
@@ -876,7 +886,7 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
     p.n_kv = sh.nkv;
     p.pos = o.pos;
     p.n_ctx = o.pos + 1;
-    p.theta = 1e6f;
+    p.theta = sh.theta;
     const size_t nc = size_t(p.L) * sh.nkv * p.n_ctx * 128;
     kch.resize(nc);
     vch.resize(nc);
@@ -930,7 +940,7 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
     p.epoch = ++epoch;
     launch_config(ci, p, smem, nsm);
   };
-  if (check) {
+  if (o.check) {
     launch();
     CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<float> gh(sh.H), gfh(sh.H);
@@ -976,7 +986,7 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
     bool ok = ecache <= 1e-3;
     for (double v : e) ok = ok && v <= 1e-3;
     std::printf("check %s W=%d CT=%d S=%d F=%d%s: rel-L2 qkv %.2e %s %.2e o+res %.2e gate/up %.2e down+res %.2e%s: %s\n",
-                sh.name, W, CT, S, inflight, quant_all ? " qall" : quant_act ? " qact" : "", e[0],
+                sh.name, W, CT, S, o.inflight, qtag.c_str(), e[0],
                 o.attn ? "attn" : "hop", e[1], e[2], e[3], e[4],
                 o.attn ? (" kv@pos " + std::to_string(ecache)).c_str() : "", ok ? "ok" : "FAIL");
     cleanup();
@@ -995,15 +1005,15 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   CUDA_CHECK(cudaGetLastError());
   float ms = 0;
   CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
   const double us_tok = ms * 1e3 / reps, us_layer = us_tok / p.L;
   const double gbs = double(wbytes) / (us_tok * 1e-6) / 1e9;
   std::printf("%-5s W=%2d CT=%d S=%2d F=%2d%s%s%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
-              sh.name, W, CT, S, inflight,
-              o.attn ? (std::string(quant_all ? " qall" : quant_act ? " qact" : "") + " attn@" + std::to_string(o.pos)).c_str()
-                     : quant_all ? " qall" : quant_act ? " qact" : "",
-              nodep ? " nodep" : "", noweights ? " noweights" : mode == 1 ? " nomath" : mode == 2 ? " nocopy" : "", us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs,
-              100.0 * gbs / copy_gbs);
-  if (marks) {  // one more token with the marks of layer L/2
+              sh.name, W, CT, S, o.inflight, (qtag + (o.attn ? " attn@" + std::to_string(o.pos) : "")).c_str(),
+              o.nodep ? " nodep" : "", o.noweights ? " noweights" : o.mode == 1 ? " nomath" : o.mode == 2 ? " nocopy" : "",
+              us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs, 100.0 * gbs / copy_gbs);
+  if (o.marks) {  // one more token with the marks of layer L/2
     const size_t n = size_t(nsm) * kPhases * kMarks;
     unsigned long long* dm;
     CUDA_CHECK(cudaMalloc(&dm, n * 8));
@@ -1104,10 +1114,9 @@ int run_main(int argc, char** argv) {
       return 2;
     }
   }
-  const int ncfg = int(sizeof(kConfigs) / sizeof(kConfigs[0]));
   for (int c : cfgs)
-    if (c < 0 || c >= ncfg) {
-      std::fprintf(stderr, "error: --configs takes indices 0..%d\n", ncfg - 1);
+    if (c < 0 || c >= kNumConfigs) {
+      std::fprintf(stderr, "error: --configs takes indices 0..%d\n", kNumConfigs - 1);
       return 2;
     }
   if (o.pos < 1 || o.pos > 2047) {
@@ -1120,8 +1129,9 @@ int run_main(int argc, char** argv) {
   const double copy = o.check ? 0.0 : lmf::cuda::bench::copy_bandwidth();
   if (!o.check) std::printf("copy bandwidth %.1f GB/s, %d SMs\n", copy, nsm);
   int rc = 0;
-  for (const Shape& sh : kShapes) {
-    if (!only.empty() && only != sh.name) continue;
+  for (const char* name : kShapes) {
+    if (!only.empty() && only != name) continue;
+    const Shape sh = shape_of(name);
     for (int c : cfgs)
       for (int f : inflights) {
         o.inflight = f;

@@ -53,7 +53,7 @@ endif()
 # shared-memory ring across the layer's dependent phases (docs/PERF.md, session 20).
 if(EXISTS ${CMAKE_SOURCE_DIR}/bench/cuda_bench_persist.cu)
   add_executable(cuda_bench_persist ${CMAKE_SOURCE_DIR}/bench/cuda_bench_persist.cu)
-  target_link_libraries(cuda_bench_persist PRIVATE lmfuse_backend_cuda lmfuse_format)
+  target_link_libraries(cuda_bench_persist PRIVATE lmfuse_backend_cuda lmfuse_core)
 endif()
 
 # The prefill routing sweep (in-kernel vs outer dequant vs GEMV per token; docs/PERF.md).

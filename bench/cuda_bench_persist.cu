@@ -21,8 +21,11 @@
 //
 // Per layer (Qwen3 shapes, Q4_0): qkv = W_qkv * norm(hA); a weightless hop standing for the
 // attention (attn = q part of qkv, sliced over the SMs: one more grid-wide dependency), or with
-// `--attn` the attention itself at position `--pos` (query head h on SM h: q/k RMSNorm, RoPE, the
-// KV-cache append, softmax over the prefilled fp16 caches); hB = hA + W_o * attn; act =
+// `--attn` the attention itself at position `--pos` (q/k RMSNorm, RoPE, the KV-cache append,
+// softmax over the prefilled fp16 caches; SM s takes KV head s / nsplit with all its query heads
+// over split s % nsplit of the positions, the cached rows streamed through the ring like weights,
+// splits merged by the last to arrive; `--split-rows R`: ~R positions per split, at most
+// nsm / n_kv splits); hB = hA + W_o * attn; act =
 // silu(gate) * up of W_gu * norm(hB) (rows interleaved gate/up); hA = hB + W_down * act.
 // `--quant-act` / `--quant-all`: the producers quantize their outputs once for the next phase.
 //
@@ -38,7 +41,8 @@
 // bookkeeping); both left the consumers, not the copies, as the bound.
 //
 // Diagnostics: `--marks` (per-phase times of the middle layer: dependency wait, staging, first
-// chunk, tiles, epilogue), `--nodep` (no phase waits: the streaming bound), `--noweights` (the
+// chunk, tiles, epilogue; for the attention also its time in chunk waits), `--attn-nomath` (the
+// attention's rows taken and released unread), `--nodep` (no phase waits: the streaming bound), `--noweights` (the
 // latency chain alone), `--nomath` (the copies alone), `--nocopy` (the consumers alone).
 //
 // `--check`: one layer whose weights are random GGUF Q4_0 rows put in tiles by the engine's
@@ -75,7 +79,7 @@ using lmf::cuda::kTileRows;
 constexpr int kTileBlk = lmf::cuda::kTileBlocks, kTileQ = lmf::cuda::kTileQBytes;
 constexpr int kPhases = 5;  // qkv, hop (or the attention), o, gate/up, down
 constexpr int kMaxK = 12288;
-constexpr int kMaxPart = 4096;  // floats of per-warp row partials per SM and phase
+constexpr int kMaxPart = 4096;  // floats of per-warp row partials per SM and phase (and the attention's, AttnSmem)
 
 struct Mat {
   size_t off;  // bytes into the layer
@@ -99,13 +103,19 @@ struct Params {
   // same codes as quantizing the normalized vector up to rounding ties).
   uint8_t *attnq, *hq;
   float* ssq;
-  // The attention in the hop's place (k_cache non-null): query head h on SM h at position pos,
-  // over fp16 caches [L][n_kv][n_ctx][128] prefilled below pos; Qwen3's q/k RMSNorm over the head
-  // (q_norm, k_norm: [L][128]) and NeoX RoPE.
+  // The attention in the hop's place (k_cache non-null) at position pos, over fp16 caches
+  // [L][n_kv][n_ctx][128] prefilled below pos; Qwen3's q/k RMSNorm over the head (q_norm,
+  // k_norm: [L][128]) and NeoX RoPE.
   __half *k_cache, *v_cache;
   const float *q_norm, *k_norm;
   int n_head, n_kv, pos, n_ctx;
   float theta;
+  // Splits of the positions per KV head (SM s < n_kv * nsplit: head s / nsplit, split s % nsplit);
+  // with more than one, partials apart [n_kv][nsplit][G][132] and a counter per layer and KV head
+  // kvcnt [L][n_kv] (the last split to arrive merges).
+  int nsplit;
+  float* apart;
+  unsigned* kvcnt;
   // Chunks the producer keeps in flight (issued, not landed) at most; 0 = the ring's free slots
   // only. The question it answers: do the consumers' own loads and stores queue behind the SM's
   // outstanding copies? (S20-4: the staging and the epilogues took 1-3 µs with up to 147 KB
@@ -118,10 +128,12 @@ struct Params {
   int nomath;     // timing only: the consumers take each chunk and release it unread (the stream alone)
   int nocopy;     // timing only: the producer releases each slot without copying (the consumers alone)
   unsigned long long* stamps;  // [nsm][kPhases][kMarks] of layer L/2, or null
+  int attn_nomath;  // timing only: the attention's chunks taken and released unread
 };
 // Per-phase marks of thread 0 (%globaltimer): begin, dependency met, x staged, first chunk
 // ready, tiles done, epilogue done (all warps), thread 0's own epilogue done.
-constexpr int kMarks = 7;
+// [7]: the attention's time in chunk waits (thread 0, + 1 ns).
+constexpr int kMarks = 8;
 
 __device__ __forceinline__ void cbar(int W) {  // the consumer warps only
   asm volatile("bar.sync 1, %0;" ::"r"(W * 32) : "memory");
@@ -224,123 +236,308 @@ __device__ __forceinline__ void stage_copy(const uint8_t* q, int K, const float*
     if (k * NT + tid < nb) dst2[k * NT + tid] = make_uint2(__float_as_uint(__uint_as_float(v2[k].x) * rn), v2[k].y);
 }
 
-// The lane's four values of cache rows t0 + u W (u < 4) of one KV head (rows of 128 fp16); the row
-// at pos is the step's own (own), rows past pos are not read.
-__device__ __forceinline__ void cache_rows4(const __half* rows, int t0, int W, int pos, int lane, const float (&own)[4],
-                                            float (&out)[4][4]) {
-#pragma unroll
-  for (int u = 0; u < 4; ++u) {
-    const int t = t0 + u * W;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) out[u][j] = t < pos ? __half2float(rows[size_t(t) * 128 + lane + 32 * j]) : own[j];
-  }
+// The attention's work (Params: k_cache): KV head kvh of SM s < n_kv * nsplit, split j of the
+// positions 0..pos (rows [t0, t1), t1 = pos + 1 for the last split). The rows below pos are in
+// the cache and stream through the ring like weights (they do not depend on this token); row pos
+// is this token's k, v, made by each SM of the head from qkv and appended by the last split.
+struct KvShare {
+  int kvh, j, t0, t1;
+  __device__ int cached_end(int pos) const { return min(t1, pos); }
+};
+__device__ __forceinline__ KvShare kv_share(const Params& p, int s) {
+  if (s >= p.n_kv * p.nsplit) return {-1, 0, 0, 0};
+  const int kvh = s / p.nsplit, j = s % p.nsplit, n = p.pos + 1;
+  return {kvh, j, int(long(j) * n / p.nsplit), int(long(j + 1) * n / p.nsplit)};
 }
+constexpr int kMaxG = 4;       // query heads per KV head
+constexpr int kPartStride = 132;  // floats per (head, split) partial: m, l, 2 pad, o[128]
 
-// The attention of query head h (Params: k_cache): every warp builds the head's q and its KV
-// head's k, v at pos from the raw qkv (lane j-th value = element lane + 32 j of 128; RoPE pairs
-// i, i + 64 sit in one lane), k and v rounded to fp16 as the cache holds them, the first head of
-// the group stores them; scores for positions w, w + W, ... per warp into sc, the softmax in every
-// warp (same order), each warp's share of sum p v into po, added in warp order.
-template <int W>
-__device__ void attn_head(const Params& p, int l, int h, float* sc, float* po) {
-  constexpr int hd = 128;
-  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int G = p.n_head / p.n_kv, kvh = h / G, pos = p.pos;
-  const float* qr = p.qkv + size_t(h) * hd;
-  const float* kr = p.qkv + size_t(p.n_head + kvh) * hd;
-  const float* vr = p.qkv + size_t(p.n_head + p.n_kv + kvh) * hd;
-  float q[4], k[4], v[4];
+// What the attention needs that does not depend on the previous phase: the q/k norm gammas and
+// RoPE's cos/sin of the lane's pairs (i = lane + 32 j, j < 2, with i + 64), before the wait.
+struct AttnPrep {
+  float qg[4], kg[4], c[2], sn[2];
+};
+__device__ __forceinline__ AttnPrep attn_prep(const Params& p, int l, int lane) {
+  AttnPrep a;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    q[j] = __ldcg(qr + lane + 32 * j);
-    k[j] = __ldcg(kr + lane + 32 * j);
-    v[j] = __ldcg(vr + lane + 32 * j);
+    a.qg[j] = __ldg(p.q_norm + size_t(l) * 128 + lane + 32 * j);
+    a.kg[j] = __ldg(p.k_norm + size_t(l) * 128 + lane + 32 * j);
   }
-  float sq = 0.f, sk = 0.f;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    sq = fmaf(q[j], q[j], sq);
-    sk = fmaf(k[j], k[j], sk);
-  }
-  sq = warp_sum(sq);
-  sk = warp_sum(sk);
-  const float* qg = p.q_norm + size_t(l) * hd;
-  const float* kg = p.k_norm + size_t(l) * hd;
+  for (int j = 0; j < 2; ++j) rope_cs(p.pos, lane + 32 * j, 128, p.theta, &a.c[j], &a.sn[j]);
+  return a;
+}
+// Head row x (lane j-th value = element lane + 32 j): RMSNorm over the head, then NeoX RoPE.
+__device__ __forceinline__ void norm_rope(float (&x)[4], const float (&g)[4], const AttnPrep& a, float eps) {
+  float ss = 0.f;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    q[j] = head_norm(q[j], sq, hd, p.eps, __ldg(qg + lane + 32 * j));
-    k[j] = head_norm(k[j], sk, hd, p.eps, __ldg(kg + lane + 32 * j));
-  }
+  for (int j = 0; j < 4; ++j) ss = fmaf(x[j], x[j], ss);
+  ss = warp_sum(ss);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) x[j] = head_norm(x[j], ss, 128, eps, g[j]);
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    float c, sn;
-    rope_cs(pos, lane + 32 * j, hd, p.theta, &c, &sn);
-    const float qa = q[j], qb = q[j + 2], ka = k[j], kb = k[j + 2];
-    q[j] = rope_rotate(qa, qb, c, sn, true);
-    q[j + 2] = rope_rotate(qb, qa, c, sn, false);
-    k[j] = rope_rotate(ka, kb, c, sn, true);
-    k[j + 2] = rope_rotate(kb, ka, c, sn, false);
+    const float xa = x[j], xb = x[j + 2];
+    x[j] = rope_rotate(xa, xb, a.c[j], a.sn[j], true);
+    x[j + 2] = rope_rotate(xb, xa, a.c[j], a.sn[j], false);
   }
-  const size_t row = ((size_t(l) * p.n_kv + kvh) * p.n_ctx) * hd;  // this KV head's cache rows
+}
+// Rows of a chunk per ring slot: K rows then V rows (128 fp16 each) of up to kAttnRows(CB)
+// positions; the V rows start kAttnRows(CB) rows after the K rows.
+__host__ __device__ constexpr int kAttnRows(int CB) { return CB >= 16 * 512 ? 16 : 8; }
+
+// The attention's shared memory (in the phase partials' space), floats: q_s [G][128] (normed,
+// roped, scaled), sc_s [PC][G] (a chunk's scores), e_s [W][G][PC] (each warp's copy of the
+// chunk's weights), out_s [G][128] (unnormalized output), ml_s [G][2] (max, sum), own_s 128 (row
+// pos: K then V, fp16).
+template <int W, int G, int PC>
+struct AttnSmem {
+  static constexpr int kQ = 0, kSc = kQ + G * 128, kE = kSc + PC * G, kOut = kE + W * G * PC, kMl = kOut + G * 128,
+                       kOwn = kMl + 2 * G, kEnd = kOwn + 128;
+};
+
+// One chunk of n rows (K rows kc, V rows vc) for the G heads, all W warps together. A: the PC x G
+// scores, LPD lanes per score (strided 4-column pieces), into sc_s. B: every warp the chunk's max
+// per head, the rescale of its state and the weights e into its e_s. C: warp w's lanes own
+// columns w*128/W + lane % DW of heads lane / DW + k * 32/DW: o += e * v. The online-softmax
+// state (M, per-lane sums Lp of the lanes' own positions, o) is the same in every warp except o,
+// whose columns are the warp's own (S21-3: a chunk dealt to one warp, or rows over warps with a
+// 32-lane reduction per score and head, cost ~0.75 µs per chunk in shuffles and exps).
+template <int W, int G, int PC>
+__device__ __forceinline__ void attn_chunk(const __half* kc, const __half* vc, int n, float* sm, float (&M)[G],
+                                           float (&Lp)[G], float (&o)[(G * 128 / W + 31) / 32]) {
+  using A = AttnSmem<W, G, PC>;
+  constexpr int NT = 32 * W, ND = PC * G, LPD = NT / ND, NU = 32 / LPD;
+  static_assert(LPD >= 1 && LPD <= 32 && (LPD & (LPD - 1)) == 0, "lanes per score: a power of two up to 32");
+  constexpr int DW = 128 / W, HPL = (G * DW + 31) / 32, HS = 32 / DW;  // columns per warp, heads per lane, head step
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  {  // A
+    const int dp = tid / LPD, sub = tid % LPD, t = dp / G, h = dp % G;
+    float acc = 0.f;
+    if (t < n) {
+      const float* qh = sm + A::kQ + h * 128;
+      float a2[2] = {0.f, 0.f};  // two chains
+#pragma unroll
+      for (int i = 0; i < NU; ++i) {
+        const int c = 4 * (sub + LPD * i);
+        const uint2 kw = *reinterpret_cast<const uint2*>(kc + t * 128 + c);
+        const float2 k01 = __half22float2(*reinterpret_cast<const __half2*>(&kw.x));
+        const float2 k23 = __half22float2(*reinterpret_cast<const __half2*>(&kw.y));
+        const float4 qv = *reinterpret_cast<const float4*>(qh + c);
+        a2[i & 1] = fmaf(qv.x, k01.x, fmaf(qv.y, k01.y, fmaf(qv.z, k23.x, fmaf(qv.w, k23.y, a2[i & 1]))));
+      }
+      acc = a2[0] + a2[1];
+    }
+#pragma unroll
+    for (int off = LPD / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (sub == 0 && t < PC) sm[A::kSc + t * G + h] = t < n ? acc : -INFINITY;
+  }
+  cbar(W);
+  float cr[G];
+  {  // B: the G heads' chains side by side (loads, then each shuffle step for all heads, then the
+     // exps): one head after the other was a ~1 µs dependent chain per chunk (S21-3)
+    float sc[G], mx[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) mx[h] = sc[h] = sm[A::kSc + (lane % PC) * G + h];  // each PC-lane group: all rows
+#pragma unroll
+    for (int off = PC / 2; off > 0; off >>= 1)
+#pragma unroll
+      for (int h = 0; h < G; ++h) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], off));
+    float* e_s = sm + A::kE + warp * G * PC;
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      const float mn = fmaxf(M[h], mx[h]);  // finite: the chunk has a row
+      cr[h] = __expf(M[h] - mn);
+      const float e = sc[h] == -INFINITY || lane >= PC ? 0.f : __expf(sc[h] - mn);  // rows past n: -inf
+      Lp[h] = fmaf(Lp[h], cr[h], e);
+      if (lane < PC) e_s[h * PC + lane] = e;
+      M[h] = mn;
+    }
+    __syncwarp();
+  }
+  {  // C: every row's value and weights loaded first (rows past n weigh 0 and are not read)
+    const float* e_s = sm + A::kE + warp * G * PC;
+    const int d = warp * DW + lane % DW;
+    float v[PC], w[HPL][PC];
+#pragma unroll
+    for (int t = 0; t < PC; ++t) v[t] = t < n ? __half2float(vc[t * 128 + d]) : 0.f;
+#pragma unroll
+    for (int k = 0; k < HPL; ++k) {
+      const int h = min(lane / DW + k * HS, G - 1);  // (lanes past the heads compute a copy, unused)
+#pragma unroll
+      for (int t = 0; t < PC; ++t) w[k][t] = e_s[h * PC + t];
+    }
+#pragma unroll
+    for (int k = 0; k < HPL; ++k) {
+      const int h = lane / DW + k * HS;
+      float c = 0.f;
+#pragma unroll
+      for (int hh = 0; hh < G; ++hh) c = hh == h ? cr[hh] : c;
+      float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+      for (int t = 0; t < PC; t += 2) {
+        a0 = fmaf(w[k][t], v[t], a0);
+        a1 = fmaf(w[k][t + 1], v[t + 1], a1);
+      }
+      o[k] = fmaf(o[k], c, a0 + a1);
+    }
+  }
+}
+// Head h's output o / L (lane j-th value at lane + 32 j) into attn and its int8 blocks.
+__device__ __forceinline__ void attn_out(const Params& p, int h, float L, const float (&o)[4], int lane) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const __half kh = __float2half_rn(k[j]), vh = __float2half_rn(v[j]);
-    k[j] = __half2float(kh);
-    v[j] = __half2float(vh);
-    if (h % G == 0 && warp == 0) {
-      p.k_cache[row + size_t(pos) * hd + lane + 32 * j] = kh;
-      p.v_cache[row + size_t(pos) * hd + lane + 32 * j] = vh;
-    }
+    const float r = o[j] / L;
+    p.attn[size_t(h) * 128 + lane + 32 * j] = r;
+    if (p.attnq) quant_warp_store(r, reinterpret_cast<float4*>(p.attnq), p.nq_hd / 32, h * 4 + j, lane);
   }
-  const float scale = rsqrtf(float(hd));
-  for (int t0 = warp; t0 <= pos; t0 += 4 * W) {  // four positions per trip, loads together
-    float kt[4][4];
-    cache_rows4(p.k_cache + row, t0, W, pos, lane, k, kt);
+}
+// Online-softmax states (m, l, 2 pad, o[128]) of n sources at src + i * stride merged in order
+// (a source with no positions has m = -inf and is skipped); global: written by other SMs.
+__device__ __forceinline__ void merge_parts(const float* src, int n, size_t stride, bool global, int lane, float& M,
+                                            float& L, float (&r)[4]) {
+  auto ld = [global](const float* a) { return global ? __ldcg(a) : *a; };
+  M = -INFINITY;
+  for (int i = 0; i < n; ++i) M = fmaxf(M, ld(src + i * stride));
+  L = 0.f;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      float d = 0.f;
+  for (int j = 0; j < 4; ++j) r[j] = 0.f;
+  for (int i = 0; i < n; ++i) {
+    const float* e = src + i * stride;
+    const float mi = ld(e);
+    if (mi == -INFINITY) continue;
+    const float f = __expf(mi - M);
+    L = fmaf(ld(e + 1), f, L);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) d = fmaf(q[j], kt[u][j], d);
-      d = warp_sum(d);
-      if (lane == 0 && t0 + u * W <= pos) sc[t0 + u * W] = d * scale;
-    }
-  }
-  cbar(W);
-  float m = -INFINITY;
-  for (int t = lane; t <= pos; t += 32) m = fmaxf(m, sc[t]);
-  m = warp_max(m);
-  float o[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int t0 = warp; t0 <= pos; t0 += 4 * W) {
-    float vt[4][4];
-    cache_rows4(p.v_cache + row, t0, W, pos, lane, v, vt);
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int t = t0 + u * W;
-      if (t > pos) break;
-      const float e = __expf(sc[t] - m);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) o[j] = fmaf(e, vt[u][j], o[j]);
-    }
-  }
-  float den = 0.f;
-  for (int t = lane; t <= pos; t += 32) den += __expf(sc[t] - m);
-  den = warp_sum(den);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) po[warp * hd + lane + 32 * j] = o[j];
-  cbar(W);
-  if (tid < hd) {  // warps 0-3: one 32-block of the head's output each
-    float r = 0.f;
-    for (int w = 0; w < W; ++w) r += po[w * hd + tid];
-    r /= den;
-    p.attn[size_t(h) * hd + tid] = r;
-    if (p.attnq) quant_warp_store(r, reinterpret_cast<float4*>(p.attnq), p.nq_hd / 32, h * 4 + warp, lane);
+    for (int j = 0; j < 4; ++j) r[j] = fmaf(ld(e + 4 + lane + 32 * j), f, r[j]);
   }
 }
 
-// W consumer warps (a power of two), chunks of CT tiles, S ring slots (a multiple of W): chunk g
-// (counted over the whole token) sits in slot g % S and belongs to consumer warp g % W, which
-// reads all its tiles (the per-chunk bookkeeping amortized over CT tiles; the first form dealt
-// single tiles to the warps, and ncu put half of the consumers' instructions in that bookkeeping).
+// The attention phase of SM s: its KV head's G query heads over its split of the positions, an
+// online softmax over its ring chunks and row pos (attn_chunk, all warps); one split: the SM
+// writes the heads' output, else its partials, and the last split of the head to arrive merges
+// them in split order.
+template <int W, int G, int CB, int S>
+__device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, const uint8_t* ring, uint64_t* full,
+                           uint64_t* empty, unsigned& gc, float* sm, int* flag, unsigned long long* mk) {
+  constexpr int PC = kAttnRows(CB), HPL = (G * 128 / W + 31) / 32, DW = 128 / W, HS = 32 / DW;
+  static_assert(W > G, "a warp per query head and one for k, v");
+  static_assert(AttnSmem<W, G, kAttnRows(CB)>::kEnd <= kMaxPart, "the attention's shared memory fits the partials' space");
+  using A = AttnSmem<W, G, PC>;
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const KvShare ks = kv_share(p, s);
+  if (ks.kvh < 0) return;
+  const int h0 = ks.kvh * G;
+  const bool own = ks.t1 == p.pos + 1;
+  if (warp < G) {  // q of head h0 + warp: normed, roped, scaled
+    float q[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) q[j] = __ldcg(p.qkv + size_t(h0 + warp) * 128 + lane + 32 * j);
+    norm_rope(q, a.qg, a, p.eps);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sm[A::kQ + warp * 128 + lane + 32 * j] = q[j] * rsqrtf(128.f);
+  } else if (warp == G && own) {  // row pos: k normed and roped, both rounded to fp16 as the cache holds them
+    float k[4], v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      k[j] = __ldcg(p.qkv + size_t(p.n_head + ks.kvh) * 128 + lane + 32 * j);
+      v[j] = __ldcg(p.qkv + size_t(p.n_head + p.n_kv + ks.kvh) * 128 + lane + 32 * j);
+    }
+    norm_rope(k, a.kg, a, p.eps);
+    const size_t row = ((size_t(l) * p.n_kv + ks.kvh) * p.n_ctx + p.pos) * 128;
+    __half* os = reinterpret_cast<__half*>(sm + A::kOwn);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const __half kh = __float2half_rn(k[j]), vh = __float2half_rn(v[j]);
+      p.k_cache[row + lane + 32 * j] = kh;
+      p.v_cache[row + lane + 32 * j] = vh;
+      os[lane + 32 * j] = kh;
+      os[128 + lane + 32 * j] = vh;
+    }
+  }
+  cbar(W);
+  if (mk) mk[2] = global_ns();
+  float M[G], Lp[G], o[HPL];
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    M[h] = -INFINITY;
+    Lp[h] = 0.f;
+  }
+#pragma unroll
+  for (int k = 0; k < HPL; ++k) o[k] = 0.f;
+  const int nrows = ks.cached_end(p.pos) - ks.t0, nch = (nrows + PC - 1) / PC;
+  unsigned long long waited = 0;
+  for (int c = 0; c < nch; ++c, ++gc) {
+    const int slot = int(gc % S);
+    const unsigned long long w0 = mk ? global_ns() : 0;
+    mbar_wait_parity(full + slot, (gc / S) & 1);
+    if (mk) {
+      const unsigned long long w1 = global_ns();
+      waited += w1 - w0;
+      if (c == 0) mk[3] = w1;
+    }
+    const __half* kc = reinterpret_cast<const __half*>(ring + size_t(slot) * CB);
+    if (!p.attn_nomath) attn_chunk<W, G, PC>(kc, kc + PC * 128, min(PC, nrows - c * PC), sm, M, Lp, o);
+    cbar(W);
+    if (tid == 0) mbar_arrive(empty + slot);
+  }
+  if (own) {
+    const __half* os = reinterpret_cast<const __half*>(sm + A::kOwn);
+    attn_chunk<W, G, PC>(os, os + 128, 1, sm, M, Lp, o);
+  }
+  if (mk) {
+    mk[4] = global_ns();
+    mk[7] = waited + 1;  // (+1: recorded)
+  }
+  // The heads' unnormalized outputs, maxima and sums (every warp holds the same M and Lp).
+  {
+    const int d = warp * DW + lane % DW;
+#pragma unroll
+    for (int k = 0; k < HPL; ++k) {
+      const int h = lane / DW + k * HS;
+      if (h < G) sm[A::kOut + h * 128 + d] = o[k];
+    }
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      const float L = warp_sum(Lp[h]);
+      if (warp == 0 && lane == 0) {
+        sm[A::kMl + 2 * h] = M[h];
+        sm[A::kMl + 2 * h + 1] = L;
+      }
+    }
+  }
+  cbar(W);
+  if (warp < G) {  // head h0 + warp: the output, or this split's partial
+    const float Mh = sm[A::kMl + 2 * warp], L = sm[A::kMl + 2 * warp + 1];
+    float r[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r[j] = sm[A::kOut + warp * 128 + lane + 32 * j];
+    if (p.nsplit == 1) {
+      attn_out(p, h0 + warp, L, r, lane);
+    } else {
+      float* d = p.apart + ((size_t(ks.kvh) * p.nsplit + ks.j) * G + warp) * kPartStride;
+      if (lane == 0) {
+        d[0] = Mh;
+        d[1] = L;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) d[4 + lane + 32 * j] = r[j];
+    }
+  }
+  if (p.nsplit == 1) return;
+  cbar(W);
+  if (tid == 0)
+    *flag = atom_add_acq_rel(p.kvcnt + size_t(l) * p.n_kv + ks.kvh, 1u) + 1u == p.epoch * unsigned(p.nsplit);
+  cbar(W);
+  if (*flag && warp < G) {
+    float Mh, L, r[4];
+    merge_parts(p.apart + (size_t(ks.kvh) * p.nsplit * G + warp) * kPartStride, p.nsplit, size_t(G) * kPartStride, true,
+                lane, Mh, L, r);
+    attn_out(p, h0 + warp, L, r, lane);
+  }
+}
+
 template <int W, int CT, int S>
 __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_constant__ Params p) {
   static_assert((W & (W - 1)) == 0 && S % W == 0, "slot g % S must belong to warp g % W");
@@ -352,6 +549,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
   uint64_t* full = reinterpret_cast<uint64_t*>(part + kMaxPart);
   uint64_t* empty = full + S;
   __shared__ float red[32];
+  __shared__ int aflag;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const int s = int(blockIdx.x), nsm = p.nsm;
   if (threadIdx.x == 0) {
@@ -367,28 +565,45 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
     if (lane == 0 && !p.noweights) {
       const uint64_t pol = evict_first_policy();
       unsigned gc = 0;
+      // Chunk gc: na bytes from a, and nb bytes from b after PC rows of 256 bytes (K then V rows).
+      auto issue = [&](const uint8_t* a, uint32_t na, const uint8_t* b, uint32_t nb) {
+        const int slot = int(gc % unsigned(S));
+        if (gc >= unsigned(S)) mbar_wait_parity(empty + slot, ((gc / unsigned(S)) - 1) & 1);
+        if (p.inflight > 0 && gc >= unsigned(p.inflight)) {  // chunk gc - inflight has landed
+          const unsigned o = gc - unsigned(p.inflight);
+          mbar_wait_parity(full + o % unsigned(S), (o / unsigned(S)) & 1);
+        }
+        ++gc;
+        if (p.nocopy) {
+          mbar_arrive(full + slot);
+          return;
+        }
+        mbar_arrive_expect_tx(full + slot, na + nb);
+        bulk_load(ring + size_t(slot) * CB, a, na, full + slot, pol);
+        if (nb) bulk_load(ring + size_t(slot) * CB + kAttnRows(CB) * 256, b, nb, full + slot, pol);
+      };
       for (int l = 0; l < p.L; ++l)
         for (int ph = 0; ph < kPhases; ++ph) {
-          if (ph == 1) continue;
+          if (ph == 1) {  // the attention: this SM's cached rows of its KV head, K and V
+            if (!p.k_cache) continue;
+            const KvShare ks = kv_share(p, s);
+            if (ks.kvh < 0) continue;
+            constexpr int PC = kAttnRows(CB);
+            const size_t base = ((size_t(l) * p.n_kv + ks.kvh) * p.n_ctx) * 128;
+            const int te = ks.cached_end(p.pos);
+            for (int t = ks.t0; t < te; t += PC) {
+              const uint32_t bytes = uint32_t(min(PC, te - t)) * 256u;
+              issue(reinterpret_cast<const uint8_t*>(p.k_cache + base + size_t(t) * 128), bytes,
+                    reinterpret_cast<const uint8_t*>(p.v_cache + base + size_t(t) * 128), bytes);
+            }
+            continue;
+          }
           const Mat& m = p.m[ph];
           const Share sh = share_of(m, s, nsm, ph == 3 && p.actq);
           const uint8_t* src = p.w + size_t(l) * p.layer_bytes + m.off + size_t(sh.rg0) * sh.kt * kTileBytes;
           const int nt = sh.tiles();
-          for (int t0 = 0; t0 < nt; t0 += CT, ++gc) {
-            const int slot = int(gc % unsigned(S));
-            if (gc >= unsigned(S)) mbar_wait_parity(empty + slot, ((gc / unsigned(S)) - 1) & 1);
-            if (p.inflight > 0 && gc >= unsigned(p.inflight)) {  // chunk gc - inflight has landed
-              const unsigned o = gc - unsigned(p.inflight);
-              mbar_wait_parity(full + o % unsigned(S), (o / unsigned(S)) & 1);
-            }
-            const uint32_t bytes = uint32_t(min(CT, nt - t0)) * kTileBytes;
-            if (p.nocopy) {
-              mbar_arrive(full + slot);
-              continue;
-            }
-            mbar_arrive_expect_tx(full + slot, bytes);
-            bulk_load(ring + size_t(slot) * CB, src + size_t(t0) * kTileBytes, bytes, full + slot, pol);
-          }
+          for (int t0 = 0; t0 < nt; t0 += CT)
+            issue(src + size_t(t0) * kTileBytes, uint32_t(min(CT, nt - t0)) * kTileBytes, nullptr, 0);
         }
     }
     return;
@@ -418,6 +633,8 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
           g[k] = i < p.H / 4 ? __ldg(g4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
       }
+      AttnPrep ap{};
+      if (ph == 1 && p.k_cache) ap = attn_prep(p, l, lane);
       float res = 0.f;
       const int nrows = (sh.rg1 - sh.rg0) * kTileRows;
       float gnext = 0.f;  // gamma of the RMSNorm that reads this residual phase's output
@@ -434,7 +651,12 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
       }
       if (mk) mk[1] = global_ns();
       if (ph == 1 && p.k_cache) {
-        if (s < p.n_head) attn_head<W>(p, l, s, part, part + 2048);
+        if (p.noweights) {  // (the ring is idle: the attention's rows come through it)
+        } else if (p.n_head == 4 * p.n_kv) {
+          attn_split<W, 4, CB, S>(p, l, s, ap, ring, full, empty, gc, part, &aflag, mk);
+        } else {
+          attn_split<W, 2, CB, S>(p, l, s, ap, ring, full, empty, gc, part, &aflag, mk);
+        }
       } else if (ph == 1) {  // the hop: attn = q part of qkv, sliced over the SMs
         for (int i = s * NT + tid; i < p.nq_hd; i += nsm * NT) {  // warp-uniform: nq_hd % 32 == 0
           const float v = __ldcg(p.qkv + i);
@@ -760,13 +982,16 @@ struct Opts {
   bool check = false, nodep = false, noweights = false, marks = false, quant_act = false, quant_all = false;
   bool attn = false;  // the attention in the hop's place, at position pos
   int mode = 0;       // 1 = --nomath, 2 = --nocopy
+  bool attn_nomath = false;
   int inflight = 0, pos = 64;
+  int split_rows = 64;  // positions per split of a KV head's attention (at most nsm / n_kv splits)
 };
 
 int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   Params p{};
   p.nomath = o.mode == 1;
   p.nocopy = o.mode == 2;
+  p.attn_nomath = o.attn_nomath ? 1 : 0;
   p.nodep = o.nodep ? 1 : 0;
   p.noweights = o.noweights ? 1 : 0;
   p.inflight = o.inflight;
@@ -874,7 +1099,8 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   }
   // Attention inputs: caches prefilled with fp16 values in [-1, 1) below pos, norms near 1.
   __half *kc = nullptr, *vc = nullptr;
-  float *qn = nullptr, *kn = nullptr;
+  float *qn = nullptr, *kn = nullptr, *apart = nullptr;
+  unsigned* kvcnt = nullptr;
   std::vector<__half> kch, vch;
   std::vector<float> qnh(size_t(p.L) * 128), knh(size_t(p.L) * 128);
   if (o.attn) {
@@ -887,6 +1113,14 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
     p.pos = o.pos;
     p.n_ctx = o.pos + 1;
     p.theta = sh.theta;
+    if (sh.nq != 4 * sh.nkv && sh.nq != 2 * sh.nkv) {
+      std::fprintf(stderr, "error: --attn takes 2 or 4 query heads per KV head\n");
+      return 1;
+    }
+    p.nsplit = std::max(1, std::min({(o.pos + o.split_rows) / o.split_rows, nsm / sh.nkv, 32}));
+    CUDA_CHECK(cudaMalloc(&apart, size_t(sh.nkv) * p.nsplit * kMaxG * kPartStride * 4));
+    CUDA_CHECK(cudaMalloc(&kvcnt, size_t(p.L) * sh.nkv * 4));
+    CUDA_CHECK(cudaMemset(kvcnt, 0, size_t(p.L) * sh.nkv * 4));
     const size_t nc = size_t(p.L) * sh.nkv * p.n_ctx * 128;
     kch.resize(nc);
     vch.resize(nc);
@@ -909,6 +1143,8 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   }
   p.k_cache = kc;
   p.v_cache = vc;
+  p.apart = apart;
+  p.kvcnt = kvcnt;
   p.q_norm = qn;
   p.k_norm = kn;
   p.actq = actq;
@@ -930,7 +1166,8 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   p.cnt = cnt;
   const size_t smem = size_t(S) * CT * kTileBytes + kMaxK / 32 * 40 + kMaxPart * 4 + 2 * S * 8;
   auto cleanup = [&] {
-    for (void* q : {(void*)actq, (void*)attnq, (void*)hq, (void*)ssq, (void*)kc, (void*)vc, (void*)qn, (void*)kn})
+    for (void* q : {(void*)actq, (void*)attnq, (void*)hq, (void*)ssq, (void*)kc, (void*)vc, (void*)qn, (void*)kn,
+                    (void*)apart, (void*)kvcnt})
       if (q) CUDA_CHECK(cudaFree(q));
     for (void* q : {(void*)w, (void*)ga, (void*)gf, (void*)hA, (void*)hB, (void*)qkv, (void*)attn, (void*)act, (void*)cnt})
       CUDA_CHECK(cudaFree(q));
@@ -1008,11 +1245,13 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   CUDA_CHECK(cudaEventDestroy(a));
   CUDA_CHECK(cudaEventDestroy(b));
   const double us_tok = ms * 1e3 / reps, us_layer = us_tok / p.L;
-  const double gbs = double(wbytes) / (us_tok * 1e-6) / 1e9;
-  std::printf("%-5s W=%2d CT=%d S=%2d F=%2d%s%s%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
+  // Bytes read per token: the weights and, with the attention, the cache rows below pos.
+  const double kv_bytes = o.attn ? double(p.L) * sh.nkv * o.pos * 256.0 * 2 : 0.0;
+  const double gbs = (double(wbytes) + kv_bytes) / (us_tok * 1e-6) / 1e9;
+  std::printf("%-5s W=%2d CT=%d S=%2d F=%2d%s%s%s%s: %8.1f us/token %6.2f us/layer (bytes at copy %5.2f) %7.1f GB/s %5.1f %% of copy\n",
               sh.name, W, CT, S, o.inflight, (qtag + (o.attn ? " attn@" + std::to_string(o.pos) : "")).c_str(),
-              o.nodep ? " nodep" : "", o.noweights ? " noweights" : o.mode == 1 ? " nomath" : o.mode == 2 ? " nocopy" : "",
-              us_tok, us_layer, double(p.layer_bytes) / (copy_gbs * 1e3), gbs, 100.0 * gbs / copy_gbs);
+              o.attn ? (" split " + std::to_string(p.nsplit)).c_str() : "", o.nodep ? " nodep" : "", o.noweights ? " noweights" : o.mode == 1 ? " nomath" : o.mode == 2 ? " nocopy" : "",
+              us_tok, us_layer, (double(p.layer_bytes) + kv_bytes / p.L) / (copy_gbs * 1e3), gbs, 100.0 * gbs / copy_gbs);
   if (o.marks) {  // one more token with the marks of layer L/2
     const size_t n = size_t(nsm) * kPhases * kMarks;
     unsigned long long* dm;
@@ -1071,6 +1310,16 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
                   double(ends[ends.size() * 9 / 10].first - med) / 1e3, double(ends.back().first - med) / 1e3,
                   ends[ends.size() - 1].second, ends[ends.size() - 2].second, ends[ends.size() - 3].second);
       prev_end = end;
+      if (ph == 1) {
+        double wsum = 0;
+        int wn = 0;
+        for (int sm = 0; sm < nsm; ++sm)
+          if (const unsigned long long w = hm[(size_t(sm) * kPhases + ph) * kMarks + 7]) {
+            wsum += double(w - 1);
+            ++wn;
+          }
+        if (wn) std::printf("  (attention: %d SMs, %.2f us of their chunk loop in chunk waits)\n", wn, wsum / wn / 1e3);
+      }
     }
   }
   cleanup();
@@ -1102,15 +1351,17 @@ int run_main(int argc, char** argv) {
     else if (a == "--quant-all") o.quant_act = o.quant_all = true;
     else if (a == "--attn") o.attn = true;
     else if (a == "--pos" && i + 1 < argc) o.pos = std::atoi(argv[++i]);
+    else if (a == "--split-rows" && i + 1 < argc) o.split_rows = std::atoi(argv[++i]);
     else if (a == "--noweights") o.noweights = true;
     else if (a == "--marks") o.marks = true;
     else if (a == "--nomath") o.mode = 1;
     else if (a == "--nocopy") o.mode = 2;
+    else if (a == "--attn-nomath") o.attn_nomath = true;
     else if (a == "--shape" && i + 1 < argc) only = argv[++i];
     else if (a == "--configs" && i + 1 < argc) cfgs = list(argv[++i]);
     else if (a == "--inflight" && i + 1 < argc) inflights = list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--attn] [--pos P] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3] [--inflight 0,4,6]\n");
+      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--attn] [--pos P] [--split-rows R] [--attn-nomath] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3] [--inflight 0,4,6]\n");
       return 2;
     }
   }
@@ -1119,8 +1370,8 @@ int run_main(int argc, char** argv) {
       std::fprintf(stderr, "error: --configs takes indices 0..%d\n", kNumConfigs - 1);
       return 2;
     }
-  if (o.pos < 1 || o.pos > 2047) {
-    std::fprintf(stderr, "error: --pos must be 1..2047\n");
+  if (o.pos < 1 || o.pos > 8191 || o.split_rows < 1) {
+    std::fprintf(stderr, "error: --pos must be 1..8191 and --split-rows positive\n");
     return 2;
   }
   int dev = 0, nsm = 0;

@@ -24,7 +24,7 @@
 // `--attn` the attention itself at position `--pos` (q/k RMSNorm, RoPE, the KV-cache append,
 // softmax over the prefilled fp16 caches; SM s takes KV head s / nsplit with all its query heads
 // over split s % nsplit of the positions, the cached rows streamed through the ring like weights,
-// splits merged by the last to arrive; `--split-rows R`: ~R positions per split, at most
+// each chunk of 16 rows on one warp's tensor cores, splits merged by the last to arrive; `--split-rows R`: ~R positions per split, at most
 // nsm / n_kv splits); hB = hA + W_o * attn; act =
 // silu(gate) * up of W_gu * norm(hB) (rows interleaved gate/up); hA = hB + W_down * act.
 // `--quant-act` / `--quant-all`: the producers quantize their outputs once for the next phase.
@@ -79,7 +79,7 @@ using lmf::cuda::kTileRows;
 constexpr int kTileBlk = lmf::cuda::kTileBlocks, kTileQ = lmf::cuda::kTileQBytes;
 constexpr int kPhases = 5;  // qkv, hop (or the attention), o, gate/up, down
 constexpr int kMaxK = 12288;
-constexpr int kMaxPart = 4096;  // floats of per-warp row partials per SM and phase (and the attention's, AttnSmem)
+constexpr int kMaxPart = 10752;  // floats of per-warp row partials per SM and phase (and the attention's, AttnSmem)
 
 struct Mat {
   size_t off;  // bytes into the layer
@@ -283,107 +283,6 @@ __device__ __forceinline__ void norm_rope(float (&x)[4], const float (&g)[4], co
     x[j + 2] = rope_rotate(xb, xa, a.c[j], a.sn[j], false);
   }
 }
-// Rows of a chunk per ring slot: K rows then V rows (128 fp16 each) of up to kAttnRows(CB)
-// positions; the V rows start kAttnRows(CB) rows after the K rows.
-__host__ __device__ constexpr int kAttnRows(int CB) { return CB >= 16 * 512 ? 16 : 8; }
-
-// The attention's shared memory (in the phase partials' space), floats: q_s [G][128] (normed,
-// roped, scaled), sc_s [PC][G] (a chunk's scores), e_s [W][G][PC] (each warp's copy of the
-// chunk's weights), out_s [G][128] (unnormalized output), ml_s [G][2] (max, sum), own_s 128 (row
-// pos: K then V, fp16).
-template <int W, int G, int PC>
-struct AttnSmem {
-  static constexpr int kQ = 0, kSc = kQ + G * 128, kE = kSc + PC * G, kOut = kE + W * G * PC, kMl = kOut + G * 128,
-                       kOwn = kMl + 2 * G, kEnd = kOwn + 128;
-};
-
-// One chunk of n rows (K rows kc, V rows vc) for the G heads, all W warps together. A: the PC x G
-// scores, LPD lanes per score (strided 4-column pieces), into sc_s. B: every warp the chunk's max
-// per head, the rescale of its state and the weights e into its e_s. C: warp w's lanes own
-// columns w*128/W + lane % DW of heads lane / DW + k * 32/DW: o += e * v. The online-softmax
-// state (M, per-lane sums Lp of the lanes' own positions, o) is the same in every warp except o,
-// whose columns are the warp's own (S21-3: a chunk dealt to one warp, or rows over warps with a
-// 32-lane reduction per score and head, cost ~0.75 µs per chunk in shuffles and exps).
-template <int W, int G, int PC>
-__device__ __forceinline__ void attn_chunk(const __half* kc, const __half* vc, int n, float* sm, float (&M)[G],
-                                           float (&Lp)[G], float (&o)[(G * 128 / W + 31) / 32]) {
-  using A = AttnSmem<W, G, PC>;
-  constexpr int NT = 32 * W, ND = PC * G, LPD = NT / ND, NU = 32 / LPD;
-  static_assert(LPD >= 1 && LPD <= 32 && (LPD & (LPD - 1)) == 0, "lanes per score: a power of two up to 32");
-  constexpr int DW = 128 / W, HPL = (G * DW + 31) / 32, HS = 32 / DW;  // columns per warp, heads per lane, head step
-  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  {  // A
-    const int dp = tid / LPD, sub = tid % LPD, t = dp / G, h = dp % G;
-    float acc = 0.f;
-    if (t < n) {
-      const float* qh = sm + A::kQ + h * 128;
-      float a2[2] = {0.f, 0.f};  // two chains
-#pragma unroll
-      for (int i = 0; i < NU; ++i) {
-        const int c = 4 * (sub + LPD * i);
-        const uint2 kw = *reinterpret_cast<const uint2*>(kc + t * 128 + c);
-        const float2 k01 = __half22float2(*reinterpret_cast<const __half2*>(&kw.x));
-        const float2 k23 = __half22float2(*reinterpret_cast<const __half2*>(&kw.y));
-        const float4 qv = *reinterpret_cast<const float4*>(qh + c);
-        a2[i & 1] = fmaf(qv.x, k01.x, fmaf(qv.y, k01.y, fmaf(qv.z, k23.x, fmaf(qv.w, k23.y, a2[i & 1]))));
-      }
-      acc = a2[0] + a2[1];
-    }
-#pragma unroll
-    for (int off = LPD / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (sub == 0 && t < PC) sm[A::kSc + t * G + h] = t < n ? acc : -INFINITY;
-  }
-  cbar(W);
-  float cr[G];
-  {  // B: the G heads' chains side by side (loads, then each shuffle step for all heads, then the
-     // exps): one head after the other was a ~1 µs dependent chain per chunk (S21-3)
-    float sc[G], mx[G];
-#pragma unroll
-    for (int h = 0; h < G; ++h) mx[h] = sc[h] = sm[A::kSc + (lane % PC) * G + h];  // each PC-lane group: all rows
-#pragma unroll
-    for (int off = PC / 2; off > 0; off >>= 1)
-#pragma unroll
-      for (int h = 0; h < G; ++h) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], off));
-    float* e_s = sm + A::kE + warp * G * PC;
-#pragma unroll
-    for (int h = 0; h < G; ++h) {
-      const float mn = fmaxf(M[h], mx[h]);  // finite: the chunk has a row
-      cr[h] = __expf(M[h] - mn);
-      const float e = sc[h] == -INFINITY || lane >= PC ? 0.f : __expf(sc[h] - mn);  // rows past n: -inf
-      Lp[h] = fmaf(Lp[h], cr[h], e);
-      if (lane < PC) e_s[h * PC + lane] = e;
-      M[h] = mn;
-    }
-    __syncwarp();
-  }
-  {  // C: every row's value and weights loaded first (rows past n weigh 0 and are not read)
-    const float* e_s = sm + A::kE + warp * G * PC;
-    const int d = warp * DW + lane % DW;
-    float v[PC], w[HPL][PC];
-#pragma unroll
-    for (int t = 0; t < PC; ++t) v[t] = t < n ? __half2float(vc[t * 128 + d]) : 0.f;
-#pragma unroll
-    for (int k = 0; k < HPL; ++k) {
-      const int h = min(lane / DW + k * HS, G - 1);  // (lanes past the heads compute a copy, unused)
-#pragma unroll
-      for (int t = 0; t < PC; ++t) w[k][t] = e_s[h * PC + t];
-    }
-#pragma unroll
-    for (int k = 0; k < HPL; ++k) {
-      const int h = lane / DW + k * HS;
-      float c = 0.f;
-#pragma unroll
-      for (int hh = 0; hh < G; ++hh) c = hh == h ? cr[hh] : c;
-      float a0 = 0.f, a1 = 0.f;
-#pragma unroll
-      for (int t = 0; t < PC; t += 2) {
-        a0 = fmaf(w[k][t], v[t], a0);
-        a1 = fmaf(w[k][t + 1], v[t + 1], a1);
-      }
-      o[k] = fmaf(o[k], c, a0 + a1);
-    }
-  }
-}
 // Head h's output o / L (lane j-th value at lane + 32 j) into attn and its int8 blocks.
 __device__ __forceinline__ void attn_out(const Params& p, int h, float L, const float (&o)[4], int lane) {
 #pragma unroll
@@ -414,17 +313,142 @@ __device__ __forceinline__ void merge_parts(const float* src, int n, size_t stri
   }
 }
 
-// The attention phase of SM s: its KV head's G query heads over its split of the positions, an
-// online softmax over its ring chunks and row pos (attn_chunk, all warps); one split: the SM
-// writes the heads' output, else its partials, and the last split of the head to arrive merges
-// them in split order.
+// Rows of a chunk per ring slot: K rows then V rows (128 fp16 each) of kAttnRows positions (a
+// slot of at least 8 KB: the CT = 4 configurations).
+constexpr int kAttnRows = 16;
+
+// The attention's shared memory (in the phase partials' space), floats: q_s [G][128] (normed,
+// roped, scaled), own_s 128 (row pos: K then V, fp16), then the online-softmax states (m, l, 2
+// pad, o[128]) of entry e (warp e < W, row pos e = W) and head h at kEnt + (e * G + h) * kPartStride;
+// q's mma fragments at kQf (q_frag_store: uint4 per k-step and lane, loaded per chunk: in
+// registers they pushed the kernel past its 168 registers, 3 warps on one SM sub-partition).
+template <int W, int G>
+struct AttnSmem {
+  static constexpr int kQ = 0, kOwn = kQ + G * 128, kQf = kOwn + 128, kEnt = kQf + 8 * 32 * 4,
+                       kEnd = kEnt + (W + 1) * G * kPartStride;
+};
+
+__device__ __forceinline__ uint32_t pack_half2(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+// x = hi + lo in two fp16 pairs (the products then as exact as fp32 for these magnitudes).
+__device__ __forceinline__ void split_half2(float a, float b, uint32_t& hi, uint32_t& lo) {
+  const __half ha = __float2half_rn(a), hb = __float2half_rn(b);
+  hi = pack_half2(__half2float(ha), __half2float(hb));
+  lo = pack_half2(a - __half2float(ha), b - __half2float(hb));
+}
+// D += A B, m16n8k16, fp16 in, fp32 accumulate, rows 0-7 only: a1 = a3 = 0, and D's rows 8-15
+// (zero) are neither kept nor fed back.
+__device__ __forceinline__ void mma_rows8(float (&d)[2], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+  float x, y;  // rows 8-15: dropped
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%12};"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(x), "=f"(y)
+      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(d[0]), "f"(d[1]), "f"(0.f));
+  asm volatile("" ::"f"(x), "f"(y));  // (used: no set-but-unused warning)
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+// q of the G heads as mma A fragments (rows = heads, lane group g = lane / 4 holds head g, zero
+// past G), hi and lo parts {a0 hi, a2 hi, a0 lo, a2 lo} of k-step ks for lane ln into qf[ks * 32 +
+// ln]. The columns (head dims) of k-step 2u + e are permuted so that lane t = lane % 4 reads one
+// 16-byte piece of a K row per pair of k-steps: k = 2t, 2t+1 <-> dims 32u + 8t + 4e + {0, 1},
+// k = 2t+8, 2t+9 <-> dims 32u + 8t + 4e + {2, 3} (the same for B).
+template <int G>
+__device__ __forceinline__ void q_frag_store(const float* q_s, uint4* qf, int ks, int ln) {
+  const int g = ln >> 2, t = ln & 3;
+  const int c = 32 * (ks >> 1) + 8 * t + 4 * (ks & 1);
+  const float* q = q_s + (g < G ? g : 0) * 128 + c;
+  const float z = g < G ? 1.f : 0.f;
+  uint4 f;
+  split_half2(z * q[0], z * q[1], f.x, f.z);
+  split_half2(z * q[2], z * q[3], f.y, f.w);
+  qf[ks * 32 + ln] = f;
+}
+
+// One warp's chunk of n <= 16 rows (K rows kc, V rows vc: 16 each, V rows past n zero): the
+// scores S^T (heads x rows) in 32 mma, the online-softmax update of head g's state in the lanes
+// of group g (max over the group's 4 lanes), then O += P V in 32 mma (P as A straight from the
+// score fragments, V's B fragments by ldmatrix.trans). O: 16 n-tiles of 8 dims, C layout rows
+// 0-7 (lane group g = head g: dims 8j + 2t, +1). M (same in the group's lanes) and the lane's
+// partial sum Lp.
+__device__ __forceinline__ void attn_chunk_mma(const __half* kc, const __half* vc, int n, const uint4* qf, float& M,
+                                               float& Lp, float (&O)[16][2], int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  float s[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const uint4 qa = qf[(2 * u) * 32 + lane], qb = qf[(2 * u + 1) * 32 + lane];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint4 w = *reinterpret_cast<const uint4*>(kc + (8 * j + g) * 128 + 32 * u + 8 * t);
+      mma_rows8(s[j], qa.x, qa.y, w.x, w.y);
+      mma_rows8(s[j], qa.z, qa.w, w.x, w.y);
+      mma_rows8(s[j], qb.x, qb.y, w.z, w.w);
+      mma_rows8(s[j], qb.z, qb.w, w.z, w.w);
+    }
+  }
+  // s[j][e] = score of head g at row 8j + 2t + e (e < 2); rows past n masked.
+  float cm = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      if (8 * j + 2 * t + e >= n) s[j][e] = -INFINITY;
+      cm = fmaxf(cm, s[j][e]);
+    }
+  cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 1));
+  cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 2));
+  const float mn = fmaxf(M, cm), cr = __expf(M - mn);  // mn finite: row 0 is there
+  float p[2][2], ps = 0.f;
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      p[j][e] = s[j][e] == -INFINITY ? 0.f : __expf(s[j][e] - mn);
+      ps += p[j][e];
+    }
+  Lp = fmaf(Lp, cr, ps);
+  M = mn;
+  uint32_t ph0, pl0, ph1, pl1;  // P's A fragment: k = 2t, 2t+1 <-> rows 2t, 2t+1; k = 2t+8.. <-> rows 8+2t..
+  split_half2(p[0][0], p[0][1], ph0, pl0);
+  split_half2(p[1][0], p[1][1], ph1, pl1);
+  const int lr = (lane & 7) + ((lane >> 3) & 1) * 8, lc = (lane >> 4) * 8;  // ldmatrix row of this lane
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj) {
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, vc + lr * 128 + 16 * jj + lc);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float(&d)[2] = O[2 * jj + h];
+      d[0] *= cr;
+      d[1] *= cr;
+      mma_rows8(d, ph0, ph1, b[2 * h], b[2 * h + 1]);
+      mma_rows8(d, pl0, pl1, b[2 * h], b[2 * h + 1]);
+    }
+  }
+}
+
+// The attention phase of SM s: its KV head's G query heads over its split of the positions. Its
+// ring chunks are dealt to the warps (chunk g to warp g % W, as the GEMV phases' chunks), each
+// warp an online softmax on tensor cores (attn_chunk_mma); row pos an entry of its own; the
+// entries merged in order. One split: the SM writes the heads' output, else its partials, and the
+// last split of the head to arrive merges them in split order. (S21-2..4: CUDA-core forms cost
+// ~1 µs per chunk of 16-18 rows whatever the split between warps.)
 template <int W, int G, int CB, int S>
 __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, const uint8_t* ring, uint64_t* full,
                            uint64_t* empty, unsigned& gc, float* sm, int* flag, unsigned long long* mk) {
-  constexpr int PC = kAttnRows(CB), HPL = (G * 128 / W + 31) / 32, DW = 128 / W, HS = 32 / DW;
-  static_assert(W > G, "a warp per query head and one for k, v");
-  static_assert(AttnSmem<W, G, kAttnRows(CB)>::kEnd <= kMaxPart, "the attention's shared memory fits the partials' space");
-  using A = AttnSmem<W, G, PC>;
+  constexpr int PC = kAttnRows;
+  static_assert(CB >= 2 * PC * 256, "a slot holds a chunk's K and V rows");
+  static_assert(W > G && G <= 8, "a warp per query head and one for k, v; heads in the mma's 8 row groups");
+  using A = AttnSmem<W, G>;
+  static_assert(A::kEnd <= kMaxPart, "the attention's shared memory fits the partials' space");
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const KvShare ks = kv_share(p, s);
   if (ks.kvh < 0) return;
@@ -458,61 +482,84 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
   }
   cbar(W);
   if (mk) mk[2] = global_ns();
-  float M[G], Lp[G], o[HPL];
+  float* ent = sm + A::kEnt;
+  if (warp == W - 1) {  // the entry of row pos: m = its score, l = 1, o = its value (or none)
+    const __half* os = reinterpret_cast<const __half*>(sm + A::kOwn);
 #pragma unroll
-  for (int h = 0; h < G; ++h) {
-    M[h] = -INFINITY;
-    Lp[h] = 0.f;
+    for (int h = 0; h < G; ++h) {
+      float* e = ent + (W * G + h) * kPartStride;
+      float d = 0.f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) d = fmaf(sm[A::kQ + h * 128 + lane + 32 * j], __half2float(os[lane + 32 * j]), d);
+      d = warp_sum(d);
+      if (lane == 0) {
+        e[0] = own ? d : -INFINITY;
+        e[1] = 1.f;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) e[4 + lane + 32 * j] = __half2float(os[128 + lane + 32 * j]);
+    }
   }
+  uint4* qf = reinterpret_cast<uint4*>(sm + A::kQf);
+  for (int i = tid; i < 8 * 32; i += 32 * W) q_frag_store<G>(sm + A::kQ, qf, i >> 5, i & 31);
+  cbar(W);
+  float M = -INFINITY, Lp = 0.f, O[16][2];
 #pragma unroll
-  for (int k = 0; k < HPL; ++k) o[k] = 0.f;
+  for (int j = 0; j < 16; ++j) O[j][0] = O[j][1] = 0.f;
   const int nrows = ks.cached_end(p.pos) - ks.t0, nch = (nrows + PC - 1) / PC;
   unsigned long long waited = 0;
+  bool first = true;
   for (int c = 0; c < nch; ++c, ++gc) {
+    if (int(gc % W) != warp) continue;
     const int slot = int(gc % S);
     const unsigned long long w0 = mk ? global_ns() : 0;
     mbar_wait_parity(full + slot, (gc / S) & 1);
     if (mk) {
       const unsigned long long w1 = global_ns();
       waited += w1 - w0;
-      if (c == 0) mk[3] = w1;
+      if (first) mk[3] = w1;
     }
-    const __half* kc = reinterpret_cast<const __half*>(ring + size_t(slot) * CB);
-    if (!p.attn_nomath) attn_chunk<W, G, PC>(kc, kc + PC * 128, min(PC, nrows - c * PC), sm, M, Lp, o);
-    cbar(W);
-    if (tid == 0) mbar_arrive(empty + slot);
-  }
-  if (own) {
-    const __half* os = reinterpret_cast<const __half*>(sm + A::kOwn);
-    attn_chunk<W, G, PC>(os, os + 128, 1, sm, M, Lp, o);
+    first = false;
+    __half* kc = reinterpret_cast<__half*>(const_cast<uint8_t*>(ring) + size_t(slot) * CB);
+    __half* vc = kc + PC * 128;
+    const int n = min(PC, nrows - c * PC);
+    if (n < PC) {  // V rows past n: zero (stale bytes could be inf or NaN, and 0 * NaN is NaN)
+      uint4* z = reinterpret_cast<uint4*>(vc + n * 128);
+      for (int i = lane; i < (PC - n) * 16; i += 32) z[i] = make_uint4(0u, 0u, 0u, 0u);
+      __syncwarp();
+    }
+    if (!p.attn_nomath) attn_chunk_mma(kc, vc, n, qf, M, Lp, O, lane);
+    __syncwarp();
+    if (lane == 0) {
+      if (n < PC) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the zeros before the next copy
+      mbar_arrive(empty + slot);
+    }
   }
   if (mk) {
     mk[4] = global_ns();
     mk[7] = waited + 1;  // (+1: recorded)
   }
-  // The heads' unnormalized outputs, maxima and sums (every warp holds the same M and Lp).
-  {
-    const int d = warp * DW + lane % DW;
+  {  // this warp's entry: head g in lane group g
+    const int g = lane >> 2, t = lane & 3;
+    Lp += __shfl_xor_sync(0xffffffffu, Lp, 1);
+    Lp += __shfl_xor_sync(0xffffffffu, Lp, 2);
+    if (g < G) {
+      float* e = ent + (warp * G + g) * kPartStride;
+      if (t == 0) {
+        e[0] = M;  // -inf: no chunk
+        e[1] = Lp;
+      }
 #pragma unroll
-    for (int k = 0; k < HPL; ++k) {
-      const int h = lane / DW + k * HS;
-      if (h < G) sm[A::kOut + h * 128 + d] = o[k];
-    }
-#pragma unroll
-    for (int h = 0; h < G; ++h) {
-      const float L = warp_sum(Lp[h]);
-      if (warp == 0 && lane == 0) {
-        sm[A::kMl + 2 * h] = M[h];
-        sm[A::kMl + 2 * h + 1] = L;
+      for (int j = 0; j < 16; ++j) {
+        e[4 + 8 * j + 2 * t] = O[j][0];
+        e[4 + 8 * j + 2 * t + 1] = O[j][1];
       }
     }
   }
   cbar(W);
-  if (warp < G) {  // head h0 + warp: the output, or this split's partial
-    const float Mh = sm[A::kMl + 2 * warp], L = sm[A::kMl + 2 * warp + 1];
-    float r[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) r[j] = sm[A::kOut + warp * 128 + lane + 32 * j];
+  if (warp < G) {  // head h0 + warp: the entries merged, the output or this split's partial
+    float Mh, L, r[4];
+    merge_parts(ent + warp * kPartStride, W + 1, size_t(G) * kPartStride, false, lane, Mh, L, r);
     if (p.nsplit == 1) {
       attn_out(p, h0 + warp, L, r, lane);
     } else {
@@ -580,7 +627,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
         }
         mbar_arrive_expect_tx(full + slot, na + nb);
         bulk_load(ring + size_t(slot) * CB, a, na, full + slot, pol);
-        if (nb) bulk_load(ring + size_t(slot) * CB + kAttnRows(CB) * 256, b, nb, full + slot, pol);
+        if (nb) bulk_load(ring + size_t(slot) * CB + kAttnRows * 256, b, nb, full + slot, pol);
       };
       for (int l = 0; l < p.L; ++l)
         for (int ph = 0; ph < kPhases; ++ph) {
@@ -588,7 +635,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
             if (!p.k_cache) continue;
             const KvShare ks = kv_share(p, s);
             if (ks.kvh < 0) continue;
-            constexpr int PC = kAttnRows(CB);
+            constexpr int PC = kAttnRows;
             const size_t base = ((size_t(l) * p.n_kv + ks.kvh) * p.n_ctx) * 128;
             const int te = ks.cached_end(p.pos);
             for (int t = ks.t0; t < te; t += PC) {
@@ -651,11 +698,13 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
       }
       if (mk) mk[1] = global_ns();
       if (ph == 1 && p.k_cache) {
-        if (p.noweights) {  // (the ring is idle: the attention's rows come through it)
-        } else if (p.n_head == 4 * p.n_kv) {
-          attn_split<W, 4, CB, S>(p, l, s, ap, ring, full, empty, gc, part, &aflag, mk);
-        } else {
-          attn_split<W, 2, CB, S>(p, l, s, ap, ring, full, empty, gc, part, &aflag, mk);
+        if constexpr (CB >= 2 * kAttnRows * 256) {  // (the host refuses --attn with smaller slots)
+          if (p.noweights) {  // (the ring is idle: the attention's rows come through it)
+          } else if (p.n_head == 4 * p.n_kv) {
+            attn_split<W, 4, CB, S>(p, l, s, ap, ring, full, empty, gc, part, &aflag, mk);
+          } else {
+            attn_split<W, 2, CB, S>(p, l, s, ap, ring, full, empty, gc, part, &aflag, mk);
+          }
         }
       } else if (ph == 1) {  // the hop: attn = q part of qkv, sliced over the SMs
         for (int i = s * NT + tid; i < p.nq_hd; i += nsm * NT) {  // warp-uniform: nq_hd % 32 == 0
@@ -1113,6 +1162,10 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
     p.pos = o.pos;
     p.n_ctx = o.pos + 1;
     p.theta = sh.theta;
+    if (CT * kTileBytes < 2 * kAttnRows * 256) {
+      std::fprintf(stderr, "error: --attn needs slots of %d rows of K and V (configs with 4 tiles per chunk)\n", kAttnRows);
+      return 1;
+    }
     if (sh.nq != 4 * sh.nkv && sh.nq != 2 * sh.nkv) {
       std::fprintf(stderr, "error: --attn takes 2 or 4 query heads per KV head\n");
       return 1;

@@ -20,8 +20,8 @@ cmake --build "$BUILD" --target cuda_bench_persist -j"$(nproc)" >"$OUT/build.log
 P="$BUILD/cuda_bench_persist"
 rc=0
 step() { echo "== $*"; timeout 120 "$P" "$@" 2>&1 | grep -v "^copy" | tee -a "$OUT/persist.log"; [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1; }
-step --check --quant-all --attn --pos "$POS" --configs 0,1,2 --inflight 0,"$F"
-step --check --quant-all --attn --pos 1000 --split-rows 16 --configs 0,2
+step --check --quant-all --attn --pos "$POS" --configs 0,1 --inflight 0,"$F"
+step --check --quant-all --attn --pos 1000 --split-rows 16 --configs 0,1
 step --check --attn --pos 4096 --configs 0 --shape 8b
 step --check --configs 0,1
 step --check --quant-act --configs 0

@@ -250,7 +250,7 @@ __device__ __forceinline__ KvShare kv_share(const Params& p, int s) {
   return {kvh, j, int(long(j) * n / p.nsplit), int(long(j + 1) * n / p.nsplit)};
 }
 constexpr int kMaxG = 4;       // query heads per KV head
-constexpr int kPartStride = 132;  // floats per (head, split) partial: m, l, 2 pad, o[128]
+constexpr int kPartStride = 132;  // floats per online-softmax state (a warp's, a split's): m, l, 2 pad, o[128]
 
 // What the attention needs that does not depend on the previous phase: the q/k norm gammas and
 // RoPE's cos/sin of the lane's pairs (i = lane + 32 j, j < 2, with i + 64), before the wait.
@@ -318,10 +318,11 @@ __device__ __forceinline__ void merge_parts(const float* src, int n, size_t stri
 constexpr int kAttnRows = 16;
 
 // The attention's shared memory (in the phase partials' space), floats: q_s [G][128] (normed,
-// roped, scaled), own_s 128 (row pos: K then V, fp16), then the online-softmax states (m, l, 2
-// pad, o[128]) of entry e (warp e < W, row pos e = W) and head h at kEnt + (e * G + h) * kPartStride;
-// q's mma fragments at kQf (q_frag_store: uint4 per k-step and lane, loaded per chunk: in
-// registers they pushed the kernel past its 168 registers, 3 warps on one SM sub-partition).
+// roped, scaled); own_s 128 (row pos: K then V, fp16); q's mma fragments (q_frag_store: a uint4
+// per k-step and lane, loaded per chunk: held in registers they pushed the kernel past its 168
+// registers, three warps sharing an SM sub-partition, and it spilled); then the online-softmax
+// states (m, l, 2 pad, o[128]) of entry e (warp e < W, row pos e = W) and head h at
+// kEnt + (e * G + h) * kPartStride.
 template <int W, int G>
 struct AttnSmem {
   static constexpr int kQ = 0, kOwn = kQ + G * 128, kQf = kOwn + 128, kEnt = kQf + 8 * 32 * 4,

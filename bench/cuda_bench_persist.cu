@@ -382,6 +382,8 @@ __device__ __forceinline__ void q_frag_store(const float* q_s, uint4* qf, int ks
 __device__ __forceinline__ void attn_chunk_mma(const __half* kc, const __half* vc, int n, const uint4* qf, float& M,
                                                float& Lp, float (&O)[16][2], int lane) {
   const int g = lane >> 2, t = lane & 3;
+  // (One chain of 16 dependent mma per n-tile, ~0.5 µs of a chunk by S21-5's count; two chains
+  // made ptxas spill 40 more bytes at 168 registers, four 120: not tried on the GPU yet.)
   float s[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
@@ -484,23 +486,6 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
   cbar(W);
   if (mk) mk[2] = global_ns();
   float* ent = sm + A::kEnt;
-  if (warp == W - 1) {  // the entry of row pos: m = its score, l = 1, o = its value (or none)
-    const __half* os = reinterpret_cast<const __half*>(sm + A::kOwn);
-#pragma unroll
-    for (int h = 0; h < G; ++h) {
-      float* e = ent + (W * G + h) * kPartStride;
-      float d = 0.f;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) d = fmaf(sm[A::kQ + h * 128 + lane + 32 * j], __half2float(os[lane + 32 * j]), d);
-      d = warp_sum(d);
-      if (lane == 0) {
-        e[0] = own ? d : -INFINITY;
-        e[1] = 1.f;
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) e[4 + lane + 32 * j] = __half2float(os[128 + lane + 32 * j]);
-    }
-  }
   uint4* qf = reinterpret_cast<uint4*>(sm + A::kQf);
   for (int i = tid; i < 8 * 32; i += 32 * W) q_frag_store<G>(sm + A::kQ, qf, i >> 5, i & 31);
   cbar(W);
@@ -534,6 +519,26 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
     if (lane == 0) {
       if (n < PC) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the zeros before the next copy
       mbar_arrive(empty + slot);
+    }
+  }
+  // The entry of row pos: m = its score, l = 1, o = its value (or none), after warp W - 1's chunks
+  // (S21-5 made it before the fragments' barrier, where it held every warp back: that barrier
+  // and the first chunk's wait took 1.08 µs; moved here in session 21, not yet run).
+  if (warp == W - 1) {
+    const __half* os = reinterpret_cast<const __half*>(sm + A::kOwn);
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      float* e = ent + (W * G + h) * kPartStride;
+      float d = 0.f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) d = fmaf(sm[A::kQ + h * 128 + lane + 32 * j], __half2float(os[lane + 32 * j]), d);
+      d = warp_sum(d);
+      if (lane == 0) {
+        e[0] = own ? d : -INFINITY;
+        e[1] = 1.f;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) e[4 + lane + 32 * j] = __half2float(os[128 + lane + 32 * j]);
     }
   }
   if (mk) {

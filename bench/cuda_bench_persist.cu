@@ -24,9 +24,9 @@
 // `--attn` the attention itself at position `--pos` (q/k RMSNorm, RoPE, the KV-cache append,
 // softmax over the prefilled fp16 caches; SM s takes KV head s / nsplit with all its query heads
 // over split s % nsplit of the positions, the cached rows streamed through the ring like weights,
-// each chunk of 16 rows on one warp's tensor cores, splits merged by the last to arrive; `--split-rows R`: ~R positions per split, at most
-// nsm / n_kv splits); hB = hA + W_o * attn; act =
-// silu(gate) * up of W_gu * norm(hB) (rows interleaved gate/up); hA = hB + W_down * act.
+// each chunk of 16 rows on one warp's tensor cores, splits merged by the last to arrive;
+// `--split-rows R`: ~R positions per split, at most nsm / n_kv splits); hB = hA + W_o * attn;
+// act = silu(gate) * up of W_gu * norm(hB) (rows interleaved gate/up); hA = hB + W_down * act.
 // `--quant-act` / `--quant-all`: the producers quantize their outputs once for the next phase.
 //
 // Weight layout (any SM count): the engine's per-SM tiles (kernels.h, repack_tiles_*): a matrix
@@ -42,8 +42,9 @@
 //
 // Diagnostics: `--marks` (per-phase times of the middle layer: dependency wait, staging, first
 // chunk, tiles, epilogue; for the attention also its time in chunk waits), `--attn-nomath` (the
-// attention's rows taken and released unread), `--nodep` (no phase waits: the streaming bound), `--noweights` (the
-// latency chain alone), `--nomath` (the copies alone), `--nocopy` (the consumers alone).
+// attention's rows taken and released unread), `--nodep` (no phase waits: the streaming bound),
+// `--noweights` (the latency chain alone), `--nomath` (the copies alone), `--nocopy` (the
+// consumers alone).
 //
 // `--check`: one layer whose weights are random GGUF Q4_0 rows put in tiles by the engine's
 // repack, each phase compared with a host computation from those GGUF rows and the device's own

@@ -317,6 +317,8 @@ __device__ __forceinline__ void merge_parts(const float* src, int n, size_t stri
 // Rows of a chunk per ring slot: K rows then V rows (128 fp16 each) of kAttnRows positions (a
 // slot of at least 8 KB: the CT = 4 configurations).
 constexpr int kAttnRows = 16;
+// Whether a ring slot of CB bytes holds a chunk (the kernel's, the producer's and the host's test).
+__host__ __device__ constexpr bool attn_fits(int CB) { return CB >= 2 * kAttnRows * 256; }
 
 // The attention's shared memory (in the phase partials' space), floats: q_s [G][128] (normed,
 // roped, scaled); own_s 128 (row pos: K then V, fp16); q's mma fragments (q_frag_store: a uint4
@@ -449,7 +451,7 @@ template <int W, int G, int CB, int S>
 __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, const uint8_t* ring, uint64_t* full,
                            uint64_t* empty, unsigned& gc, float* sm, int* flag, unsigned long long* mk) {
   constexpr int PC = kAttnRows;
-  static_assert(CB >= 2 * PC * 256, "a slot holds a chunk's K and V rows");
+  static_assert(attn_fits(CB), "a slot holds a chunk's K and V rows");
   static_assert(W > G && G <= 8, "a warp per query head and one for k, v; heads in the mma's 8 row groups");
   using A = AttnSmem<W, G>;
   static_assert(A::kEnd <= kMaxPart, "the attention's shared memory fits the partials' space");
@@ -705,13 +707,13 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
       }
       if (mk) mk[1] = global_ns();
       if (ph == 1 && p.k_cache) {
-        if constexpr (CB >= 2 * kAttnRows * 256) {  // (the host refuses --attn with smaller slots)
-          if (p.noweights) {  // (the ring is idle: the attention's rows come through it)
-          } else if (p.n_head == 4 * p.n_kv) {
+        // (the host refuses --attn with smaller slots; with --noweights the ring is idle, and the
+        // attention's rows come through it)
+        if constexpr (attn_fits(CB)) {
+          if (!p.noweights && p.n_head == 4 * p.n_kv)
             attn_split<W, 4, CB, S>(p, l, s, ap, ring, full, empty, gc, part, &aflag, mk);
-          } else {
+          else if (!p.noweights)
             attn_split<W, 2, CB, S>(p, l, s, ap, ring, full, empty, gc, part, &aflag, mk);
-          }
         }
       } else if (ph == 1) {  // the hop: attn = q part of qkv, sliced over the SMs
         for (int i = s * NT + tid; i < p.nq_hd; i += nsm * NT) {  // warp-uniform: nq_hd % 32 == 0
@@ -1169,7 +1171,7 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
     p.pos = o.pos;
     p.n_ctx = o.pos + 1;
     p.theta = sh.theta;
-    if (CT * kTileBytes < 2 * kAttnRows * 256) {
+    if (!attn_fits(CT * kTileBytes)) {
       std::fprintf(stderr, "error: --attn needs slots of %d rows of K and V (configs with 4 tiles per chunk)\n", kAttnRows);
       return 1;
     }

@@ -130,6 +130,15 @@ struct Params {
   int nocopy;     // timing only: the producer releases each slot without copying (the consumers alone)
   unsigned long long* stamps;  // [nsm][kPhases][kMarks] of layer L/2, or null
   int attn_nomath;  // timing only: the attention's chunks taken and released unread
+  // `--ll` (with --quant-all): the hand-overs as flagged words, no phase counters. Every value a
+  // phase hands on is also stored as a 64-bit word {value, flag} (one single-copy-atomic store;
+  // flag = ll_flag of the writing phase), and the reader polls the words themselves: the data's
+  // arrival is the dependency, one L2 round trip after the last writer instead of the release,
+  // the counter poll and then the loads (S22). qkv_ll: a word per row; attn_ll, h_ll, act_ll:
+  // records of 12 words per 32-block (the 8 code words, dx, the code sum, the block's sum of
+  // squares, a pad word). No phase waits for a counter then: each needs the whole vector its
+  // predecessor makes, which orders every overwrite of a buffer after all reads of it.
+  uint64_t *qkv_ll, *attn_ll, *h_ll, *act_ll;
 };
 // Per-phase marks of thread 0 (%globaltimer): begin, dependency met, x staged, first chunk
 // ready, tiles done, epilogue done (all warps), thread 0's own epilogue done.
@@ -138,6 +147,53 @@ constexpr int kMarks = 8;
 
 __device__ __forceinline__ void cbar(int W) {  // the consumer warps only
   asm volatile("bar.sync 1, %0;" ::"r"(W * 32) : "memory");
+}
+
+// The flagged hand-over words (Params::qkv_ll ..): the flag of layer l's phase ph in this launch
+// (never 0, the buffers' initial value).
+__device__ __forceinline__ uint32_t ll_flag(const Params& p, int l, int ph) {
+  return (p.epoch * unsigned(p.L) + unsigned(l)) * unsigned(kPhases) + unsigned(ph) + 1u;
+}
+__device__ __forceinline__ void ll_store(uint64_t* a, uint32_t v, uint32_t flag) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(a), "l"((uint64_t(flag) << 32) | v) : "memory");
+}
+__device__ __forceinline__ uint64_t ll_load(const uint64_t* a) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ bool ll_has(uint64_t w, uint32_t flag) { return uint32_t(w >> 32) == flag; }
+constexpr int kLLRec = 12;  // words per 32-block: codes 0..7 (staging word f), dx, code sum, sum of squares, pad
+// Block c of a vector held by a warp (lane e: element e) quantized into records at rec; ss: the
+// block's sum of squares (the RMSNorm's input, for h), else anything. Lanes 4f store code word f,
+// lanes 1, 2, 3, 5 the rest.
+__device__ __forceinline__ void quant_warp_store_ll(float v, uint64_t* rec, int c, int lane, uint32_t flag, float ss) {
+  const QuantWord w = quant_warp(v);
+  uint64_t* r = rec + size_t(c) * kLLRec;
+  if ((lane & 3) == 0) ll_store(r + (lane >> 2), code_word(w.b0, w.b1, w.b2, w.b3), flag);
+  else if (lane == 1) ll_store(r + 8, __float_as_uint(w.am / 127.f), flag);
+  else if (lane == 2) ll_store(r + 9, uint32_t(w.sq), flag);
+  else if (lane == 3) ll_store(r + 10, __float_as_uint(ss), flag);
+  else if (lane == 5) ll_store(r + 11, 0u, flag);
+}
+// N values qkv[i0 + 32 j] of this token's qkv (layer l): polled from the flagged words with --ll,
+// all loads issued before the first check.
+template <int N>
+__device__ __forceinline__ void qkv_in(const Params& p, int l, size_t i0, float (&x)[N]) {
+  if (p.qkv_ll) {
+    const uint32_t f = ll_flag(p, l, 0);
+    uint64_t w[N];
+#pragma unroll
+    for (int j = 0; j < N; ++j) w[j] = ll_load(p.qkv_ll + i0 + 32 * j);
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      while (!ll_has(w[j], f)) w[j] = ll_load(p.qkv_ll + i0 + 32 * j);
+      x[j] = __uint_as_float(uint32_t(w[j]));
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) x[j] = __ldcg(p.qkv + i0 + 32 * j);
+  }
 }
 
 struct Share {
@@ -237,6 +293,71 @@ __device__ __forceinline__ void stage_copy(const uint8_t* q, int K, const float*
     if (k * NT + tid < nb) dst2[k * NT + tid] = make_uint2(__float_as_uint(__uint_as_float(v2[k].x) * rn), v2[k].y);
 }
 
+// Staging from flagged records (--ll, kLLRec words per 32-block; flag: the writer's). Each thread
+// copies its 16-byte pieces (two words) into land (shared memory; cp.async, L2 to shared, so no
+// registers hold them), then in rounds: the pieces whose both words carry the flag are put in the
+// staging layout, the others copied again (all of them at once: a round is one L2 round trip).
+// norm: dx times the RMSNorm scale of the blocks' sums of squares (summed over the block), as
+// stage_copy's. Ends with a barrier (land is the partials' space, zeroed next).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(uint32_t(__cvta_generic_to_shared(dst))), "l"(src)
+               : "memory");
+}
+template <int W>
+__device__ __noinline__ void stage_ll(const uint64_t* rec, int K, uint32_t flag, bool norm, float eps, float4* xs,
+                                         float* red, uint4* land) {
+  constexpr int NT = W * 32, kV = (kLLRec / 2 * (kMaxK / 32) + NT - 1) / NT;
+  static_assert(kV <= 32, "a bit per piece");
+  static_assert(kLLRec / 2 * (kMaxK / 32) * 16 <= kMaxPart * 4, "land fits the partials' space");
+  const int tid = int(threadIdx.x), nb = K / 32, n = kLLRec / 2 * nb;
+  const uint4* src = reinterpret_cast<const uint4*>(rec);
+  uint32_t pending = 0;
+#pragma unroll
+  for (int k = 0; k < kV; ++k)
+    if (k * NT + tid < n) {
+      cp_async16(land + k * NT + tid, src + k * NT + tid);
+      pending |= 1u << k;
+    }
+  uint32_t* xw = reinterpret_cast<uint32_t*>(xs);
+  int2* xsc = reinterpret_cast<int2*>(xs + 2 * nb);
+  float ss = 0.f;
+  while (pending) {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      if (!((pending >> k) & 1u)) continue;
+      const int i = k * NT + tid;
+      const uint4 v = land[i];  // words {v.x, flag v.y}, {v.z, flag v.w}
+      if (v.y != flag || v.w != flag) {
+        cp_async16(land + i, src + i);
+        continue;
+      }
+      pending &= ~(1u << k);
+      const int c = i / (kLLRec / 2), f = 2 * (i % (kLLRec / 2));  // words f, f + 1 of block c
+      if (f < 8) {
+        uint32_t* d = xw + (size_t(f >> 2) * nb + c) * 4 + (f & 3);
+        d[0] = v.x;
+        d[1] = v.z;
+      } else if (f == 8) {
+        xsc[c] = make_int2(int(v.x), int(v.z));
+      } else {
+        ss += __uint_as_float(v.x);
+      }
+    }
+  }
+  if (!norm) {
+    cbar(W);
+    return;
+  }
+  ss = warp_sum(ss);
+  if ((tid & 31) == 0) red[tid >> 5] = ss;
+  cbar(W);
+  float t = 0.f;
+  for (int w = 0; w < W; ++w) t += red[w];
+  const float rn = rsqrtf(t / float(K) + eps);
+  for (int c = tid; c < nb; c += NT) xsc[c].x = __float_as_int(__int_as_float(xsc[c].x) * rn);
+}
+
 // The attention's work (Params: k_cache): KV head kvh of SM s < n_kv * nsplit, split j of the
 // positions 0..pos (rows [t0, t1), t1 = pos + 1 for the last split). The rows below pos are in
 // the cache and stream through the ring like weights (they do not depend on this token); row pos
@@ -284,13 +405,15 @@ __device__ __forceinline__ void norm_rope(float (&x)[4], const float (&g)[4], co
     x[j + 2] = rope_rotate(xb, xa, a.c[j], a.sn[j], false);
   }
 }
-// Head h's output o / L (lane j-th value at lane + 32 j) into attn and its int8 blocks.
-__device__ __forceinline__ void attn_out(const Params& p, int h, float L, const float (&o)[4], int lane) {
+// Head h's output o / L (lane j-th value at lane + 32 j) into attn and its int8 blocks (flagged
+// records with --ll: layer l's).
+__device__ __forceinline__ void attn_out(const Params& p, int l, int h, float L, const float (&o)[4], int lane) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const float r = o[j] / L;
     p.attn[size_t(h) * 128 + lane + 32 * j] = r;
-    if (p.attnq) quant_warp_store(r, reinterpret_cast<float4*>(p.attnq), p.nq_hd / 32, h * 4 + j, lane);
+    if (p.attn_ll) quant_warp_store_ll(r, p.attn_ll, h * 4 + j, lane, ll_flag(p, l, 1), 0.f);
+    else if (p.attnq) quant_warp_store(r, reinterpret_cast<float4*>(p.attnq), p.nq_hd / 32, h * 4 + j, lane);
   }
 }
 // Online-softmax states (m, l, 2 pad, o[128]) of n sources at src + i * stride merged in order
@@ -462,18 +585,14 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
   const bool own = ks.t1 == p.pos + 1;
   if (warp < G) {  // q of head h0 + warp: normed, roped, scaled
     float q[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) q[j] = __ldcg(p.qkv + size_t(h0 + warp) * 128 + lane + 32 * j);
+    qkv_in(p, l, size_t(h0 + warp) * 128 + lane, q);
     norm_rope(q, a.qg, a, p.eps);
 #pragma unroll
     for (int j = 0; j < 4; ++j) sm[A::kQ + warp * 128 + lane + 32 * j] = q[j] * rsqrtf(128.f);
   } else if (warp == G && own) {  // row pos: k normed and roped, both rounded to fp16 as the cache holds them
     float k[4], v[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      k[j] = __ldcg(p.qkv + size_t(p.n_head + ks.kvh) * 128 + lane + 32 * j);
-      v[j] = __ldcg(p.qkv + size_t(p.n_head + p.n_kv + ks.kvh) * 128 + lane + 32 * j);
-    }
+    qkv_in(p, l, size_t(p.n_head + ks.kvh) * 128 + lane, k);
+    qkv_in(p, l, size_t(p.n_head + p.n_kv + ks.kvh) * 128 + lane, v);
     norm_rope(k, a.kg, a, p.eps);
     const size_t row = ((size_t(l) * p.n_kv + ks.kvh) * p.n_ctx + p.pos) * 128;
     __half* os = reinterpret_cast<__half*>(sm + A::kOwn);
@@ -570,7 +689,7 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
     float Mh, L, r[4];
     merge_parts(ent + warp * kPartStride, W + 1, size_t(G) * kPartStride, false, lane, Mh, L, r);
     if (p.nsplit == 1) {
-      attn_out(p, h0 + warp, L, r, lane);
+      attn_out(p, l, h0 + warp, L, r, lane);
     } else {
       float* d = p.apart + ((size_t(ks.kvh) * p.nsplit + ks.j) * G + warp) * kPartStride;
       if (lane == 0) {
@@ -590,7 +709,7 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
     float Mh, L, r[4];
     merge_parts(p.apart + (size_t(ks.kvh) * p.nsplit * G + warp) * kPartStride, p.nsplit, size_t(G) * kPartStride, true,
                 lane, Mh, L, r);
-    attn_out(p, h0 + warp, L, r, lane);
+    attn_out(p, l, h0 + warp, L, r, lane);
   }
 }
 
@@ -699,7 +818,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
         if (p.hq) gnext = ph == 2 ? p.g_ffn[size_t(l) * p.H + sh.rg0 * kTileRows + tid]
                                   : p.g_attn[size_t((l + 1) % p.L) * p.H + sh.rg0 * kTileRows + tid];
       }
-      if (gph > 0 && !p.nodep) {
+      if (gph > 0 && !p.nodep && !p.qkv_ll) {
         if (tid == 0)
           while (ld_acquire(p.cnt + gph - 1) < target) {
           }
@@ -717,14 +836,22 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
         }
       } else if (ph == 1) {  // the hop: attn = q part of qkv, sliced over the SMs
         for (int i = s * NT + tid; i < p.nq_hd; i += nsm * NT) {  // warp-uniform: nq_hd % 32 == 0
-          const float v = __ldcg(p.qkv + i);
-          p.attn[i] = v;
-          if (p.attnq) quant_warp_store(v, reinterpret_cast<float4*>(p.attnq), p.nq_hd / 32, i / 32, lane);
+          float v[1];
+          qkv_in(p, l, size_t(i), v);
+          p.attn[i] = v[0];
+          if (p.attn_ll) quant_warp_store_ll(v[0], p.attn_ll, i / 32, lane, ll_flag(p, l, 1), 0.f);
+          else if (p.attnq) quant_warp_store(v[0], reinterpret_cast<float4*>(p.attnq), p.nq_hd / 32, i / 32, lane);
         }
       } else if (nt > 0) {
         {
           const float* xin = ph == 0 ? p.hA : ph == 2 ? p.attn : ph == 3 ? p.hB : p.act;
-          if (norm && p.hq && (ph == 3 || l > 0)) {  // layer 0 stages hA itself (no producer in this launch)
+          if (p.h_ll && norm && (ph == 3 || l > 0)) {  // flagged records (as below)
+            stage_ll<W>(p.h_ll, m.K, ph == 3 ? ll_flag(p, l, 2) : ll_flag(p, l - 1, 4), true, p.eps, xs, red, reinterpret_cast<uint4*>(part));
+          } else if (p.act_ll && ph == 4) {
+            stage_ll<W>(p.act_ll, m.K, ll_flag(p, l, 3), false, p.eps, xs, red, reinterpret_cast<uint4*>(part));
+          } else if (p.attn_ll && ph == 2) {
+            stage_ll<W>(p.attn_ll, m.K, ll_flag(p, l, 1), false, p.eps, xs, red, reinterpret_cast<uint4*>(part));
+          } else if (norm && p.hq && (ph == 3 || l > 0)) {  // layer 0 stages hA itself (no producer in this launch)
             stage_copy<W>(p.hq, m.K, p.ssq, p.eps, xs);
           } else if (norm) {
             stage_x<kVNorm<W>, true>(xin, g, m.K, p.eps, xs, red, W);
@@ -803,7 +930,8 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
               }
               const float v = silu(gt) * ut;
               p.act[a0 + bl * 32 + lane] = v;
-              quant_warp_store(v, reinterpret_cast<float4*>(p.actq), p.F / 32, a0 / 32 + bl, lane);
+              if (p.act_ll) quant_warp_store_ll(v, p.act_ll, a0 / 32 + bl, lane, ll_flag(p, l, 3), 0.f);
+              else quant_warp_store(v, reinterpret_cast<float4*>(p.actq), p.F / 32, a0 / 32 + bl, lane);
             }
           } else if (ph == 3) {
             for (int pr = tid; pr < nrows / 2; pr += NT) {
@@ -823,10 +951,13 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
               const int row = sh.rg0 * kTileRows + r;
               if (ph == 0) {
                 p.qkv[row] = v;
+                if (p.qkv_ll) ll_store(p.qkv_ll + row, __float_as_uint(v), ll_flag(p, l, 0));
               } else {
                 const float h = res + v;
                 (ph == 2 ? p.hB : p.hA)[row] = h;
-                if (p.hq) {  // warp-uniform: nrows is a multiple of 32, one row group = one block
+                if (p.h_ll) {  // warp-uniform, as below
+                  quant_warp_store_ll(h * gnext, p.h_ll, row / 32, lane, ll_flag(p, l, ph), warp_sum(h * h));
+                } else if (p.hq) {  // warp-uniform: nrows is a multiple of 32, one row group = one block
                   quant_warp_store(h * gnext, reinterpret_cast<float4*>(p.hq), p.H / 32, row / 32, lane);
                   const float ss = warp_sum(h * h);
                   if (lane == 0) p.ssq[row / 32] = ss;
@@ -1041,6 +1172,7 @@ struct Opts {
   bool attn = false;  // the attention in the hop's place, at position pos
   int mode = 0;       // 1 = --nomath, 2 = --nocopy
   bool attn_nomath = false;
+  bool ll = false;  // the hand-overs as flagged words (Params::qkv_ll), with quant_all
   int inflight = 0, pos = 64;
   int split_rows = 64;  // positions per split of a KV head's attention (at most nsm / n_kv splits)
 };
@@ -1059,7 +1191,7 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   p.L = o.check ? 1 : sh.L;
   p.nsm = nsm;
   const int W = kConfigs[ci].W, CT = kConfigs[ci].CT, S = kConfigs[ci].S;
-  const std::string qtag = o.quant_all ? " qall" : o.quant_act ? " qact" : "";  // in both report lines
+  const std::string qtag = std::string(o.quant_all ? " qall" : o.quant_act ? " qact" : "") + (o.ll ? " ll" : "");  // in both report lines
   p.eps = sh.eps;
   const int qkv_rows = (sh.nq + 2 * sh.nkv) * sh.hd;
   p.m[0] = {0, qkv_rows, sh.H};
@@ -1155,6 +1287,20 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
     CUDA_CHECK(cudaMalloc(&hq, size_t(sh.H / 32) * 40));
     CUDA_CHECK(cudaMalloc(&ssq, size_t(sh.H / 32) * 4));
   }
+  uint64_t *qkv_ll = nullptr, *attn_ll = nullptr, *h_ll = nullptr, *act_ll = nullptr;
+  if (o.ll) {
+    const size_t n[4] = {size_t(qkv_rows), size_t(p.nq_hd / 32) * kLLRec, size_t(sh.H / 32) * kLLRec,
+                         size_t(sh.F / 32) * kLLRec};
+    uint64_t** d[4] = {&qkv_ll, &attn_ll, &h_ll, &act_ll};
+    for (int i = 0; i < 4; ++i) {
+      CUDA_CHECK(cudaMalloc(d[i], n[i] * 8));
+      CUDA_CHECK(cudaMemset(*d[i], 0, n[i] * 8));  // flag 0: never a phase's
+    }
+  }
+  p.qkv_ll = qkv_ll;
+  p.attn_ll = attn_ll;
+  p.h_ll = h_ll;
+  p.act_ll = act_ll;
   // Attention inputs: caches prefilled with fp16 values in [-1, 1) below pos, norms near 1.
   __half *kc = nullptr, *vc = nullptr;
   float *qn = nullptr, *kn = nullptr, *apart = nullptr;
@@ -1229,7 +1375,7 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   const size_t smem = size_t(S) * CT * kTileBytes + kMaxK / 32 * 40 + kMaxPart * 4 + 2 * S * 8;
   auto cleanup = [&] {
     for (void* q : {(void*)actq, (void*)attnq, (void*)hq, (void*)ssq, (void*)kc, (void*)vc, (void*)qn, (void*)kn,
-                    (void*)apart, (void*)kvcnt})
+                    (void*)apart, (void*)kvcnt, (void*)qkv_ll, (void*)attn_ll, (void*)h_ll, (void*)act_ll})
       if (q) CUDA_CHECK(cudaFree(q));
     for (void* q : {(void*)w, (void*)ga, (void*)gf, (void*)hA, (void*)hB, (void*)qkv, (void*)attn, (void*)act, (void*)cnt})
       CUDA_CHECK(cudaFree(q));
@@ -1411,6 +1557,7 @@ int run_main(int argc, char** argv) {
     else if (a == "--nodep") o.nodep = true;
     else if (a == "--quant-act") o.quant_act = true;
     else if (a == "--quant-all") o.quant_act = o.quant_all = true;
+    else if (a == "--ll") o.ll = true;
     else if (a == "--attn") o.attn = true;
     else if (a == "--pos" && i + 1 < argc) o.pos = std::atoi(argv[++i]);
     else if (a == "--split-rows" && i + 1 < argc) o.split_rows = std::atoi(argv[++i]);
@@ -1423,7 +1570,7 @@ int run_main(int argc, char** argv) {
     else if (a == "--configs" && i + 1 < argc) cfgs = list(argv[++i]);
     else if (a == "--inflight" && i + 1 < argc) inflights = list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--attn] [--pos P] [--split-rows R] [--attn-nomath] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3] [--inflight 0,4,6]\n");
+      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--ll] [--attn] [--pos P] [--split-rows R] [--attn-nomath] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3] [--inflight 0,4,6]\n");
       return 2;
     }
   }
@@ -1432,6 +1579,10 @@ int run_main(int argc, char** argv) {
       std::fprintf(stderr, "error: --configs takes indices 0..%d\n", kNumConfigs - 1);
       return 2;
     }
+  if (o.ll && !o.quant_all) {
+    std::fprintf(stderr, "error: --ll needs --quant-all (it flags the quantized hand-overs)\n");
+    return 2;
+  }
   if (o.pos < 1 || o.pos > 8191 || o.split_rows < 1) {
     std::fprintf(stderr, "error: --pos must be 1..8191 and --split-rows positive\n");
     return 2;

@@ -617,11 +617,12 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
   const int nrows = ks.cached_end(p.pos) - ks.t0, nch = (nrows + PC - 1) / PC;
   unsigned long long waited = 0;
   bool first = true;
-  for (int c = 0; c < nch; ++c, ++gc) {
-    if (int(gc % W) != warp) continue;
-    const int slot = int(gc % S);
+  // Chunk c is ring chunk gc + c, warp (gc + c) % W's: each warp walks its own (W divides 2^32).
+  for (int c = int((unsigned(warp) - gc) % unsigned(W)); c < nch; c += W) {
+    const unsigned g = gc + unsigned(c);
+    const int slot = int(g % S);
     const unsigned long long w0 = mk ? global_ns() : 0;
-    mbar_wait_parity(full + slot, (gc / S) & 1);
+    mbar_wait_parity(full + slot, (g / S) & 1);
     if (mk) {
       const unsigned long long w1 = global_ns();
       waited += w1 - w0;
@@ -643,6 +644,7 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
       mbar_arrive(empty + slot);
     }
   }
+  gc += unsigned(nch);
   // The entry of row pos: m = its score, l = 1, o = its value (or none), after warp W - 1's chunks
   // (S21-5 made it before the fragments' barrier, where it held every warp back: that barrier
   // and the first chunk's wait took 1.08 µs; moved here in session 21, not yet run).
@@ -713,7 +715,7 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
   }
 }
 
-template <int W, int CT, int S>
+template <int W, int CT, int S, bool AT>
 __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_constant__ Params p) {
   static_assert((W & (W - 1)) == 0 && S % W == 0, "slot g % S must belong to warp g % W");
   constexpr int CB = CT * kTileBytes;
@@ -828,7 +830,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
       if (ph == 1 && p.k_cache) {
         // (the host refuses --attn with smaller slots; with --noweights the ring is idle, and the
         // attention's rows come through it)
-        if constexpr (attn_fits(CB)) {
+        if constexpr (AT && attn_fits(CB)) {
           if (!p.noweights && p.n_head == 4 * p.n_kv)
             attn_split<W, 4, CB, S>(p, l, s, ap, ring, full, empty, gc, part, &aflag, mk);
           else if (!p.noweights)
@@ -875,10 +877,14 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
           float acc = 0.f;
           int cur = -1;  // the row group acc belongs to
           bool first = true;
-          for (int t0 = 0; t0 < nt && !p.noweights; t0 += CT, ++gc) {
-            if (int(gc % W) != warp) continue;
-            const int slot = int(gc % S);
-            mbar_wait_parity(full + slot, (gc / S) & 1);
+          // Chunk k (tiles from k * CT) is ring chunk gc + k, warp (gc + k) % W's: each warp walks
+          // its own (a loop over all chunks that skipped the others' was ~20 % of the consumers'
+          // instructions, ncu S22-1).
+          const int nch = p.noweights ? 0 : (nt + CT - 1) / CT;
+          for (int k = int((unsigned(warp) - gc) % unsigned(W)); k < nch; k += W) {
+            const unsigned g = gc + unsigned(k);
+            const int t0 = k * CT, slot = int(g % S);
+            mbar_wait_parity(full + slot, (g / S) & 1);
             if (mk && first) mk[3] = global_ns();
             first = false;
             const uint8_t* chunk = ring + size_t(slot) * CB;
@@ -913,6 +919,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
             __syncwarp();
             if (lane == 0) mbar_arrive(empty + slot);
           }
+          gc += unsigned(nch);
           if (cur >= 0) part[(cur * W + warp) * kTileRows + lane] = acc;
           cbar(W);
           if (mk) mk[4] = global_ns();
@@ -1075,8 +1082,10 @@ std::vector<float> d2h(const float* d, size_t n) {
 
 struct Config {
   int W, CT, S;
+  bool attn;  // the attention's code compiled in (config 4 without: what the code alone costs, S22)
 };
-constexpr Config kConfigs[] = {{8, 4, 16}, {16, 4, 16}, {8, 2, 32}, {16, 2, 32}};
+constexpr Config kConfigs[] = {{8, 4, 16, true}, {16, 4, 16, true}, {8, 2, 32, true}, {16, 2, 32, true},
+                               {8, 4, 16, false}};
 constexpr int kNumConfigs = int(sizeof(kConfigs) / sizeof(kConfigs[0]));
 // The kernel instance of kConfigs[I] (its shared memory set on first use; the size depends only on
 // the configuration).
@@ -1084,20 +1093,21 @@ template <int I>
 void launch_cfg(const Params& p, size_t smem, int nsm) {
   constexpr Config c = kConfigs[I];
   static const bool ready = [&] {
-    CUDA_CHECK(cudaFuncSetAttribute(persist_kernel<c.W, c.CT, c.S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(persist_kernel<c.W, c.CT, c.S, c.attn>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(smem)));
     return true;
   }();
   (void)ready;
-  persist_kernel<c.W, c.CT, c.S><<<nsm, (c.W + 1) * 32, smem>>>(p);
+  persist_kernel<c.W, c.CT, c.S, c.attn><<<nsm, (c.W + 1) * 32, smem>>>(p);
 }
 void launch_config(int ci, const Params& p, size_t smem, int nsm) {
-  static_assert(kNumConfigs == 4, "one case per configuration");
+  static_assert(kNumConfigs == 5, "one case per configuration");
   switch (ci) {
     case 0: launch_cfg<0>(p, smem, nsm); break;
     case 1: launch_cfg<1>(p, smem, nsm); break;
     case 2: launch_cfg<2>(p, smem, nsm); break;
-    default: launch_cfg<3>(p, smem, nsm); break;
+    case 3: launch_cfg<3>(p, smem, nsm); break;
+    default: launch_cfg<4>(p, smem, nsm); break;
   }
 }
 
@@ -1191,7 +1201,8 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   p.L = o.check ? 1 : sh.L;
   p.nsm = nsm;
   const int W = kConfigs[ci].W, CT = kConfigs[ci].CT, S = kConfigs[ci].S;
-  const std::string qtag = std::string(o.quant_all ? " qall" : o.quant_act ? " qact" : "") + (o.ll ? " ll" : "");  // in both report lines
+  const std::string qtag = std::string(o.quant_all ? " qall" : o.quant_act ? " qact" : "") + (o.ll ? " ll" : "") +
+                           (kConfigs[ci].attn ? "" : " lean");  // in both report lines
   p.eps = sh.eps;
   const int qkv_rows = (sh.nq + 2 * sh.nkv) * sh.hd;
   p.m[0] = {0, qkv_rows, sh.H};
@@ -1317,8 +1328,9 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
     p.pos = o.pos;
     p.n_ctx = o.pos + 1;
     p.theta = sh.theta;
-    if (!attn_fits(CT * kTileBytes)) {
-      std::fprintf(stderr, "error: --attn needs slots of %d rows of K and V (configs with 4 tiles per chunk)\n", kAttnRows);
+    if (!attn_fits(CT * kTileBytes) || !kConfigs[ci].attn) {
+      std::fprintf(stderr, "error: --attn needs the attention's code and slots of %d rows of K and V (configs 0, 1)\n",
+                   kAttnRows);
       return 1;
     }
     if (sh.nq != 4 * sh.nkv && sh.nq != 2 * sh.nkv) {
@@ -1538,7 +1550,7 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
 
 int run_main(int argc, char** argv) {
   // cuda_bench_persist [--check] [--shape NAME] [--configs I,I..] (kConfigs: consumer warps,
-  // tiles per chunk, ring slots)
+  // tiles per chunk, ring slots, the attention compiled in)
   Opts o;
   std::string only;
   std::vector<int> cfgs = {0}, inflights = {0};
@@ -1570,7 +1582,7 @@ int run_main(int argc, char** argv) {
     else if (a == "--configs" && i + 1 < argc) cfgs = list(argv[++i]);
     else if (a == "--inflight" && i + 1 < argc) inflights = list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--ll] [--attn] [--pos P] [--split-rows R] [--attn-nomath] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3] [--inflight 0,4,6]\n");
+      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--ll] [--attn] [--pos P] [--split-rows R] [--attn-nomath] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3,4] [--inflight 0,4,6]\n");
       return 2;
     }
   }

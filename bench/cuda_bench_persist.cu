@@ -130,6 +130,9 @@ struct Params {
   int nocopy;     // timing only: the producer releases each slot without copying (the consumers alone)
   unsigned long long* stamps;  // [nsm][kPhases][kMarks] of layer L/2, or null
   int attn_nomath;  // timing only: the attention's chunks taken and released unread
+  // `--l2-ahead D`: the producer prefetches into L2 the chunk D chunks after the one it copies
+  // (cp.async.bulk.prefetch.L2), so DRAM keeps streaming while the ring is full (S22-4).
+  int l2_ahead;
   // `--ll` (with --quant-all): the hand-overs as flagged words, no phase counters. Every value a
   // phase hands on is also stored as a 64-bit word {value, flag} (one single-copy-atomic store;
   // flag = ll_flag of the writing phase), and the reader polls the words themselves: the data's
@@ -715,6 +718,61 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
   }
 }
 
+// The producer's chunks of SM s in order: layer by layer, phase by phase, the SM's tiles of each
+// matrix CT at a time, and in the attention's place its cached K and V rows (kAttnRows at a time,
+// K rows from a, V rows from b).
+struct ChunkSeq {
+  int l = 0, ph = -1, t = 0, end = 0, step = 0;
+  const uint8_t *a0 = nullptr, *b0 = nullptr;  // the phase's first tile, or its first K and V rows
+  // The next chunk (false after the last): na bytes from a, nb from b.
+  __device__ bool next(const Params& p, int s, int CT, const uint8_t*& a, uint32_t& na, const uint8_t*& b,
+                       uint32_t& nb) {
+    while (t >= end) {
+      if (++ph == kPhases) {
+        ph = 0;
+        ++l;
+      }
+      if (l >= p.L) return false;
+      t = end = 0;
+      if (ph == 1) {
+        if (!p.k_cache) continue;
+        const KvShare ks = kv_share(p, s);
+        if (ks.kvh < 0) continue;
+        const size_t base = ((size_t(l) * p.n_kv + ks.kvh) * p.n_ctx) * 128;
+        a0 = reinterpret_cast<const uint8_t*>(p.k_cache + base);
+        b0 = reinterpret_cast<const uint8_t*>(p.v_cache + base);
+        t = ks.t0;
+        end = ks.cached_end(p.pos);
+        step = kAttnRows;
+      } else {
+        const Mat& m = p.m[ph];
+        const Share sh = share_of(m, s, p.nsm, ph == 3 && p.actq);
+        a0 = p.w + size_t(l) * p.layer_bytes + m.off + size_t(sh.rg0) * sh.kt * kTileBytes;
+        b0 = nullptr;
+        end = sh.tiles();
+        step = CT;
+      }
+    }
+    const int n = min(step, end - t);
+    if (ph == 1) {
+      a = a0 + size_t(t) * 256;
+      b = b0 + size_t(t) * 256;
+      na = nb = uint32_t(n) * 256u;
+    } else {
+      a = a0 + size_t(t) * kTileBytes;
+      b = nullptr;
+      na = uint32_t(n) * kTileBytes;
+      nb = 0;
+    }
+    t += step;
+    return true;
+  }
+};
+__device__ __forceinline__ void prefetch_l2(const uint8_t* a, uint32_t na, const uint8_t* b, uint32_t nb) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(na) : "memory");
+  if (nb) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b), "r"(nb) : "memory");
+}
+
 template <int W, int CT, int S, bool AT>
 __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_constant__ Params p) {
   static_assert((W & (W - 1)) == 0 && S % W == 0, "slot g % S must belong to warp g % W");
@@ -759,29 +817,16 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
         bulk_load(ring + size_t(slot) * CB, a, na, full + slot, pol);
         if (nb) bulk_load(ring + size_t(slot) * CB + kAttnRows * 256, b, nb, full + slot, pol);
       };
-      for (int l = 0; l < p.L; ++l)
-        for (int ph = 0; ph < kPhases; ++ph) {
-          if (ph == 1) {  // the attention: this SM's cached rows of its KV head, K and V
-            if (!p.k_cache) continue;
-            const KvShare ks = kv_share(p, s);
-            if (ks.kvh < 0) continue;
-            constexpr int PC = kAttnRows;
-            const size_t base = ((size_t(l) * p.n_kv + ks.kvh) * p.n_ctx) * 128;
-            const int te = ks.cached_end(p.pos);
-            for (int t = ks.t0; t < te; t += PC) {
-              const uint32_t bytes = uint32_t(min(PC, te - t)) * 256u;
-              issue(reinterpret_cast<const uint8_t*>(p.k_cache + base + size_t(t) * 128), bytes,
-                    reinterpret_cast<const uint8_t*>(p.v_cache + base + size_t(t) * 128), bytes);
-            }
-            continue;
-          }
-          const Mat& m = p.m[ph];
-          const Share sh = share_of(m, s, nsm, ph == 3 && p.actq);
-          const uint8_t* src = p.w + size_t(l) * p.layer_bytes + m.off + size_t(sh.rg0) * sh.kt * kTileBytes;
-          const int nt = sh.tiles();
-          for (int t0 = 0; t0 < nt; t0 += CT)
-            issue(src + size_t(t0) * kTileBytes, uint32_t(min(CT, nt - t0)) * kTileBytes, nullptr, 0);
-        }
+      // The L2 runs ahead of the ring by p.l2_ahead chunks (prefetches of chunk gc + D as chunk gc
+      // is issued), so the stream goes on while the ring is full.
+      ChunkSeq cur, pf;
+      const uint8_t *a, *b;
+      uint32_t na, nb;
+      for (int i = 0; i < p.l2_ahead && pf.next(p, s, CT, a, na, b, nb); ++i) prefetch_l2(a, na, b, nb);
+      while (cur.next(p, s, CT, a, na, b, nb)) {
+        issue(a, na, b, nb);
+        if (p.l2_ahead > 0 && pf.next(p, s, CT, a, na, b, nb)) prefetch_l2(a, na, b, nb);
+      }
     }
     return;
   }
@@ -1184,6 +1229,7 @@ struct Opts {
   bool attn_nomath = false;
   bool ll = false;  // the hand-overs as flagged words (Params::qkv_ll), with quant_all
   int inflight = 0, pos = 64;
+  int l2_ahead = 0;  // chunks the L2 prefetch runs ahead of the ring (Params::l2_ahead)
   int split_rows = 64;  // positions per split of a KV head's attention (at most nsm / n_kv splits)
 };
 
@@ -1195,6 +1241,7 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   p.nodep = o.nodep ? 1 : 0;
   p.noweights = o.noweights ? 1 : 0;
   p.inflight = o.inflight;
+  p.l2_ahead = o.l2_ahead;
   p.H = sh.H;
   p.nq_hd = sh.nq * sh.hd;
   p.F = sh.F;
@@ -1202,6 +1249,7 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   p.nsm = nsm;
   const int W = kConfigs[ci].W, CT = kConfigs[ci].CT, S = kConfigs[ci].S;
   const std::string qtag = std::string(o.quant_all ? " qall" : o.quant_act ? " qact" : "") + (o.ll ? " ll" : "") +
+                           (o.l2_ahead ? " L2+" + std::to_string(o.l2_ahead) : "") +
                            (kConfigs[ci].attn ? "" : " lean");  // in both report lines
   p.eps = sh.eps;
   const int qkv_rows = (sh.nq + 2 * sh.nkv) * sh.hd;
@@ -1211,6 +1259,10 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   p.m[4] = {p.m[3].off + mat_bytes(p.m[3]), sh.H, sh.F};
   p.m[1] = {0, 0, 0};
   p.layer_bytes = p.m[4].off + mat_bytes(p.m[4]);
+  if (o.l2_ahead < 0 || o.l2_ahead > 4096) {
+    std::fprintf(stderr, "error: --l2-ahead must be 0..4096 chunks\n");
+    return 1;
+  }
   if (o.inflight < 0 || o.inflight >= S) {
     std::fprintf(stderr, "error: --inflight must be 0..%d for %d ring slots\n", S - 1, S);
     return 1;
@@ -1553,7 +1605,7 @@ int run_main(int argc, char** argv) {
   // tiles per chunk, ring slots, the attention compiled in)
   Opts o;
   std::string only;
-  std::vector<int> cfgs = {0}, inflights = {0};
+  std::vector<int> cfgs = {0}, inflights = {0}, aheads = {0};
   auto list = [](const char* s) {
     std::vector<int> v;
     for (const char* c = s; *c;) {
@@ -1581,8 +1633,9 @@ int run_main(int argc, char** argv) {
     else if (a == "--shape" && i + 1 < argc) only = argv[++i];
     else if (a == "--configs" && i + 1 < argc) cfgs = list(argv[++i]);
     else if (a == "--inflight" && i + 1 < argc) inflights = list(argv[++i]);
+    else if (a == "--l2-ahead" && i + 1 < argc) aheads = list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--ll] [--attn] [--pos P] [--split-rows R] [--attn-nomath] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3,4] [--inflight 0,4,6]\n");
+      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--ll] [--attn] [--pos P] [--split-rows R] [--attn-nomath] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3,4] [--inflight 0,4,6] [--l2-ahead 0,16,32]\n");
       return 2;
     }
   }
@@ -1609,10 +1662,12 @@ int run_main(int argc, char** argv) {
     if (!only.empty() && only != name) continue;
     const Shape sh = shape_of(name);
     for (int c : cfgs)
-      for (int f : inflights) {
-        o.inflight = f;
-        rc |= run(sh, c, o, copy, nsm);
-      }
+      for (int f : inflights)
+        for (int d : aheads) {
+          o.inflight = f;
+          o.l2_ahead = d;
+          rc |= run(sh, c, o, copy, nsm);
+        }
   }
   return rc;
 }

@@ -130,18 +130,6 @@ struct Params {
   int nocopy;     // timing only: the producer releases each slot without copying (the consumers alone)
   unsigned long long* stamps;  // [nsm][kPhases][kMarks] of layer L/2, or null
   int attn_nomath;  // timing only: the attention's chunks taken and released unread
-  // `--l2-ahead D`: the producer prefetches into L2 the chunk D chunks after the one it copies
-  // (cp.async.bulk.prefetch.L2), so DRAM keeps streaming while the ring is full (S22-4).
-  int l2_ahead;
-  // `--ll` (with --quant-all): the hand-overs as flagged words, no phase counters. Every value a
-  // phase hands on is also stored as a 64-bit word {value, flag} (one single-copy-atomic store;
-  // flag = ll_flag of the writing phase), and the reader polls the words themselves: the data's
-  // arrival is the dependency, one L2 round trip after the last writer instead of the release,
-  // the counter poll and then the loads (S22). qkv_ll: a word per row; attn_ll, h_ll, act_ll:
-  // records of 12 words per 32-block (the 8 code words, dx, the code sum, the block's sum of
-  // squares, a pad word). No phase waits for a counter then: each needs the whole vector its
-  // predecessor makes, which orders every overwrite of a buffer after all reads of it.
-  uint64_t *qkv_ll, *attn_ll, *h_ll, *act_ll;
 };
 // Per-phase marks of thread 0 (%globaltimer): begin, dependency met, x staged, first chunk
 // ready, tiles done, epilogue done (all warps), thread 0's own epilogue done.
@@ -150,53 +138,6 @@ constexpr int kMarks = 8;
 
 __device__ __forceinline__ void cbar(int W) {  // the consumer warps only
   asm volatile("bar.sync 1, %0;" ::"r"(W * 32) : "memory");
-}
-
-// The flagged hand-over words (Params::qkv_ll ..): the flag of layer l's phase ph in this launch
-// (never 0, the buffers' initial value).
-__device__ __forceinline__ uint32_t ll_flag(const Params& p, int l, int ph) {
-  return (p.epoch * unsigned(p.L) + unsigned(l)) * unsigned(kPhases) + unsigned(ph) + 1u;
-}
-__device__ __forceinline__ void ll_store(uint64_t* a, uint32_t v, uint32_t flag) {
-  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(a), "l"((uint64_t(flag) << 32) | v) : "memory");
-}
-__device__ __forceinline__ uint64_t ll_load(const uint64_t* a) {
-  uint64_t v;
-  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(a) : "memory");
-  return v;
-}
-__device__ __forceinline__ bool ll_has(uint64_t w, uint32_t flag) { return uint32_t(w >> 32) == flag; }
-constexpr int kLLRec = 12;  // words per 32-block: codes 0..7 (staging word f), dx, code sum, sum of squares, pad
-// Block c of a vector held by a warp (lane e: element e) quantized into records at rec; ss: the
-// block's sum of squares (the RMSNorm's input, for h), else anything. Lanes 4f store code word f,
-// lanes 1, 2, 3, 5 the rest.
-__device__ __forceinline__ void quant_warp_store_ll(float v, uint64_t* rec, int c, int lane, uint32_t flag, float ss) {
-  const QuantWord w = quant_warp(v);
-  uint64_t* r = rec + size_t(c) * kLLRec;
-  if ((lane & 3) == 0) ll_store(r + (lane >> 2), code_word(w.b0, w.b1, w.b2, w.b3), flag);
-  else if (lane == 1) ll_store(r + 8, __float_as_uint(w.am / 127.f), flag);
-  else if (lane == 2) ll_store(r + 9, uint32_t(w.sq), flag);
-  else if (lane == 3) ll_store(r + 10, __float_as_uint(ss), flag);
-  else if (lane == 5) ll_store(r + 11, 0u, flag);
-}
-// N values qkv[i0 + 32 j] of this token's qkv (layer l): polled from the flagged words with --ll,
-// all loads issued before the first check.
-template <int N>
-__device__ __forceinline__ void qkv_in(const Params& p, int l, size_t i0, float (&x)[N]) {
-  if (p.qkv_ll) {
-    const uint32_t f = ll_flag(p, l, 0);
-    uint64_t w[N];
-#pragma unroll
-    for (int j = 0; j < N; ++j) w[j] = ll_load(p.qkv_ll + i0 + 32 * j);
-#pragma unroll
-    for (int j = 0; j < N; ++j) {
-      while (!ll_has(w[j], f)) w[j] = ll_load(p.qkv_ll + i0 + 32 * j);
-      x[j] = __uint_as_float(uint32_t(w[j]));
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < N; ++j) x[j] = __ldcg(p.qkv + i0 + 32 * j);
-  }
 }
 
 struct Share {
@@ -296,71 +237,6 @@ __device__ __forceinline__ void stage_copy(const uint8_t* q, int K, const float*
     if (k * NT + tid < nb) dst2[k * NT + tid] = make_uint2(__float_as_uint(__uint_as_float(v2[k].x) * rn), v2[k].y);
 }
 
-// Staging from flagged records (--ll, kLLRec words per 32-block; flag: the writer's). Each thread
-// copies its 16-byte pieces (two words) into land (shared memory; cp.async, L2 to shared, so no
-// registers hold them), then in rounds: the pieces whose both words carry the flag are put in the
-// staging layout, the others copied again (all of them at once: a round is one L2 round trip).
-// norm: dx times the RMSNorm scale of the blocks' sums of squares (summed over the block), as
-// stage_copy's. Ends with a barrier (land is the partials' space, zeroed next).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(uint32_t(__cvta_generic_to_shared(dst))), "l"(src)
-               : "memory");
-}
-template <int W>
-__device__ __noinline__ void stage_ll(const uint64_t* rec, int K, uint32_t flag, bool norm, float eps, float4* xs,
-                                         float* red, uint4* land) {
-  constexpr int NT = W * 32, kV = (kLLRec / 2 * (kMaxK / 32) + NT - 1) / NT;
-  static_assert(kV <= 32, "a bit per piece");
-  static_assert(kLLRec / 2 * (kMaxK / 32) * 16 <= kMaxPart * 4, "land fits the partials' space");
-  const int tid = int(threadIdx.x), nb = K / 32, n = kLLRec / 2 * nb;
-  const uint4* src = reinterpret_cast<const uint4*>(rec);
-  uint32_t pending = 0;
-#pragma unroll
-  for (int k = 0; k < kV; ++k)
-    if (k * NT + tid < n) {
-      cp_async16(land + k * NT + tid, src + k * NT + tid);
-      pending |= 1u << k;
-    }
-  uint32_t* xw = reinterpret_cast<uint32_t*>(xs);
-  int2* xsc = reinterpret_cast<int2*>(xs + 2 * nb);
-  float ss = 0.f;
-  while (pending) {
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#pragma unroll
-    for (int k = 0; k < kV; ++k) {
-      if (!((pending >> k) & 1u)) continue;
-      const int i = k * NT + tid;
-      const uint4 v = land[i];  // words {v.x, flag v.y}, {v.z, flag v.w}
-      if (v.y != flag || v.w != flag) {
-        cp_async16(land + i, src + i);
-        continue;
-      }
-      pending &= ~(1u << k);
-      const int c = i / (kLLRec / 2), f = 2 * (i % (kLLRec / 2));  // words f, f + 1 of block c
-      if (f < 8) {
-        uint32_t* d = xw + (size_t(f >> 2) * nb + c) * 4 + (f & 3);
-        d[0] = v.x;
-        d[1] = v.z;
-      } else if (f == 8) {
-        xsc[c] = make_int2(int(v.x), int(v.z));
-      } else {
-        ss += __uint_as_float(v.x);
-      }
-    }
-  }
-  if (!norm) {
-    cbar(W);
-    return;
-  }
-  ss = warp_sum(ss);
-  if ((tid & 31) == 0) red[tid >> 5] = ss;
-  cbar(W);
-  float t = 0.f;
-  for (int w = 0; w < W; ++w) t += red[w];
-  const float rn = rsqrtf(t / float(K) + eps);
-  for (int c = tid; c < nb; c += NT) xsc[c].x = __float_as_int(__int_as_float(xsc[c].x) * rn);
-}
-
 // The attention's work (Params: k_cache): KV head kvh of SM s < n_kv * nsplit, split j of the
 // positions 0..pos (rows [t0, t1), t1 = pos + 1 for the last split). The rows below pos are in
 // the cache and stream through the ring like weights (they do not depend on this token); row pos
@@ -408,15 +284,13 @@ __device__ __forceinline__ void norm_rope(float (&x)[4], const float (&g)[4], co
     x[j + 2] = rope_rotate(xb, xa, a.c[j], a.sn[j], false);
   }
 }
-// Head h's output o / L (lane j-th value at lane + 32 j) into attn and its int8 blocks (flagged
-// records with --ll: layer l's).
-__device__ __forceinline__ void attn_out(const Params& p, int l, int h, float L, const float (&o)[4], int lane) {
+// Head h's output o / L (lane j-th value at lane + 32 j) into attn and its int8 blocks.
+__device__ __forceinline__ void attn_out(const Params& p, int h, float L, const float (&o)[4], int lane) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const float r = o[j] / L;
     p.attn[size_t(h) * 128 + lane + 32 * j] = r;
-    if (p.attn_ll) quant_warp_store_ll(r, p.attn_ll, h * 4 + j, lane, ll_flag(p, l, 1), 0.f);
-    else if (p.attnq) quant_warp_store(r, reinterpret_cast<float4*>(p.attnq), p.nq_hd / 32, h * 4 + j, lane);
+    if (p.attnq) quant_warp_store(r, reinterpret_cast<float4*>(p.attnq), p.nq_hd / 32, h * 4 + j, lane);
   }
 }
 // Online-softmax states (m, l, 2 pad, o[128]) of n sources at src + i * stride merged in order
@@ -588,14 +462,18 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
   const bool own = ks.t1 == p.pos + 1;
   if (warp < G) {  // q of head h0 + warp: normed, roped, scaled
     float q[4];
-    qkv_in(p, l, size_t(h0 + warp) * 128 + lane, q);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) q[j] = __ldcg(p.qkv + size_t(h0 + warp) * 128 + lane + 32 * j);
     norm_rope(q, a.qg, a, p.eps);
 #pragma unroll
     for (int j = 0; j < 4; ++j) sm[A::kQ + warp * 128 + lane + 32 * j] = q[j] * rsqrtf(128.f);
   } else if (warp == G && own) {  // row pos: k normed and roped, both rounded to fp16 as the cache holds them
     float k[4], v[4];
-    qkv_in(p, l, size_t(p.n_head + ks.kvh) * 128 + lane, k);
-    qkv_in(p, l, size_t(p.n_head + p.n_kv + ks.kvh) * 128 + lane, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      k[j] = __ldcg(p.qkv + size_t(p.n_head + ks.kvh) * 128 + lane + 32 * j);
+      v[j] = __ldcg(p.qkv + size_t(p.n_head + p.n_kv + ks.kvh) * 128 + lane + 32 * j);
+    }
     norm_rope(k, a.kg, a, p.eps);
     const size_t row = ((size_t(l) * p.n_kv + ks.kvh) * p.n_ctx + p.pos) * 128;
     __half* os = reinterpret_cast<__half*>(sm + A::kOwn);
@@ -694,7 +572,7 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
     float Mh, L, r[4];
     merge_parts(ent + warp * kPartStride, W + 1, size_t(G) * kPartStride, false, lane, Mh, L, r);
     if (p.nsplit == 1) {
-      attn_out(p, l, h0 + warp, L, r, lane);
+      attn_out(p, h0 + warp, L, r, lane);
     } else {
       float* d = p.apart + ((size_t(ks.kvh) * p.nsplit + ks.j) * G + warp) * kPartStride;
       if (lane == 0) {
@@ -714,63 +592,8 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
     float Mh, L, r[4];
     merge_parts(p.apart + (size_t(ks.kvh) * p.nsplit * G + warp) * kPartStride, p.nsplit, size_t(G) * kPartStride, true,
                 lane, Mh, L, r);
-    attn_out(p, l, h0 + warp, L, r, lane);
+    attn_out(p, h0 + warp, L, r, lane);
   }
-}
-
-// The producer's chunks of SM s in order: layer by layer, phase by phase, the SM's tiles of each
-// matrix CT at a time, and in the attention's place its cached K and V rows (kAttnRows at a time,
-// K rows from a, V rows from b).
-struct ChunkSeq {
-  int l = 0, ph = -1, t = 0, end = 0, step = 0;
-  const uint8_t *a0 = nullptr, *b0 = nullptr;  // the phase's first tile, or its first K and V rows
-  // The next chunk (false after the last): na bytes from a, nb from b.
-  __device__ bool next(const Params& p, int s, int CT, const uint8_t*& a, uint32_t& na, const uint8_t*& b,
-                       uint32_t& nb) {
-    while (t >= end) {
-      if (++ph == kPhases) {
-        ph = 0;
-        ++l;
-      }
-      if (l >= p.L) return false;
-      t = end = 0;
-      if (ph == 1) {
-        if (!p.k_cache) continue;
-        const KvShare ks = kv_share(p, s);
-        if (ks.kvh < 0) continue;
-        const size_t base = ((size_t(l) * p.n_kv + ks.kvh) * p.n_ctx) * 128;
-        a0 = reinterpret_cast<const uint8_t*>(p.k_cache + base);
-        b0 = reinterpret_cast<const uint8_t*>(p.v_cache + base);
-        t = ks.t0;
-        end = ks.cached_end(p.pos);
-        step = kAttnRows;
-      } else {
-        const Mat& m = p.m[ph];
-        const Share sh = share_of(m, s, p.nsm, ph == 3 && p.actq);
-        a0 = p.w + size_t(l) * p.layer_bytes + m.off + size_t(sh.rg0) * sh.kt * kTileBytes;
-        b0 = nullptr;
-        end = sh.tiles();
-        step = CT;
-      }
-    }
-    const int n = min(step, end - t);
-    if (ph == 1) {
-      a = a0 + size_t(t) * 256;
-      b = b0 + size_t(t) * 256;
-      na = nb = uint32_t(n) * 256u;
-    } else {
-      a = a0 + size_t(t) * kTileBytes;
-      b = nullptr;
-      na = uint32_t(n) * kTileBytes;
-      nb = 0;
-    }
-    t += step;
-    return true;
-  }
-};
-__device__ __forceinline__ void prefetch_l2(const uint8_t* a, uint32_t na, const uint8_t* b, uint32_t nb) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(na) : "memory");
-  if (nb) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b), "r"(nb) : "memory");
 }
 
 template <int W, int CT, int S, bool AT>
@@ -817,16 +640,29 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
         bulk_load(ring + size_t(slot) * CB, a, na, full + slot, pol);
         if (nb) bulk_load(ring + size_t(slot) * CB + kAttnRows * 256, b, nb, full + slot, pol);
       };
-      // The L2 runs ahead of the ring by p.l2_ahead chunks (prefetches of chunk gc + D as chunk gc
-      // is issued), so the stream goes on while the ring is full.
-      ChunkSeq cur, pf;
-      const uint8_t *a, *b;
-      uint32_t na, nb;
-      for (int i = 0; i < p.l2_ahead && pf.next(p, s, CT, a, na, b, nb); ++i) prefetch_l2(a, na, b, nb);
-      while (cur.next(p, s, CT, a, na, b, nb)) {
-        issue(a, na, b, nb);
-        if (p.l2_ahead > 0 && pf.next(p, s, CT, a, na, b, nb)) prefetch_l2(a, na, b, nb);
-      }
+      for (int l = 0; l < p.L; ++l)
+        for (int ph = 0; ph < kPhases; ++ph) {
+          if (ph == 1) {  // the attention: this SM's cached rows of its KV head, K and V
+            if (!p.k_cache) continue;
+            const KvShare ks = kv_share(p, s);
+            if (ks.kvh < 0) continue;
+            constexpr int PC = kAttnRows;
+            const size_t base = ((size_t(l) * p.n_kv + ks.kvh) * p.n_ctx) * 128;
+            const int te = ks.cached_end(p.pos);
+            for (int t = ks.t0; t < te; t += PC) {
+              const uint32_t bytes = uint32_t(min(PC, te - t)) * 256u;
+              issue(reinterpret_cast<const uint8_t*>(p.k_cache + base + size_t(t) * 128), bytes,
+                    reinterpret_cast<const uint8_t*>(p.v_cache + base + size_t(t) * 128), bytes);
+            }
+            continue;
+          }
+          const Mat& m = p.m[ph];
+          const Share sh = share_of(m, s, nsm, ph == 3 && p.actq);
+          const uint8_t* src = p.w + size_t(l) * p.layer_bytes + m.off + size_t(sh.rg0) * sh.kt * kTileBytes;
+          const int nt = sh.tiles();
+          for (int t0 = 0; t0 < nt; t0 += CT)
+            issue(src + size_t(t0) * kTileBytes, uint32_t(min(CT, nt - t0)) * kTileBytes, nullptr, 0);
+        }
     }
     return;
   }
@@ -865,7 +701,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
         if (p.hq) gnext = ph == 2 ? p.g_ffn[size_t(l) * p.H + sh.rg0 * kTileRows + tid]
                                   : p.g_attn[size_t((l + 1) % p.L) * p.H + sh.rg0 * kTileRows + tid];
       }
-      if (gph > 0 && !p.nodep && !p.qkv_ll) {
+      if (gph > 0 && !p.nodep) {
         if (tid == 0)
           while (ld_acquire(p.cnt + gph - 1) < target) {
           }
@@ -883,22 +719,14 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
         }
       } else if (ph == 1) {  // the hop: attn = q part of qkv, sliced over the SMs
         for (int i = s * NT + tid; i < p.nq_hd; i += nsm * NT) {  // warp-uniform: nq_hd % 32 == 0
-          float v[1];
-          qkv_in(p, l, size_t(i), v);
-          p.attn[i] = v[0];
-          if (p.attn_ll) quant_warp_store_ll(v[0], p.attn_ll, i / 32, lane, ll_flag(p, l, 1), 0.f);
-          else if (p.attnq) quant_warp_store(v[0], reinterpret_cast<float4*>(p.attnq), p.nq_hd / 32, i / 32, lane);
+          const float v = __ldcg(p.qkv + i);
+          p.attn[i] = v;
+          if (p.attnq) quant_warp_store(v, reinterpret_cast<float4*>(p.attnq), p.nq_hd / 32, i / 32, lane);
         }
       } else if (nt > 0) {
         {
           const float* xin = ph == 0 ? p.hA : ph == 2 ? p.attn : ph == 3 ? p.hB : p.act;
-          if (p.h_ll && norm && (ph == 3 || l > 0)) {  // flagged records (as below)
-            stage_ll<W>(p.h_ll, m.K, ph == 3 ? ll_flag(p, l, 2) : ll_flag(p, l - 1, 4), true, p.eps, xs, red, reinterpret_cast<uint4*>(part));
-          } else if (p.act_ll && ph == 4) {
-            stage_ll<W>(p.act_ll, m.K, ll_flag(p, l, 3), false, p.eps, xs, red, reinterpret_cast<uint4*>(part));
-          } else if (p.attn_ll && ph == 2) {
-            stage_ll<W>(p.attn_ll, m.K, ll_flag(p, l, 1), false, p.eps, xs, red, reinterpret_cast<uint4*>(part));
-          } else if (norm && p.hq && (ph == 3 || l > 0)) {  // layer 0 stages hA itself (no producer in this launch)
+          if (norm && p.hq && (ph == 3 || l > 0)) {  // layer 0 stages hA itself (no producer in this launch)
             stage_copy<W>(p.hq, m.K, p.ssq, p.eps, xs);
           } else if (norm) {
             stage_x<kVNorm<W>, true>(xin, g, m.K, p.eps, xs, red, W);
@@ -982,8 +810,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
               }
               const float v = silu(gt) * ut;
               p.act[a0 + bl * 32 + lane] = v;
-              if (p.act_ll) quant_warp_store_ll(v, p.act_ll, a0 / 32 + bl, lane, ll_flag(p, l, 3), 0.f);
-              else quant_warp_store(v, reinterpret_cast<float4*>(p.actq), p.F / 32, a0 / 32 + bl, lane);
+              quant_warp_store(v, reinterpret_cast<float4*>(p.actq), p.F / 32, a0 / 32 + bl, lane);
             }
           } else if (ph == 3) {
             for (int pr = tid; pr < nrows / 2; pr += NT) {
@@ -1003,13 +830,10 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
               const int row = sh.rg0 * kTileRows + r;
               if (ph == 0) {
                 p.qkv[row] = v;
-                if (p.qkv_ll) ll_store(p.qkv_ll + row, __float_as_uint(v), ll_flag(p, l, 0));
               } else {
                 const float h = res + v;
                 (ph == 2 ? p.hB : p.hA)[row] = h;
-                if (p.h_ll) {  // warp-uniform, as below
-                  quant_warp_store_ll(h * gnext, p.h_ll, row / 32, lane, ll_flag(p, l, ph), warp_sum(h * h));
-                } else if (p.hq) {  // warp-uniform: nrows is a multiple of 32, one row group = one block
+                if (p.hq) {  // warp-uniform: nrows is a multiple of 32, one row group = one block
                   quant_warp_store(h * gnext, reinterpret_cast<float4*>(p.hq), p.H / 32, row / 32, lane);
                   const float ss = warp_sum(h * h);
                   if (lane == 0) p.ssq[row / 32] = ss;
@@ -1127,7 +951,7 @@ std::vector<float> d2h(const float* d, size_t n) {
 
 struct Config {
   int W, CT, S;
-  bool attn;  // the attention's code compiled in (config 4 without: what the code alone costs, S22)
+  bool attn;  // the attention's code compiled in (config 4 without: what the code alone costs, S22-3)
 };
 constexpr Config kConfigs[] = {{8, 4, 16, true}, {16, 4, 16, true}, {8, 2, 32, true}, {16, 2, 32, true},
                                {8, 4, 16, false}};
@@ -1227,9 +1051,7 @@ struct Opts {
   bool attn = false;  // the attention in the hop's place, at position pos
   int mode = 0;       // 1 = --nomath, 2 = --nocopy
   bool attn_nomath = false;
-  bool ll = false;  // the hand-overs as flagged words (Params::qkv_ll), with quant_all
   int inflight = 0, pos = 64;
-  int l2_ahead = 0;  // chunks the L2 prefetch runs ahead of the ring (Params::l2_ahead)
   int split_rows = 64;  // positions per split of a KV head's attention (at most nsm / n_kv splits)
 };
 
@@ -1241,15 +1063,13 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   p.nodep = o.nodep ? 1 : 0;
   p.noweights = o.noweights ? 1 : 0;
   p.inflight = o.inflight;
-  p.l2_ahead = o.l2_ahead;
   p.H = sh.H;
   p.nq_hd = sh.nq * sh.hd;
   p.F = sh.F;
   p.L = o.check ? 1 : sh.L;
   p.nsm = nsm;
   const int W = kConfigs[ci].W, CT = kConfigs[ci].CT, S = kConfigs[ci].S;
-  const std::string qtag = std::string(o.quant_all ? " qall" : o.quant_act ? " qact" : "") + (o.ll ? " ll" : "") +
-                           (o.l2_ahead ? " L2+" + std::to_string(o.l2_ahead) : "") +
+  const std::string qtag = std::string(o.quant_all ? " qall" : o.quant_act ? " qact" : "") +
                            (kConfigs[ci].attn ? "" : " lean");  // in both report lines
   p.eps = sh.eps;
   const int qkv_rows = (sh.nq + 2 * sh.nkv) * sh.hd;
@@ -1259,10 +1079,6 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   p.m[4] = {p.m[3].off + mat_bytes(p.m[3]), sh.H, sh.F};
   p.m[1] = {0, 0, 0};
   p.layer_bytes = p.m[4].off + mat_bytes(p.m[4]);
-  if (o.l2_ahead < 0 || o.l2_ahead > 4096) {
-    std::fprintf(stderr, "error: --l2-ahead must be 0..4096 chunks\n");
-    return 1;
-  }
   if (o.inflight < 0 || o.inflight >= S) {
     std::fprintf(stderr, "error: --inflight must be 0..%d for %d ring slots\n", S - 1, S);
     return 1;
@@ -1350,20 +1166,6 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
     CUDA_CHECK(cudaMalloc(&hq, size_t(sh.H / 32) * 40));
     CUDA_CHECK(cudaMalloc(&ssq, size_t(sh.H / 32) * 4));
   }
-  uint64_t *qkv_ll = nullptr, *attn_ll = nullptr, *h_ll = nullptr, *act_ll = nullptr;
-  if (o.ll) {
-    const size_t n[4] = {size_t(qkv_rows), size_t(p.nq_hd / 32) * kLLRec, size_t(sh.H / 32) * kLLRec,
-                         size_t(sh.F / 32) * kLLRec};
-    uint64_t** d[4] = {&qkv_ll, &attn_ll, &h_ll, &act_ll};
-    for (int i = 0; i < 4; ++i) {
-      CUDA_CHECK(cudaMalloc(d[i], n[i] * 8));
-      CUDA_CHECK(cudaMemset(*d[i], 0, n[i] * 8));  // flag 0: never a phase's
-    }
-  }
-  p.qkv_ll = qkv_ll;
-  p.attn_ll = attn_ll;
-  p.h_ll = h_ll;
-  p.act_ll = act_ll;
   // Attention inputs: caches prefilled with fp16 values in [-1, 1) below pos, norms near 1.
   __half *kc = nullptr, *vc = nullptr;
   float *qn = nullptr, *kn = nullptr, *apart = nullptr;
@@ -1439,7 +1241,7 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
   const size_t smem = size_t(S) * CT * kTileBytes + kMaxK / 32 * 40 + kMaxPart * 4 + 2 * S * 8;
   auto cleanup = [&] {
     for (void* q : {(void*)actq, (void*)attnq, (void*)hq, (void*)ssq, (void*)kc, (void*)vc, (void*)qn, (void*)kn,
-                    (void*)apart, (void*)kvcnt, (void*)qkv_ll, (void*)attn_ll, (void*)h_ll, (void*)act_ll})
+                    (void*)apart, (void*)kvcnt})
       if (q) CUDA_CHECK(cudaFree(q));
     for (void* q : {(void*)w, (void*)ga, (void*)gf, (void*)hA, (void*)hB, (void*)qkv, (void*)attn, (void*)act, (void*)cnt})
       CUDA_CHECK(cudaFree(q));
@@ -1605,7 +1407,7 @@ int run_main(int argc, char** argv) {
   // tiles per chunk, ring slots, the attention compiled in)
   Opts o;
   std::string only;
-  std::vector<int> cfgs = {0}, inflights = {0}, aheads = {0};
+  std::vector<int> cfgs = {0}, inflights = {0};
   auto list = [](const char* s) {
     std::vector<int> v;
     for (const char* c = s; *c;) {
@@ -1621,7 +1423,6 @@ int run_main(int argc, char** argv) {
     else if (a == "--nodep") o.nodep = true;
     else if (a == "--quant-act") o.quant_act = true;
     else if (a == "--quant-all") o.quant_act = o.quant_all = true;
-    else if (a == "--ll") o.ll = true;
     else if (a == "--attn") o.attn = true;
     else if (a == "--pos" && i + 1 < argc) o.pos = std::atoi(argv[++i]);
     else if (a == "--split-rows" && i + 1 < argc) o.split_rows = std::atoi(argv[++i]);
@@ -1633,9 +1434,8 @@ int run_main(int argc, char** argv) {
     else if (a == "--shape" && i + 1 < argc) only = argv[++i];
     else if (a == "--configs" && i + 1 < argc) cfgs = list(argv[++i]);
     else if (a == "--inflight" && i + 1 < argc) inflights = list(argv[++i]);
-    else if (a == "--l2-ahead" && i + 1 < argc) aheads = list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--ll] [--attn] [--pos P] [--split-rows R] [--attn-nomath] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3,4] [--inflight 0,4,6] [--l2-ahead 0,16,32]\n");
+      std::fprintf(stderr, "usage: cuda_bench_persist [--check] [--quant-act] [--quant-all] [--attn] [--pos P] [--split-rows R] [--attn-nomath] [--nodep] [--noweights] [--nomath] [--nocopy] [--marks] [--shape 0.6b|4b|8b] [--configs 0,1,2,3,4] [--inflight 0,4,6]\n");
       return 2;
     }
   }
@@ -1644,10 +1444,6 @@ int run_main(int argc, char** argv) {
       std::fprintf(stderr, "error: --configs takes indices 0..%d\n", kNumConfigs - 1);
       return 2;
     }
-  if (o.ll && !o.quant_all) {
-    std::fprintf(stderr, "error: --ll needs --quant-all (it flags the quantized hand-overs)\n");
-    return 2;
-  }
   if (o.pos < 1 || o.pos > 8191 || o.split_rows < 1) {
     std::fprintf(stderr, "error: --pos must be 1..8191 and --split-rows positive\n");
     return 2;
@@ -1662,12 +1458,10 @@ int run_main(int argc, char** argv) {
     if (!only.empty() && only != name) continue;
     const Shape sh = shape_of(name);
     for (int c : cfgs)
-      for (int f : inflights)
-        for (int d : aheads) {
-          o.inflight = f;
-          o.l2_ahead = d;
-          rc |= run(sh, c, o, copy, nsm);
-        }
+      for (int f : inflights) {
+        o.inflight = f;
+        rc |= run(sh, c, o, copy, nsm);
+      }
   }
   return rc;
 }

@@ -56,11 +56,10 @@ __device__ __forceinline__ void store_quant_word(float4* xs, int nblk, int c, in
 }
 
 
-// One 32-block held by a whole warp, lane e holding element e (the merge kernel's layout): its
-// quantized words, lane 4f holding word f (codes of elements 4f..4f+3), am and sq in every lane.
-// amax and the code sum are exact in any order, so the codes, dx and sum are those of quant_x4
-// over the same 32 floats. Every lane must call it (shuffles).
-__device__ __forceinline__ QuantWord quant_warp(float v) {
+// One 32-block held by a whole warp, lane e holding element e (the merge kernel's layout):
+// block c of the vector at xs. amax and the code sum are exact in any order, so the codes,
+// dx and sum are those of quant_x4 over the same 32 floats.
+__device__ __forceinline__ void quant_warp_store(float v, float4* xs, int nblk, int c, int lane) {
   float am = fabsf(v);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
@@ -71,12 +70,10 @@ __device__ __forceinline__ QuantWord quant_warp(float v) {
   for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
   const uint32_t b1 = __shfl_down_sync(0xffffffffu, b, 1), b2 = __shfl_down_sync(0xffffffffu, b, 2),
                  b3 = __shfl_down_sync(0xffffffffu, b, 3);
-  return {b, b1, b2, b3, am, sq};
-}
-// The same block stored as block c of the vector at xs (the staging layout).
-__device__ __forceinline__ void quant_warp_store(float v, float4* xs, int nblk, int c, int lane) {
-  const QuantWord w = quant_warp(v);
-  if ((lane & 3) == 0) store_quant_word(xs, nblk, c, lane >> 2, w);
+  if ((lane & 3) == 0) {
+    const QuantWord w{b, b1, b2, b3, am, sq};
+    store_quant_word(xs, nblk, c, lane >> 2, w);
+  }
 }
 
 }  // namespace lmf::cuda::dev

@@ -10,6 +10,12 @@
 // b+1 wrote in the previous phase (an L2 round trip) and writes its own, so the chain cannot be
 // satisfied early. Blocks are 512 threads, one per SM (the wide GEMVs), or 256 threads, two per
 // SM (the narrow GEMVs). Prints µs per joint.
+//  (c) (session 22) a barrier of a thread-block cluster (C = 8 or 16 blocks, one per SM: 200 KB of
+//      shared memory each, as the persistent prototype holds), the hand-over a cluster-local phase
+//      would use: block r reads block r+1's value of the previous phase from its shared memory
+//      (distributed shared memory), then the cluster barrier; and how many such clusters the GPU
+//      holds at once (cudaOccupancyMaxActiveClusters).
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -78,6 +84,21 @@ __global__ void persistent_kernel(unsigned* vals, unsigned* count, int phases) {
   }
 }
 
+// (c): N phases of one DSMEM read and a cluster barrier.
+__global__ void cluster_kernel(unsigned* out, int phases) {
+  namespace cg = cooperative_groups;
+  __shared__ unsigned v[2];
+  const cg::cluster_group cl = cg::this_cluster();
+  const unsigned r = cl.block_rank(), n = cl.num_blocks();
+  if (threadIdx.x == 0) v[0] = v[1] = r;
+  cl.sync();
+  for (int ph = 0; ph < phases; ++ph) {
+    if (threadIdx.x == 0) v[(ph + 1) & 1] = cl.map_shared_rank(v, (r + 1) % n)[ph & 1] + 1;
+    cl.sync();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = v[phases & 1];
+}
+
 }  // namespace
 
 int main() {
@@ -127,6 +148,36 @@ int main() {
       std::printf("grid barrier (%s), %4d blocks x %3d threads: %7.3f us per joint\n",
                   form == 0 ? "fence+atomicAdd " : form == 1 ? "red.release/acq" : "flag per block ", G, T, us / N);
     }
+  }
+  // (c) clusters of C blocks x 512 threads with 200 KB of dynamic shared memory (one per SM).
+  CUDA_CHECK(cudaFuncSetAttribute(cluster_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  const int smem = 200 * 1024;
+  CUDA_CHECK(cudaFuncSetAttribute(cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  for (int C : {8, 16}) {
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = unsigned(C);
+    at[0].val.clusterDim.y = at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    cfg.blockDim = dim3(512);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.gridDim = dim3(unsigned(C));
+    int nc = 0;
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&nc, cluster_kernel, &cfg);
+    if (e != cudaSuccess || nc == 0) {
+      std::printf("cluster barrier, %2d blocks per cluster: not launchable (%s)\n", C,
+                  e != cudaSuccess ? cudaGetErrorString(e) : "0 clusters fit");
+      cudaGetLastError();
+      continue;
+    }
+    cfg.gridDim = dim3(unsigned(nc * C));
+    auto clus = [&] { CUDA_CHECK(cudaLaunchKernelEx(&cfg, cluster_kernel, vals, N)); };
+    const double us = 1e3 * time_graph(s, clus, reps);
+    std::printf("cluster barrier, %2d blocks per cluster, %2d clusters co-resident (%3d SMs): %7.3f us per joint\n", C,
+                nc, nc * C, us / N);
   }
   CUDA_CHECK(cudaFree(vals));
   CUDA_CHECK(cudaFree(count));

@@ -599,8 +599,8 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
 template <int W, int CT, int S, bool AT>
 __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_constant__ Params p) {
   // S % W == 0: a slot's next use (chunk g + S) is the same warp's as its current one (chunk g), so
-  // no warp waits on a slot's full barrier a phase ahead (a parity wait two phases ahead would
-  // pass at once); it also bounds the ring, S22-7.
+  // no warp waits for chunk g + S while chunk g's phase is still open (its parity is the previous
+  // phase's, which has completed: the wait would pass at once). It also bounds the ring (S22-7).
   static_assert((W & (W - 1)) == 0 && S % W == 0, "slot g % S must belong to warp g % W");
   constexpr int CB = CT * kTileBytes;
   extern __shared__ __align__(128) uint8_t smem[];

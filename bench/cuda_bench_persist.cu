@@ -140,6 +140,21 @@ __device__ __forceinline__ void cbar(int W) {  // the consumer warps only
   asm volatile("bar.sync 1, %0;" ::"r"(W * 32) : "memory");
 }
 
+// Ring chunk g (the g-th chunk the producer copies, in slot g % S): waits until it has landed,
+// returns its slot.
+template <int S>
+__device__ __forceinline__ int ring_wait(uint64_t* full, unsigned g) {
+  const int slot = int(g % unsigned(S));
+  mbar_wait_parity(full + slot, (g / unsigned(S)) & 1);
+  return slot;
+}
+// A phase's chunks are ring chunks gc, gc + 1, ..; chunk gc + c is consumer warp (gc + c) % W's.
+// The first c of `warp` (W divides 2^32, so the unsigned difference is exact mod W).
+template <int W>
+__device__ __forceinline__ int first_own_chunk(int warp, unsigned gc) {
+  return int((unsigned(warp) - gc) % unsigned(W));
+}
+
 struct Share {
   int rg0, rg1, kt;  // row groups [rg0, rg1) of this SM, tiles per row group
   __device__ int tiles() const { return (rg1 - rg0) * kt; }
@@ -498,12 +513,9 @@ __device__ void attn_split(const Params& p, int l, int s, const AttnPrep& a, con
   const int nrows = ks.cached_end(p.pos) - ks.t0, nch = (nrows + PC - 1) / PC;
   unsigned long long waited = 0;
   bool first = true;
-  // Chunk c is ring chunk gc + c, warp (gc + c) % W's: each warp walks its own (W divides 2^32).
-  for (int c = int((unsigned(warp) - gc) % unsigned(W)); c < nch; c += W) {
-    const unsigned g = gc + unsigned(c);
-    const int slot = int(g % S);
+  for (int c = first_own_chunk<W>(warp, gc); c < nch; c += W) {  // each warp walks its own chunks
     const unsigned long long w0 = mk ? global_ns() : 0;
-    mbar_wait_parity(full + slot, (g / S) & 1);
+    const int slot = ring_wait<S>(full, gc + unsigned(c));
     if (mk) {
       const unsigned long long w1 = global_ns();
       waited += w1 - w0;
@@ -631,8 +643,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
         const int slot = int(gc % unsigned(S));
         if (gc >= unsigned(S)) mbar_wait_parity(empty + slot, ((gc / unsigned(S)) - 1) & 1);
         if (p.inflight > 0 && gc >= unsigned(p.inflight)) {  // chunk gc - inflight has landed
-          const unsigned o = gc - unsigned(p.inflight);
-          mbar_wait_parity(full + o % unsigned(S), (o / unsigned(S)) & 1);
+          ring_wait<S>(full, gc - unsigned(p.inflight));
         }
         ++gc;
         if (p.nocopy) {
@@ -753,14 +764,11 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) persist_kernel(const __grid_c
           float acc = 0.f;
           int cur = -1;  // the row group acc belongs to
           bool first = true;
-          // Chunk k (tiles from k * CT) is ring chunk gc + k, warp (gc + k) % W's: each warp walks
-          // its own (a loop over all chunks that skipped the others' was ~20 % of the consumers'
-          // instructions, ncu S22-1).
+          // Chunk k holds tiles from k * CT. Each warp walks its own chunks (a loop over all that
+          // skipped the others' was ~20 % of the consumers' instructions, ncu S22-1).
           const int nch = p.noweights ? 0 : (nt + CT - 1) / CT;
-          for (int k = int((unsigned(warp) - gc) % unsigned(W)); k < nch; k += W) {
-            const unsigned g = gc + unsigned(k);
-            const int t0 = k * CT, slot = int(g % S);
-            mbar_wait_parity(full + slot, (g / S) & 1);
+          for (int k = first_own_chunk<W>(warp, gc); k < nch; k += W) {
+            const int t0 = k * CT, slot = ring_wait<S>(full, gc + unsigned(k));
             if (mk && first) mk[3] = global_ns();
             first = false;
             const uint8_t* chunk = ring + size_t(slot) * CB;
@@ -1188,7 +1196,8 @@ int run(const Shape& sh, int ci, const Opts& o, double copy_gbs, int nsm) {
     p.n_ctx = o.pos + 1;
     p.theta = sh.theta;
     if (!attn_fits(CT * kTileBytes) || !kConfigs[ci].attn) {
-      std::fprintf(stderr, "error: --attn needs the attention's code and slots of %d rows of K and V (configs 0, 1, 5)\n",
+      std::fprintf(stderr,
+                   "error: --attn needs a configuration with the attention's code and slots of %d rows of K and V\n",
                    kAttnRows);
       return 1;
     }

@@ -39,6 +39,8 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode: short steps (to 384 positions from hidden size 2560, else 256; 128 without attn_head_split) replay a second graph whose attention writes the output itself, no merge kernel (auto = on)"},
       {"attn_head_split", "LMFUSE_ATTN_HEAD_SPLIT", &Knobs::attn_head_split,
        "CUDA decode: the direct attention launch (attn_direct) takes one query head per block instead of a KV head's whole group (staged form)"},
+      {"attn_o_fusion", "LMFUSE_ATTN_O_FUSION", &Knobs::attn_o_fusion,
+       "CUDA decode: in direct steps each attention block also multiplies its head's output by its slice of o_proj (Q4_0, head_dim 128) and adds the products into an accumulator that gate/up folds into the residual: no o_proj launch; the atomics' order makes the last bits vary run to run (auto = off)"},
       {"attn_merge_fusion", "LMFUSE_ATTN_MERGE_FUSION", &Knobs::attn_merge_fusion,
        "CUDA decode: the last attention split block of each KV head merges the splits (auto = off: a merge kernel)"},
       {"pdl_early_trigger", "LMFUSE_PDL_EARLY_TRIGGER", &Knobs::pdl_early_trigger,

@@ -298,6 +298,17 @@ class CudaBackend final : public Backend {
   int attn_direct_max_ = 0;
   int attn_direct_hpb_ = 0;   // query heads per block of the direct launch (0 = a KV head's group; knob attn_head_split)
   bool direct_step_ = false;  // the step being launched or captured uses the direct attention
+  // Decode: o_proj inside the direct attention (knob attn_o_fusion): in direct steps the o_proj
+  // op launches nothing, the attention adds its products into o_acc_ + layer * n_embd (zeroed by
+  // the next layer's attention, cyclically), and gate/up folds that accumulator into the residual.
+  bool attn_o_ = false;
+  float* o_acc_ = nullptr;  // [n_layer][n_embd], buffers_
+  // The o_proj op of a direct step whose attention runs it (launches nothing).
+  bool skipped(const Graph& g, const Op& op) const {
+    return attn_o_ && direct_step_ && g.n_tokens == 1 && op.kind == OpKind::MatMul && op.layer >= 0 &&
+           op.w == &m_->layers[size_t(op.layer)].wo;
+  }
+  bool attn_o_possible(const Graph& g) const;
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
   cuda::PrefillTuner tuner_;     // measured routes (prefill_tune.h)
@@ -393,6 +404,10 @@ void CudaBackend::prepare(Graph& g) {
   const Knobs& k = opts_.knobs;
   const bool fusion = k.fusion != Tri::Off;
   const auto& hp = m_->hp;
+  // o_proj inside the direct attention: automatic off until measured (docs/PERF.md S23-1). Its
+  // residual add then folds into gate/up in every step (the split + merge steps launch o_proj
+  // plainly), so o_proj's residual-epilogue group is not taken.
+  attn_o_ = fusion && tri_resolve(k.attn_o_fusion, false) && attn_o_possible(g);
   // Residual epilogues first: an add folded into o_proj/down is not available to a norm prologue.
   std::vector<int> adds_taken;
   for (auto& grp : g.groups) {
@@ -400,6 +415,10 @@ void CudaBackend::prepare(Graph& g) {
     const Op& lead = g.ops[size_t(grp.leader())];
     if (!fusion || !tri_resolve(k.resid_fusion, true)) {
       grp.reject_reason = "knob off";
+      continue;
+    }
+    if (attn_o_ && grp.kind == GroupKind::OResid) {
+      grp.reject_reason = "o_proj runs in the direct attention (attn_o_fusion), its add folds into gate/up";
       continue;
     }
     if (!mats_.count(lead.w) || !cuda::gemv_supported(lead.w->type, Prologue::None, Epilogue::Residual)) {
@@ -480,6 +499,44 @@ void CudaBackend::prepare(Graph& g) {
   // path: measured slower on every size (docs/PERF.md S18-6/S18-7, `--ab attn_xq` with every
   // tg128 step direct: 4B 0.989-0.993, 8B 0.993-0.998, 0.6B 0.981-0.989), so only when forced.
   attn_xq_direct_ = attn_xq_ && k.attn_xq == Tri::On;
+  // Every layer's gate/up must have taken the residual add whose block output is o_proj's (the
+  // accumulator replaces it in direct steps); else o_proj launches in every step (still exact).
+  if (attn_o_) {
+    for (const auto& grp : g.groups) {
+      if (grp.kind != GroupKind::GateUp) continue;
+      const Op* o = nullptr;
+      for (const Op& op : g.ops)
+        if (op.layer == grp.layer && op.kind == OpKind::MatMul && op.w == &m_->layers[size_t(grp.layer)].wo) o = &op;
+      if (!grp.accepted || !grp.fold_add || !o || g.ops[size_t(grp.add)].in[1] != o->out[0]) attn_o_ = false;
+    }
+  }
+  attn_o_ = attn_o_ && attn_direct_max_ > 0 && attn_direct_hpb_ == 1;
+  if (attn_o_ && !o_acc_) {
+    const size_t n = size_t(hp.n_layer) * size_t(hp.n_embd);
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&o_acc_), n * sizeof(float)));
+    CUDA_CHECK(cudaMemset(o_acc_, 0, n * sizeof(float)));
+    buffers_.push_back(o_acc_);
+  }
+}
+
+// The shapes and forms the o_proj fusion has a kernel for (AttnArgs::wo): the staged direct
+// attention with one query head per block at head_dim 128, no QKV epilogue in the attention,
+// every layer's o_proj Q4_0, and two layers or more (a layer zeroes the previous
+// one's accumulator).
+bool CudaBackend::attn_o_possible(const Graph& g) const {
+  const Knobs& k = opts_.knobs;
+  const auto& hp = m_->hp;
+  const bool staged = tri_resolve(k.attn_staged, cuda::kAttnStagedAuto);
+  const bool post_in_attn = !tri_resolve(k.rope_fusion, false) && tri_resolve(k.attn_rope_fusion, false);
+  if (g.n_tokens != 1 || !staged || !tri_resolve(k.attn_head_split, cuda::kAttnHeadSplitAuto) ||
+      !tri_resolve(k.attn_direct, cuda::kAttnDirectAuto) || post_in_attn || hp.head_dim != 128 || hp.n_layer < 2 ||
+      k.gateup_fusion == Tri::Off || k.ln_fusion == Tri::Off)
+    return false;
+  for (const auto& W : m_->layers) {
+    const auto it = mats_.find(&W.wo);
+    if (it == mats_.end() || it->second.type != DType::Q4_0) return false;  // (no model here has an o bias)
+  }
+  return true;
 }
 
 void CudaBackend::prepare_prefill(Graph& g) {
@@ -715,6 +772,13 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       a.direct = direct_step_;
       if (direct_step_) a.heads_per_block = attn_direct_hpb_;
       if (xq_pair(st, int(&op - g.ops.data()), XqRole::Write, true)) a.xq = st.xq;
+      if (attn_o_ && direct_step_) {  // o_proj in this launch (the op launches nothing)
+        const int64_t n = m_->hp.n_embd, L = m_->hp.n_layer;
+        a.wo = &mats_.at(&m_->layers[size_t(op.layer)].wo);
+        a.o_acc = o_acc_ + op.layer * n;
+        a.o_zero = o_acc_ + ((op.layer + L - 1) % L) * n;
+        a.xq = nullptr;
+      }
       if (qkv_epilogue_in_attention_)
         for (const auto& grp : g.groups)
           if (grp.kind == GroupKind::QKV && grp.layer == op.layer && grp.accepted) {
@@ -935,6 +999,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
     }
     case GroupKind::GateUp: {
       a.w = &L.gate_up;
+      if (attn_o_ && direct_step_ && grp.fold_add) a.in = o_acc_ + grp.layer * m_->hp.n_embd;  // o_proj's sum
       a.y = ptr(st, g, g.ops[size_t(grp.epilogue[0])].out[0]);
       const bool xq = st.xq_role[size_t(grp.leader())] == XqRole::Write;
       a.xq = xq ? st.xq : nullptr;
@@ -966,7 +1031,7 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile, cuda::Timel
   cuda::set_pdl_early_trigger(cuda::pdl_early_mask(opts_.knobs.pdl_early_trigger, m_->hp.n_embd));
   size_t ev = 0;
   for (const Op& op : g.ops) {
-    if (!op.launch) continue;
+    if (!op.launch || skipped(g, op)) continue;
     if (profile) {
       if (ev == events_.size()) {
         events_.emplace_back();
@@ -988,7 +1053,7 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile, cuda::Timel
     profile_.clear();
     ev = 0;
     for (const Op& op : g.ops) {
-      if (!op.launch) continue;
+      if (!op.launch || skipped(g, op)) continue;
       float ms = 0;
       CUDA_CHECK(cudaEventElapsedTime(&ms, events_[ev].first, events_[ev].second));
       ++ev;

@@ -203,7 +203,17 @@ struct AttnArgs {
   // the direct launch's per-head work (scores, softmax, P.V) over n_head / heads_per_block
   // blocks, each reading its KV head's rows (from L2 after the first); knob LMFUSE_ATTN_HEAD_SPLIT.
   int heads_per_block = 0;
+  // Optional, with direct, staged, heads_per_block 1, head_dim 128, no qkv_raw and no xq: o_proj
+  // in the same launch (knob LMFUSE_ATTN_O_FUSION; kernels/attention_staged.cuh, OPROJ). wo is the
+  // Q4_0 o_proj [rows][n_head * head_dim]; o_acc[rows] (zero before the launch) receives
+  // wo * out by atomics (so its last bits vary run to run), and o_zero[rows] is zeroed after the
+  // launch's PDL wait (the previous layer's accumulator). out is still written.
+  const DeviceWeight* wo = nullptr;
+  float* o_acc = nullptr;
+  float* o_zero = nullptr;
 };
+// Rows of o_proj per block of the fused launch (AttnArgs::wo), for n_head heads.
+int attn_oproj_rows(int n_head, int64_t rows);
 // LMFUSE_ATTN_STAGED automatic: on (docs/PERF.md, S14-8, `--ab attn_staged`: tg128 0.6B 1.001,
 // 4B 0.999, 8B 1.015; 8B at depth 4096 1.143). Read by the backend and the chain benchmark.
 constexpr bool kAttnStagedAuto = true;

@@ -1,5 +1,6 @@
 // Decode attention launchers (kernels/attention.cuh); instances: head_dim {32, 64, 128} x
 // query heads per KV head {1, 2, 4, 8} (G is rounded up to the next instance).
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
@@ -47,6 +48,31 @@ void launch_staged(const dev::AttnParams& p, dim3 grid, cudaStream_t s) {
   dev::launch_pdl(&dev::attn_staged_kernel<HD, GMAX, POST>, grid, dim3(dev::kAttnWarps * 32), smem, s, p);
 }
 
+// The o_proj-fused direct launch (AttnParams::o_acc): grid n_head x (rows / o_rows), shared
+// memory for the stages plus the o_proj slice (opted in once to the device's maximum).
+int smem_optin() {
+  static const int v = [] {
+    int dev = 0, r = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&r, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return r;
+  }();
+  return v;
+}
+size_t oproj_smem(int o_rows) {
+  return std::max(dev::kStagedSmemRequest, dev::attn_oproj_offset<128, 1>() + dev::attn_oproj_slice_bytes(o_rows));
+}
+void launch_oproj(const dev::AttnParams& p, int64_t rows, cudaStream_t s) {
+  auto* kernel = &dev::attn_staged_kernel<128, 1, false, true>;
+  static const bool ready = [&] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin()));
+    return true;
+  }();
+  (void)ready;
+  dev::launch_pdl(kernel, dim3(p.n_head, unsigned(rows / p.o_rows)), dim3(dev::kAttnWarps * 32), oproj_smem(p.o_rows),
+                  s, p);
+}
+
 template <int HD, int GMAX>
 void launch(const dev::AttnParams& p, bool staged, cudaStream_t s) {
   const dim3 grid(p.n_head / p.hpb, p.direct_only ? 1 : p.n_splits);  // pass 1, either form (hpb = G: n_kv)
@@ -73,6 +99,18 @@ void launch_g(const dev::AttnParams& p, int heads, bool staged, cudaStream_t s) 
   else launch<HD, 8>(p, staged, s);
 }
 }  // namespace
+
+int attn_oproj_rows(int n_head, int64_t rows) {
+  // About one block per SM: R = SMs / n_head row slices (8B/4B: 4, 0.6B: 8), the largest divisor
+  // of rows not above it whose slice fits in shared memory (else the smallest above it).
+  const int64_t want = std::max(1, device_sm_count() / std::max(1, n_head));
+  auto fits = [&](int64_t R) { return rows % R == 0 && oproj_smem(int(rows / R)) <= size_t(smem_optin()); };
+  for (int64_t R = std::min(want, rows); R >= 1; --R)
+    if (fits(R)) return int(rows / R);
+  for (int64_t R = want + 1; R <= rows; ++R)
+    if (fits(R)) return int(rows / R);
+  LMF_FAIL("cuda attention: no o_proj slice of ", rows, " rows fits in shared memory");
+}
 
 void attention_decode(const AttnArgs& a, cudaStream_t s) {
   if (a.head_dim != 32 && a.head_dim != 64 && a.head_dim != 128)
@@ -118,6 +156,23 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   if (hpb != G && (hpb < 1 || G % hpb != 0 || !a.direct || !a.staged))
     LMF_FAIL("cuda attention: heads_per_block ", a.heads_per_block, " needs a direct staged launch and a divisor of ", G);
   p.hpb = hpb;
+  if (a.wo) {
+    if (a.head_dim != 128 || hpb != 1 || !a.direct || !a.staged || a.qkv_raw || a.xq)
+      LMF_FAIL("cuda attention: the o_proj fusion needs a direct staged launch with one query head per block, "
+               "head_dim 128, no QKV epilogue and no int8 codes");
+    if (a.wo->type != DType::Q4_0 || a.wo->cols != int64_t(a.n_head) * a.head_dim || !a.o_acc || !a.o_zero ||
+        a.wo->rows > (int64_t(1) << 24))
+      LMF_FAIL("cuda attention: the o_proj fusion needs a Q4_0 o_proj of n_head * head_dim columns and accumulators");
+    p.wo_q = a.wo->q;
+    p.wo_s = a.wo->scales;
+    p.wo_nblk = int(a.wo->cols / 32);
+    p.o_rows = attn_oproj_rows(a.n_head, a.wo->rows);
+    p.o_acc = a.o_acc;
+    p.o_zero = a.o_zero;
+    p.o_zero_n = int(a.wo->rows);
+    launch_oproj(p, a.wo->rows, s);
+    return;
+  }
   if (a.head_dim == 32) launch_g<32>(p, hpb, a.staged, s);
   else if (a.head_dim == 64) launch_g<64>(p, hpb, a.staged, s);
   else launch_g<128>(p, hpb, a.staged, s);

@@ -87,6 +87,17 @@ struct AttnParams {
   // x * hpb .. x * hpb + hpb - 1, of KV head x * hpb / G. Only the staged direct launch splits
   // (hpb < G); every other launch has hpb = G, one block per KV head.
   int hpb;
+  // o_proj in the direct launch (attention_staged.cuh, OPROJ; AttnArgs::wo): block (h, r)
+  // multiplies head h's output by the Q4_0 columns h * HD .. of o_proj rows r * o_rows ..
+  // (r + 1) * o_rows - 1 (tiled layout: wo_q rows of wo_nblk 16-byte blocks, wo_s their fp16
+  // scales) and adds the products to o_acc[r * o_rows ..] with atomics; after its PDL wait it
+  // zeroes o_zero[0, o_zero_n) (the previous layer's accumulator, read by then).
+  const uint8_t* wo_q;
+  const uint8_t* wo_s;
+  int wo_nblk, o_rows;
+  float* o_acc;
+  float* o_zero;
+  int o_zero_n;
 };
 
 // A split that is the only one writes output h's element d itself (and its int8 code when p.xq

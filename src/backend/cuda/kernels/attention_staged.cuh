@@ -20,8 +20,16 @@
 //   have the same kStagedDpt (GMAX < 8): bitwise equal outputs.
 // The outputs are (m, l, o = num / l) per split and head, as the register form writes them (not
 // its bits: the reductions run in another order).
+// o_proj fusion (OPROJ, knob LMFUSE_ATTN_O_FUSION; direct launch, one query head per block,
+// head_dim 128, Q4_0 o_proj): the grid is n_head x R, block (h, r) computes head h's output
+// (each of the R blocks of a head the same, from L2), quantizes it like the o_proj GEMV's
+// prologue and multiplies it by its o_proj slice (rows r * o_rows.., the head's 128 columns),
+// which it copied to shared memory before the PDL wait; the R x n_head partial products meet in
+// the layer's accumulator by atomics (their order varies: the sum's last bits do too), which the
+// gate/up GEMV adds to the residual. The o_proj launch and its hand-over go.
 #pragma once
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/int8_dot.cuh"
 
 namespace lmf::cuda::dev {
 
@@ -64,7 +72,47 @@ constexpr size_t attn_staged_smem() {
   return used > kStagedSmemRequest ? used : kStagedSmemRequest;
 }
 
-template <int HD, int GMAX, bool POST>
+// OPROJ (direct launch, one query head per block, HD = 128): after the stages' region, the
+// block's o_proj slice, o_rows x 4 Q4_0 blocks of nibbles (block j of row r at [j][r], so
+// consecutive threads read consecutive 16-byte words) and their fp16 scales (8 bytes per row).
+constexpr int kOprojBlk = 4;  // Q4_0 blocks of one head's 128 columns
+template <int HD, int GMAX>
+constexpr size_t attn_oproj_offset() {
+  return (attn_staged_smem_used<HD, GMAX>() + 15) / 16 * 16;
+}
+inline size_t attn_oproj_slice_bytes(int o_rows) { return size_t(o_rows) * (kOprojBlk * 16 + 8); }
+
+// The block's o_proj rows times its head's output (quantized to int8 in sxq: act_quant.cuh's
+// layout for kOprojBlk blocks), added to o_acc. The products of gemv.cuh's integer path, per
+// row the head's four blocks in order; thread t takes rows t, t + NT, ...
+template <int NT>
+__device__ __forceinline__ void attn_oproj_rows(const AttnParams& p, const uint4* sw, const uint2* sws,
+                                                const uint4* sxq, int tid) {
+  uint4 xl[kOprojBlk], xh[kOprojBlk];
+  int2 xs[kOprojBlk];
+#pragma unroll
+  for (int j = 0; j < kOprojBlk; ++j) {
+    xl[j] = sxq[j];
+    xh[j] = sxq[kOprojBlk + j];
+    xs[j] = reinterpret_cast<const int2*>(sxq + 2 * kOprojBlk)[j];
+  }
+  float* out = p.o_acc + size_t(blockIdx.y) * p.o_rows;
+  for (int r = tid; r < p.o_rows; r += NT) {
+    const uint2 sc = sws[r];
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < kOprojBlk; ++j) {
+      const uint32_t w = j < 2 ? sc.x : sc.y;
+      const float d = __half2float(__ushort_as_half(uint16_t(j % 2 ? w >> 16 : w & 0xffffu)));
+      // sum (q-8)*xq = dot(q, xq) - 8*sum(xq), as gemv.cuh's Frag<Q4_0>::accumulate
+      const int s = dot_q4_i8(sw[j * p.o_rows + r], xl[j], xh[j], -8 * xs[j].y);
+      acc = fmaf(d * __int_as_float(xs[j].x), float(s), acc);
+    }
+    atomicAdd(out + r, acc);
+  }
+}
+
+template <int HD, int GMAX, bool POST, bool OPROJ = false>
 __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   constexpr int NT = kAttnWarps * 32;
   constexpr int SP = kStagePos;
@@ -79,6 +127,8 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   constexpr int HW = (GMAX + kAttnWarps - 1) / kAttnWarps;  // softmax heads per warp
   constexpr int RPI = NT / CH;              // copy: rows per pass of the block
   static_assert(NPG * DSPLIT == kAttnWarps && CH % DSPLIT == 0 && NT % DQ == 0 && SP % RPI == 0, "layout");
+  // OPROJ: one head per block, one output element per thread (a warp quantizes a 32-block).
+  static_assert(!OPROJ || (GMAX == 1 && HD == NT && HD == 32 * kOprojBlk && !POST), "o_proj fusion shape");
   extern __shared__ __align__(16) unsigned char attn_ring[];  // [kStages][K, V][SP][RS] halves, ...
   // ... then this block's query heads (not scaled; 0 past G), the partial scores, the probabilities.
   auto sq = reinterpret_cast<float(*)[HD]>(attn_ring + attn_staged_ring<HD, GMAX>());
@@ -133,9 +183,28 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   };
 #pragma unroll
   for (int i = 0; i < kStages; ++i) issue(i);
+  // OPROJ: the o_proj slice, one commit group after the first stages (weights: before the wait).
+  uint4* sw = reinterpret_cast<uint4*>(attn_ring + attn_oproj_offset<HD, GMAX>());
+  uint2* sws = reinterpret_cast<uint2*>(sw + kOprojBlk * p.o_rows);
+  __shared__ uint4 sxq[OPROJ ? 2 * kOprojBlk + 2 : 1];  // head output as int8: lo, hi, {dx, sum}
+  if constexpr (OPROJ) {
+    const size_t stride = size_t(p.wo_nblk) * 16;
+    const uint8_t* wq = p.wo_q + size_t(blockIdx.y) * p.o_rows * stride + size_t(h0) * kOprojBlk * 16;
+    for (int i = tid; i < kOprojBlk * p.o_rows; i += NT) {  // 4 threads per row: 64 bytes
+      const int r = i / kOprojBlk, j = i % kOprojBlk;
+      cp_async16(sw + j * p.o_rows + r, wq + size_t(r) * stride + j * 16);
+    }
+    const uint8_t* ws = p.wo_s + (size_t(blockIdx.y) * p.o_rows * p.wo_nblk + size_t(h0) * kOprojBlk) * 2;
+    for (int r = tid; r < p.o_rows; r += NT) cp_async8(sws + r, ws + size_t(r) * p.wo_nblk * 2);
+    cp_async_commit();
+  }
 
   pdl_wait_trigger_late(p.early);  // q and the cache row at pos come from the previous kernel
   tl_waited_phase(p.tl);
+  if constexpr (OPROJ) {  // the previous layer's accumulator: its reader (gate/up) has ended
+    const int nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
+    for (int i = b * NT + tid; i < p.o_zero_n; i += nb * NT) p.o_zero[i] = 0.f;
+  }
   // The row at pos (written by the QKV epilogue kernel) issued with q's loads, so the stage that
   // holds it does not wait for L2 a second time.
   uint4 pos_val = make_uint4(0, 0, 0, 0);
@@ -170,7 +239,10 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
     const int a = start + i * SP, n = min(SP, end - a);
     __half* sk = stage_rows(i, 0);
     __half* sv = stage_rows(i, 1);
-    cp_async_wait<kStages - 1>();
+    // Stage i's group; with OPROJ the weights' group was committed after the first kStages
+    // stages, so it is one of the newer groups while i < kStages and older after.
+    if (OPROJ && i < kStages) cp_async_wait<kStages>();
+    else cp_async_wait<kStages - 1>();
     if (has_pos && pos < a + n && tid < 2 * CH) {  // the row at pos, now final
       const int kv = tid / CH, c = tid % CH;
       uint4 val = pos_val;
@@ -318,6 +390,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
     const int h = h0 + g;
     if (direct) {  // the only split: its normalized result is the output (the merge's copy)
       attn_direct_store<HD>(p, h, d, o);
+      if constexpr (OPROJ) quant_warp_store(o, reinterpret_cast<float4*>(sxq), kOprojBlk, d / 32, d & 31);
       continue;
     }
     const size_t ps = size_t(h) * p.n_splits + split;
@@ -327,6 +400,11 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
       p.part_ml[ps * 2 + 1] = sl[g];
     }
   }
+  if constexpr (OPROJ) {
+    cp_async_wait<0>();
+    __syncthreads();  // the slice and sxq
+    attn_oproj_rows<NT>(p, sw, sws, sxq, tid);
+  }
   if (!p.counters || direct) {
     tl_end(p.tl);
     return;
@@ -335,9 +413,9 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   tl_end(p.tl);
 }
 
-template <int HD, int GMAX, bool POST>
+template <int HD, int GMAX, bool POST, bool OPROJ = false>
 __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const __grid_constant__ AttnParams p) {
-  attn_staged_body<HD, GMAX, POST>(p);
+  attn_staged_body<HD, GMAX, POST, OPROJ>(p);
 }
 
 }  // namespace lmf::cuda::dev

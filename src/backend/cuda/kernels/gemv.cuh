@@ -42,6 +42,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/act_quant.cuh"
+#include "backend/cuda/kernels/int8_dot.cuh"
 #include "backend/cuda/kernels/pdl_launch.cuh"
 #include "util/round_fadd.h"
 
@@ -140,48 +141,6 @@ inline int gemv_ksplit(int rows, int cols, int sms) {
 
 __device__ __forceinline__ void named_barrier(int id, int nthreads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
-}
-
-// Unsigned bytes of a times signed bytes of b, summed into c (IDP4A.U8.S8).
-__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
-  int d;
-  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-__device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
-  int d;
-  asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
-// init + sum_e q_e * xq_e over one Q4 block (16 bytes of nibbles), exact in int32. The high
-// nibbles are used in place (masked, not shifted: bytes 16*q in [0, 240], unsigned dp4a), so
-// their sum is 16x and one shift at the end replaces a shift per word.
-__device__ __forceinline__ int dot_q4_i8(const uint4& q, const uint4& xl, const uint4& xh, int init) {
-  int lo = init, hi = 0;
-  lo = dp4a_us(q.x & 0x0F0F0F0Fu, xl.x, lo);
-  hi = dp4a_us(q.x & 0xF0F0F0F0u, xh.x, hi);
-  lo = dp4a_us(q.y & 0x0F0F0F0Fu, xl.y, lo);
-  hi = dp4a_us(q.y & 0xF0F0F0F0u, xh.y, hi);
-  lo = dp4a_us(q.z & 0x0F0F0F0Fu, xl.z, lo);
-  hi = dp4a_us(q.z & 0xF0F0F0F0u, xh.z, hi);
-  lo = dp4a_us(q.w & 0x0F0F0F0Fu, xl.w, lo);
-  hi = dp4a_us(q.w & 0xF0F0F0F0u, xh.w, hi);
-  return lo + (hi >> 4);  // hi is a multiple of 16: the shift is exact for negatives too
-}
-
-// sum_e q_e * xq_e over one Q8_0 block (2 x 16 bytes), exact in int32.
-__device__ __forceinline__ int dot_q8_i8(const uint4 (&q)[2], const uint4& xl, const uint4& xh) {
-  int s = 0;
-  s = dp4a_ss(q[0].x, xl.x, s);
-  s = dp4a_ss(q[0].y, xl.y, s);
-  s = dp4a_ss(q[0].z, xl.z, s);
-  s = dp4a_ss(q[0].w, xl.w, s);
-  s = dp4a_ss(q[1].x, xh.x, s);
-  s = dp4a_ss(q[1].y, xh.y, s);
-  s = dp4a_ss(q[1].z, xh.z, s);
-  s = dp4a_ss(q[1].w, xh.w, s);
-  return s;
 }
 
 template <DType T>

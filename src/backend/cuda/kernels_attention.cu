@@ -50,12 +50,16 @@ void launch_staged(const dev::AttnParams& p, dim3 grid, cudaStream_t s) {
 
 // The o_proj-fused direct launch (AttnParams::o_acc): grid n_head x (rows / o_rows), shared
 // memory for the stages plus the o_proj slice (opted in once to the device's maximum).
+// Dynamic shared memory the fused instance may request: the device's opt-in maximum less the
+// kernel's static shared memory.
 int smem_optin() {
   static const int v = [] {
     int dev = 0, r = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&r, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return r;
+    cudaFuncAttributes fa{};
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, &dev::attn_staged_kernel<128, 1, false, true>));
+    return r - int(fa.sharedSizeBytes);
   }();
   return v;
 }

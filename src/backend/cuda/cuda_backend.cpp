@@ -1072,7 +1072,8 @@ std::string CudaBackend::launch_kind(const Graph& g, const Op& op, int sub) cons
     return cat(rows ? "prefill matmul " : "gemv ", dtype_name(op.w->type), " ", group_kind_name(grp.kind),
                grp.fold_add ? "+addnorm" : grp.fold_norm ? "+norm" : "");
   }
-  if (op.kind == OpKind::Attention && g.n_tokens == 1) return sub == 1 ? "attention merge" : "attention split";
+  if (op.kind == OpKind::Attention && g.n_tokens == 1)
+    return sub == 1 ? "attention merge" : attn_o_ && direct_step_ ? "attention split + o_proj" : "attention split";
   if (op.kind == OpKind::MatMul) return cat(rows ? "prefill matmul " : "gemv ", dtype_name(op.w->type));
   return op_kind_name(op.kind);
 }
@@ -1083,7 +1084,7 @@ std::string CudaBackend::launch_kind(const Graph& g, const Op& op, int sub) cons
 // fall into the next stamped kernel's share.
 void CudaBackend::record_timeline(Graph& g, GraphState& st) {
   int n = 0;
-  for (const Op& op : g.ops) n += op.launch ? 1 : 0;
+  for (const Op& op : g.ops) n += op.launch && !skipped(g, op) ? 1 : 0;
   cuda::TimelineSlots slots(2 * n);
   cudaGraphExec_t exec = capture_step(g, st, direct_step_, &slots);
   const std::vector<cuda::SlotTimes> t = slots.replay(exec, stream_);
@@ -1092,7 +1093,7 @@ void CudaBackend::record_timeline(Graph& g, GraphState& st) {
   double prev_end = -1;
   int ev = 0;
   for (const Op& op : g.ops) {
-    if (!op.launch) continue;
+    if (!op.launch || skipped(g, op)) continue;
     for (int j = 0; j < 2; ++j) {
       const cuda::SlotTimes& s = t[size_t(2 * ev + j)];
       if (!s.stamped) continue;

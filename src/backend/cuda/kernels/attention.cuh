@@ -98,6 +98,7 @@ struct AttnParams {
   float* o_acc;
   float* o_zero;
   int o_zero_n;
+  bool o_late;  // the slice's copies issued after the PDL wait (S23 experiment)
 };
 
 // A split that is the only one writes output h's element d itself (and its int8 code when p.xq

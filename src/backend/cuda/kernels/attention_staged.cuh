@@ -187,7 +187,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   uint4* sw = reinterpret_cast<uint4*>(attn_ring + attn_oproj_offset<HD, GMAX>());
   uint2* sws = reinterpret_cast<uint2*>(sw + kOprojBlk * p.o_rows);
   __shared__ uint4 sxq[OPROJ ? 2 * kOprojBlk + 2 : 1];  // head output as int8: lo, hi, {dx, sum}
-  if constexpr (OPROJ) {
+  auto issue_oproj = [&] {
     const size_t stride = size_t(p.wo_nblk) * 16;
     const uint8_t* wq = p.wo_q + size_t(blockIdx.y) * p.o_rows * stride + size_t(h0) * kOprojBlk * 16;
     for (int i = tid; i < kOprojBlk * p.o_rows; i += NT) {  // 4 threads per row: 64 bytes
@@ -197,10 +197,14 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
     const uint8_t* ws = p.wo_s + (size_t(blockIdx.y) * p.o_rows * p.wo_nblk + size_t(h0) * kOprojBlk) * 2;
     for (int r = tid; r < p.o_rows; r += NT) cp_async8(sws + r, ws + size_t(r) * p.wo_nblk * 2);
     cp_async_commit();
-  }
+  };
+  if constexpr (OPROJ)
+    if (!p.o_late) issue_oproj();
 
   pdl_wait_trigger_late(p.early);  // q and the cache row at pos come from the previous kernel
   tl_waited_phase(p.tl);
+  if constexpr (OPROJ)
+    if (p.o_late) issue_oproj();
   if constexpr (OPROJ) {  // the previous layer's accumulator: its reader (gate/up) has ended
     const int nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
     for (int i = b * NT + tid; i < p.o_zero_n; i += nb * NT) p.o_zero[i] = 0.f;

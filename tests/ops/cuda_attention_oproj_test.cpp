@@ -19,15 +19,7 @@ void run_oproj(int n_head, int n_kv, int64_t rows, int len, uint32_t seed) {
   const int64_t n_ctx = 512;
   std::mt19937 rng(seed);
   const auto q = randn(size_t(n_head) * hd, rng);
-  std::vector<uint16_t> kc(size_t(n_kv) * n_ctx * hd, 0xFFFF), vc(kc.size(), 0xFFFF);  // NaN past len
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (int h = 0; h < n_kv; ++h)
-    for (int t = 0; t < len; ++t)
-      for (int d = 0; d < hd; ++d) {
-        const size_t i = (size_t(h) * n_ctx + t) * hd + d;
-        kc[i] = f32_to_fp16(nd(rng));
-        vc[i] = f32_to_fp16(nd(rng));
-      }
+  const auto [kc, vc] = random_kv_caches(n_kv, n_ctx, hd, len, rng);  // NaN past len
   const int64_t cols = int64_t(n_head) * hd;
   const auto wq = random_rows(DType::Q4_0, rows, cols, rng);
   DeviceWeight dw = upload_weight(repack_rows(DType::Q4_0, wq.data(), rows, cols));

@@ -60,15 +60,7 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
   std::mt19937 rng(seed);
   const int G = n_head / n_kv;
   auto q = randn(size_t(n_head) * hd, rng);
-  std::vector<uint16_t> kc(size_t(n_kv) * n_ctx * hd, 0xFFFF), vc(kc.size(), 0xFFFF);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (int h = 0; h < n_kv; ++h)
-    for (int t = 0; t < len; ++t)
-      for (int d = 0; d < hd; ++d) {
-        const size_t i = (size_t(h) * n_ctx + t) * hd + d;
-        kc[i] = f32_to_fp16(nd(rng));
-        vc[i] = f32_to_fp16(nd(rng));
-      }
+  auto [kc, vc] = random_kv_caches(n_kv, n_ctx, hd, len, rng);
   std::vector<double> ref(q.size());
   for (int hq = 0; hq < n_head; ++hq) {
     const int h = hq / G;
@@ -262,15 +254,7 @@ void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool no
   const int rows = (n_head + 2 * n_kv) * hd;
   auto raw = randn(size_t(rows), rng);
   auto qn = randn(size_t(hd), rng, 0.5f), kn = randn(size_t(hd), rng, 0.5f);
-  std::vector<uint16_t> kc(size_t(n_kv) * n_ctx * hd, 0xFFFF), vc(kc.size(), 0xFFFF);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (int h = 0; h < n_kv; ++h)
-    for (int t = 0; t < pos; ++t)  // history; row pos stays NaN until appended
-      for (int d = 0; d < hd; ++d) {
-        const size_t i = (size_t(h) * n_ctx + t) * hd + d;
-        kc[i] = f32_to_fp16(nd(rng));
-        vc[i] = f32_to_fp16(nd(rng));
-      }
+  const auto [kc, vc] = random_kv_caches(n_kv, n_ctx, hd, pos, rng);  // history; row pos stays NaN until appended
   DevBuf<float> d_raw(raw), d_qn(qn), d_kn(kn), d_q(size_t(n_head) * hd), d_out1(size_t(n_head) * hd),
       d_out2(size_t(n_head) * hd);
   DevBuf<uint16_t> k1(kc), v1(vc), k2(kc), v2(vc);

@@ -150,15 +150,7 @@ void check_attention(int T, int pos0, int n_head, int n_kv, int hd, int64_t n_ct
   std::mt19937 rng(seed);
   const int G = n_head / n_kv, len = pos0 + T;
   auto q = randn(size_t(T) * n_head * hd, rng);
-  std::vector<uint16_t> kc(size_t(n_kv) * n_ctx * hd, 0xFFFF), vc(kc.size(), 0xFFFF);  // NaN past len
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (int h = 0; h < n_kv; ++h)
-    for (int p = 0; p < len; ++p)
-      for (int d = 0; d < hd; ++d) {
-        const size_t i = (size_t(h) * n_ctx + p) * hd + d;
-        kc[i] = f32_to_fp16(nd(rng));
-        vc[i] = f32_to_fp16(nd(rng));
-      }
+  auto [kc, vc] = random_kv_caches(n_kv, n_ctx, hd, len, rng);
   std::vector<double> ref(q.size());
   for (int t = 0; t < T; ++t)
     for (int hq = 0; hq < n_head; ++hq) {

@@ -220,6 +220,24 @@ bool throws_error(F f) {
   }
   return false;
 }
+// fp16 K and V caches [n_kv][n_ctx][hd]: positions below len random normal (k then v per
+// element), the rest 0xFFFF (NaN), so reading past the length shows.
+struct KvCaches {
+  std::vector<uint16_t> k, v;
+};
+inline KvCaches random_kv_caches(int n_kv, int64_t n_ctx, int hd, int len, std::mt19937& rng) {
+  KvCaches c{std::vector<uint16_t>(size_t(n_kv) * n_ctx * hd, 0xFFFF), {}};
+  c.v = c.k;
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int h = 0; h < n_kv; ++h)
+    for (int t = 0; t < len; ++t)
+      for (int d = 0; d < hd; ++d) {
+        const size_t i = (size_t(h) * n_ctx + t) * hd + d;
+        c.k[i] = f32_to_fp16(nd(rng));
+        c.v[i] = f32_to_fp16(nd(rng));
+      }
+  return c;
+}
 inline std::vector<float> fp16_to_f(const std::vector<uint16_t>& v) {
   std::vector<float> o(v.size());
   for (size_t i = 0; i < v.size(); ++i) o[i] = fp16_to_f32(v[i]);

@@ -177,6 +177,7 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
     p.o_zero = a.o_zero;
     p.o_zero_n = int(a.wo->rows);
     p.o_late = std::getenv("LMFUSE_EXP_OPROJ_LATE") != nullptr;  // S23 experiment, temporary
+    if (const char* e = std::getenv("LMFUSE_EXP_OPROJ_DIAG")) p.o_diag = std::atoi(e);
     launch_oproj(p, a.wo->rows, s);
     return;
   }

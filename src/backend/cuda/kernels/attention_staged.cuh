@@ -108,7 +108,8 @@ __device__ __forceinline__ void attn_oproj_rows(const AttnParams& p, const uint4
       const int s = dot_q4_i8(sw[j * p.o_rows + r], xl[j], xh[j], -8 * xs[j].y);
       acc = fmaf(d * __int_as_float(xs[j].x), float(s), acc);
     }
-    atomicAdd(out + r, acc);
+    if (p.o_diag == 0) atomicAdd(out + r, acc);
+    else if (blockIdx.x == 0) out[r] = acc;  // S23 diagnostic: no atomics (wrong sums)
   }
 }
 
@@ -407,7 +408,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   if constexpr (OPROJ) {
     cp_async_wait<0>();
     __syncthreads();  // the slice and sxq
-    attn_oproj_rows<NT>(p, sw, sws, sxq, tid);
+    if (p.o_diag < 2) attn_oproj_rows<NT>(p, sw, sws, sxq, tid);  // S23 diagnostic 2: no product
   }
   if (!p.counters || direct) {
     tl_end(p.tl);

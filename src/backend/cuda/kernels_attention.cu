@@ -2,7 +2,6 @@
 // query heads per KV head {1, 2, 4, 8} (G is rounded up to the next instance).
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
@@ -106,10 +105,10 @@ void launch_g(const dev::AttnParams& p, int heads, bool staged, cudaStream_t s) 
 }  // namespace
 
 int attn_oproj_rows(int n_head, int64_t rows) {
-  // About one block per SM: R = SMs / n_head row slices (8B/4B: 4, 0.6B: 8), the largest divisor
+  // About one block per SM: R = SMs / n_head row slices (8B/4B: 4, 0.6B: 8; swept in docs/PERF.md
+  // S23-1: 8B R = 2, 8, 16 and 4B R = 2, 16 slower, 4B R = 8 +1 %), the largest divisor
   // of rows not above it whose slice fits in shared memory (else the smallest above it).
-  int64_t want = std::max(1, device_sm_count() / std::max(1, n_head));
-  if (const char* e = std::getenv("LMFUSE_EXP_OPROJ_SLICES")) want = std::max(1, std::atoi(e));  // S23 sweep, temporary
+  const int64_t want = std::max(1, device_sm_count() / std::max(1, n_head));
   auto fits = [&](int64_t R) { return rows % R == 0 && oproj_smem(int(rows / R)) <= size_t(smem_optin()); };
   for (int64_t R = std::min(want, rows); R >= 1; --R)
     if (fits(R)) return int(rows / R);
@@ -176,8 +175,6 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
     p.o_acc = a.o_acc;
     p.o_zero = a.o_zero;
     p.o_zero_n = int(a.wo->rows);
-    p.o_late = std::getenv("LMFUSE_EXP_OPROJ_LATE") != nullptr;  // S23 experiment, temporary
-    if (const char* e = std::getenv("LMFUSE_EXP_OPROJ_DIAG")) p.o_diag = std::atoi(e);
     launch_oproj(p, a.wo->rows, s);
     return;
   }

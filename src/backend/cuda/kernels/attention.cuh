@@ -98,8 +98,6 @@ struct AttnParams {
   float* o_acc;
   float* o_zero;
   int o_zero_n;
-  bool o_late;  // the slice's copies issued after the PDL wait (S23 experiment)
-  int o_diag;   // S23 diagnostic (temporary): 1 = plain stores instead of atomics, 2 = no product
 };
 
 // A split that is the only one writes output h's element d itself (and its int8 code when p.xq

@@ -108,8 +108,7 @@ __device__ __forceinline__ void attn_oproj_rows(const AttnParams& p, const uint4
       const int s = dot_q4_i8(sw[j * p.o_rows + r], xl[j], xh[j], -8 * xs[j].y);
       acc = fmaf(d * __int_as_float(xs[j].x), float(s), acc);
     }
-    if (p.o_diag == 0) atomicAdd(out + r, acc);
-    else if (blockIdx.x == 0) out[r] = acc;  // S23 diagnostic: no atomics (wrong sums)
+    atomicAdd(out + r, acc);
   }
 }
 
@@ -184,11 +183,12 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   };
 #pragma unroll
   for (int i = 0; i < kStages; ++i) issue(i);
-  // OPROJ: the o_proj slice, one commit group after the first stages (weights: before the wait).
+  // OPROJ: the o_proj slice, one commit group after the first stages, before the wait (issued
+  // after it, the slice arrives after the attention: 8B 534 vs 549 t/s, docs/PERF.md S23-1c).
   uint4* sw = reinterpret_cast<uint4*>(attn_ring + attn_oproj_offset<HD, GMAX>());
   uint2* sws = reinterpret_cast<uint2*>(sw + kOprojBlk * p.o_rows);
   __shared__ uint4 sxq[OPROJ ? 2 * kOprojBlk + 2 : 1];  // head output as int8: lo, hi, {dx, sum}
-  auto issue_oproj = [&] {
+  if constexpr (OPROJ) {
     const size_t stride = size_t(p.wo_nblk) * 16;
     const uint8_t* wq = p.wo_q + size_t(blockIdx.y) * p.o_rows * stride + size_t(h0) * kOprojBlk * 16;
     for (int i = tid; i < kOprojBlk * p.o_rows; i += NT) {  // 4 threads per row: 64 bytes
@@ -198,14 +198,10 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
     const uint8_t* ws = p.wo_s + (size_t(blockIdx.y) * p.o_rows * p.wo_nblk + size_t(h0) * kOprojBlk) * 2;
     for (int r = tid; r < p.o_rows; r += NT) cp_async8(sws + r, ws + size_t(r) * p.wo_nblk * 2);
     cp_async_commit();
-  };
-  if constexpr (OPROJ)
-    if (!p.o_late) issue_oproj();
+  }
 
   pdl_wait_trigger_late(p.early);  // q and the cache row at pos come from the previous kernel
   tl_waited_phase(p.tl);
-  if constexpr (OPROJ)
-    if (p.o_late) issue_oproj();
   if constexpr (OPROJ) {  // the previous layer's accumulator: its reader (gate/up) has ended
     const int nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
     for (int i = b * NT + tid; i < p.o_zero_n; i += nb * NT) p.o_zero[i] = 0.f;
@@ -408,7 +404,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   if constexpr (OPROJ) {
     cp_async_wait<0>();
     __syncthreads();  // the slice and sxq
-    if (p.o_diag < 2) attn_oproj_rows<NT>(p, sw, sws, sxq, tid);  // S23 diagnostic 2: no product
+    attn_oproj_rows<NT>(p, sw, sws, sxq, tid);
   }
   if (!p.counters || direct) {
     tl_end(p.tl);

@@ -48,10 +48,8 @@ void launch_staged(const dev::AttnParams& p, dim3 grid, cudaStream_t s) {
   dev::launch_pdl(&dev::attn_staged_kernel<HD, GMAX, POST>, grid, dim3(dev::kAttnWarps * 32), smem, s, p);
 }
 
-// The o_proj-fused direct launch (AttnParams::o_acc): grid n_head x (rows / o_rows), shared
-// memory for the stages plus the o_proj slice (opted in once to the device's maximum).
-// Dynamic shared memory the fused instance may request: the device's opt-in maximum less the
-// kernel's static shared memory.
+// Dynamic shared memory the o_proj-fused instance may request: the device's opt-in maximum less
+// the kernel's static shared memory.
 int smem_optin() {
   static const int v = [] {
     int dev = 0, r = 0;
@@ -66,6 +64,8 @@ int smem_optin() {
 size_t oproj_smem(int o_rows) {
   return std::max(dev::kStagedSmemRequest, dev::attn_oproj_offset<128, 1>() + dev::attn_oproj_slice_bytes(o_rows));
 }
+// The o_proj-fused direct launch (AttnParams::o_acc): grid n_head x (rows / o_rows), shared
+// memory for the stages plus the o_proj slice (the instance opted in once to the maximum).
 void launch_oproj(const dev::AttnParams& p, int64_t rows, cudaStream_t s) {
   auto* kernel = &dev::attn_staged_kernel<128, 1, false, true>;
   static const bool ready = [&] {

@@ -405,7 +405,7 @@ void CudaBackend::prepare(Graph& g) {
   const bool fusion = k.fusion != Tri::Off;
   const auto& hp = m_->hp;
   // o_proj inside the direct attention: automatic off (docs/PERF.md S23-1: tg128 0.6B 1.011-1.032,
-  // 4B 0.971-0.976, 8B 0.901-0.907; its atomics make the last bits vary run to run). Its residual
+  // 4B 0.971-0.976, 8B 0.900-0.907; its atomics make the last bits vary run to run). Its residual
   // add then folds into gate/up in every step (the split + merge steps launch o_proj plainly), so
   // o_proj's residual-epilogue group is not taken.
   attn_o_ = fusion && tri_resolve(k.attn_o_fusion, false) && attn_o_possible(g);

@@ -27,16 +27,8 @@ void run_oproj(int n_head, int n_kv, int64_t rows, int len, uint32_t seed) {
   DevBuf<uint16_t> d_k(kc), d_v(vc);
   DevBuf<int> d_pos(std::vector<int>{len - 1});
   const int splits = attn_plan_splits(n_kv, n_ctx);
-  AttnArgs a;
-  a.q = d_q.p();
-  a.k_cache = d_k.p();
-  a.v_cache = d_v.p();
-  a.n_head = n_head;
-  a.n_kv_head = n_kv;
-  a.head_dim = hd;
-  a.n_ctx = n_ctx;
-  a.pos = d_pos.p();
-  a.n_splits = splits;
+  DevBuf<float> out1(q.size()), part1(attn_scratch_floats(n_head, hd, splits)), y1(static_cast<size_t>(rows));
+  AttnArgs a = attn_args(d_q.p(), d_k.p(), d_v.p(), n_head, n_kv, hd, n_ctx, d_pos.p(), out1.p(), part1.p());
   a.staged = true;
   a.single_split = true;
   a.direct = true;
@@ -45,9 +37,6 @@ void run_oproj(int n_head, int n_kv, int64_t rows, int len, uint32_t seed) {
                            std::to_string(rows) + " len " + std::to_string(len);
 
   // Separate: the direct attention, then o_proj as the integer-dot GEMV on its output.
-  DevBuf<float> out1(q.size()), part1(attn_scratch_floats(n_head, hd, splits)), y1(static_cast<size_t>(rows));
-  a.out = out1.p();
-  a.partial = part1.p();
   attention_decode(a);
   GemvArgs g;
   g.w = &dw;
@@ -114,18 +103,7 @@ TEST(CudaAttentionOproj, RefusesBadArgs) {
   DevBuf<float> acc(256), prev(256);
   DevBuf<uint16_t> k(8 * 256 * 128), v(8 * 256 * 128);
   DevBuf<int> pos(std::vector<int>{10});
-  AttnArgs a;
-  a.q = q.p();
-  a.k_cache = k.p();
-  a.v_cache = v.p();
-  a.n_head = 32;
-  a.n_kv_head = 8;
-  a.head_dim = 128;
-  a.n_ctx = 256;
-  a.pos = pos.p();
-  a.out = out.p();
-  a.n_splits = attn_plan_splits(8, 256);
-  a.partial = part.p();
+  AttnArgs a = attn_args(q.p(), k.p(), v.p(), 32, 8, 128, 256, pos.p(), out.p(), part.p());
   a.staged = a.direct = a.single_split = true;
   a.heads_per_block = 1;
   a.wo = &dw;

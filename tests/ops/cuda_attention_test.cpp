@@ -12,24 +12,6 @@ using namespace lmf::cuda;
 
 namespace {
 
-// Arguments of one decode attention over the given caches (splits planned for n_ctx).
-AttnArgs attn_args(const float* q, uint16_t* k, uint16_t* v, int n_head, int n_kv, int hd, int64_t n_ctx,
-                   const int* pos, float* out, float* partial) {
-  AttnArgs a;
-  a.q = q;
-  a.k_cache = k;
-  a.v_cache = v;
-  a.n_head = n_head;
-  a.n_kv_head = n_kv;
-  a.head_dim = hd;
-  a.n_ctx = n_ctx;
-  a.pos = pos;
-  a.out = out;
-  a.n_splits = attn_plan_splits(n_kv, n_ctx);
-  a.partial = partial;
-  return a;
-}
-
 // x quantized in the integer-dot GEMVs' staging layout, computed on the host (the rule of
 // kernels/act_quant.cuh with IEEE float ops): int8 codes in uint4 planes lo/hi, then int2
 // {bits of amax / 127, sum of codes} per 32-block.

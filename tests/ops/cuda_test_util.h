@@ -220,6 +220,23 @@ bool throws_error(F f) {
   }
   return false;
 }
+// Arguments of one decode attention over the given caches (splits planned for n_ctx).
+inline lmf::cuda::AttnArgs attn_args(const float* q, uint16_t* k, uint16_t* v, int n_head, int n_kv, int hd,
+                                     int64_t n_ctx, const int* pos, float* out, float* partial) {
+  lmf::cuda::AttnArgs a;
+  a.q = q;
+  a.k_cache = k;
+  a.v_cache = v;
+  a.n_head = n_head;
+  a.n_kv_head = n_kv;
+  a.head_dim = hd;
+  a.n_ctx = n_ctx;
+  a.pos = pos;
+  a.out = out;
+  a.n_splits = lmf::cuda::attn_plan_splits(n_kv, n_ctx);
+  a.partial = partial;
+  return a;
+}
 // fp16 K and V caches [n_kv][n_ctx][hd]: positions below len random normal (k then v per
 // element), the rest 0xFFFF (NaN), so reading past the length shows.
 struct KvCaches {

@@ -305,10 +305,12 @@ class CudaBackend final : public Backend {
   float* o_acc_ = nullptr;  // [n_layer][n_embd], buffers_
   // The o_proj op of a direct step whose attention runs it (launches nothing).
   bool skipped(const Graph& g, const Op& op) const {
-    return attn_o_ && direct_step_ && g.n_tokens == 1 && op.kind == OpKind::MatMul && op.layer >= 0 &&
-           op.w == &m_->layers[size_t(op.layer)].wo;
+    return attn_o_ && direct_step_ && g.n_tokens == 1 && is_o_proj(op);
   }
-  bool attn_o_possible(const Graph& g) const;
+  bool is_o_proj(const Op& op) const {
+    return op.kind == OpKind::MatMul && op.layer >= 0 && op.w == &m_->layers[size_t(op.layer)].wo;
+  }
+  bool attn_o_possible() const;
   // Prefill (T > 1)
   cuda::GemmHandle* gemm_ = nullptr;
   cuda::PrefillTuner tuner_;     // measured routes (prefill_tune.h)
@@ -404,11 +406,49 @@ void CudaBackend::prepare(Graph& g) {
   const Knobs& k = opts_.knobs;
   const bool fusion = k.fusion != Tri::Off;
   const auto& hp = m_->hp;
+  // Decode policies that depend on the knobs and the shape only (not on the groups).
+  qkv_epilogue_in_gemv_ = tri_resolve(k.rope_fusion, false);
+  // Else: the layer's attention kernel runs the epilogue (one launch fewer per layer) or its own
+  // kernel between the GEMV and the attention (knob attn_rope_fusion, automatic = own kernel
+  // until measured otherwise: docs/PERF.md, session 5).
+  qkv_epilogue_in_attention_ = !qkv_epilogue_in_gemv_ && tri_resolve(k.attn_rope_fusion, false);
+  // Lost 2-3 % in session 4, when every GEMV filled the SMs; with the short GEMVs at one block
+  // per SM it wins on every size (docs/PERF.md, session 7: 0.6B +5.0 %, 4B +1.3 %, 8B +1.9 %).
+  // launch_pdl still honours set_programmatic_launch.
+  qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, true);
+  // Measured slower (docs/PERF.md S13-1/S13-2: 0.94x 8B, 0.96x 0.6B): gate/up's counting tail
+  // costs ~3.8 µs per 8B layer, and down's shorter staging does not shorten down (its weight
+  // stream is the bound once the staging is that short). Automatic = off.
+  gemv_xq_ = k.fusion != Tri::Off && tri_resolve(k.gemv_xq, false);
+  // Same arithmetic as the merge kernel (bitwise: cuda_op_tests CudaAttention), one launch fewer,
+  // but slower (docs/PERF.md, session 8: 0.93-0.96x; the last block's fence, count and merge are
+  // a longer serial chain than the merge kernel's launch): automatic = off.
+  attn_merge_fusion_ = fusion && tri_resolve(k.attn_merge_fusion, false);
+  // A kernel form, not a fusion (so not under the master switch); automatic: kAttnStagedAuto.
+  attn_staged_ = tri_resolve(k.attn_staged, cuda::kAttnStagedAuto);
+  // A slicing policy of the staged form, not a fusion; automatic: kAttnSingleSplitAuto.
+  attn_single_split_ = tri_resolve(k.attn_single_split, cuda::kAttnSingleSplitAuto);
+  // Short lengths: the split writes the output, no merge kernel (a second graph; docs/PERF.md S18).
+  // The direct launch with one query head per block (staged form; a kernel form, not a fusion;
+  // docs/PERF.md S19-2: tg128 8B 1.047, 4B 1.040, 0.6B 1.012-1.020, two heads per block on 8B/4B
+  // about half of that).
+  attn_direct_hpb_ = attn_staged_ && tri_resolve(k.attn_head_split, cuda::kAttnHeadSplitAuto) ? 1 : 0;
+  attn_direct_max_ = fusion && tri_resolve(k.attn_direct, cuda::kAttnDirectAuto)
+                         ? cuda::attn_direct_max(attn_direct_hpb_ > 0, hp.n_embd)
+                         : 0;
+  // o_proj's x quantized by the attention's merge kernel (so not with merge fusion). Measured
+  // per model (docs/PERF.md, session 13, `--ab attn_xq`, two runs): 4B 1.012 / 1.012, 8B 1.013 /
+  // 0.999, 0.6B 0.983 / 0.993: automatic = on from the wide GEMVs' hidden size.
+  attn_xq_ = fusion && tri_resolve(k.attn_xq, cuda::large_decode_model(hp.n_embd)) && !attn_merge_fusion_;
+  // In the direct steps' graph the codes would come from the direct split's tail, on its critical
+  // path: measured slower on every size (docs/PERF.md S18-6/S18-7, `--ab attn_xq` with every
+  // tg128 step direct: 4B 0.989-0.993, 8B 0.993-0.998, 0.6B 0.981-0.989), so only when forced.
+  attn_xq_direct_ = attn_xq_ && k.attn_xq == Tri::On;
   // o_proj inside the direct attention: automatic off (docs/PERF.md S23-1: tg128 0.6B 1.011-1.032,
   // 4B 0.971-0.976, 8B 0.900-0.907; its atomics make the last bits vary run to run). Its residual
   // add then folds into gate/up in every step (the split + merge steps launch o_proj plainly), so
   // o_proj's residual-epilogue group is not taken.
-  attn_o_ = fusion && tri_resolve(k.attn_o_fusion, false) && attn_o_possible(g);
+  attn_o_ = fusion && tri_resolve(k.attn_o_fusion, false) && attn_o_possible();
   // Residual epilogues first: an add folded into o_proj/down is not available to a norm prologue.
   std::vector<int> adds_taken;
   for (auto& grp : g.groups) {
@@ -463,43 +503,6 @@ void CudaBackend::prepare(Graph& g) {
     // the in-GEMV epilogue's per-row-group fence and counters stall the weight stream.
     grp.fold_epilogue = true;
   }
-  qkv_epilogue_in_gemv_ = tri_resolve(k.rope_fusion, false);
-  // Else: the layer's attention kernel runs the epilogue (one launch fewer per layer) or its own
-  // kernel between the GEMV and the attention (knob attn_rope_fusion, automatic = own kernel
-  // until measured otherwise: docs/PERF.md, session 5).
-  qkv_epilogue_in_attention_ = !qkv_epilogue_in_gemv_ && tri_resolve(k.attn_rope_fusion, false);
-  // Lost 2-3 % in session 4, when every GEMV filled the SMs; with the short GEMVs at one block
-  // per SM it wins on every size (docs/PERF.md, session 7: 0.6B +5.0 %, 4B +1.3 %, 8B +1.9 %).
-  // launch_pdl still honours set_programmatic_launch.
-  qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, true);
-  // Measured slower (docs/PERF.md S13-1/S13-2: 0.94x 8B, 0.96x 0.6B): gate/up's counting tail
-  // costs ~3.8 µs per 8B layer, and down's shorter staging does not shorten down (its weight
-  // stream is the bound once the staging is that short). Automatic = off.
-  gemv_xq_ = k.fusion != Tri::Off && tri_resolve(k.gemv_xq, false);
-  // Same arithmetic as the merge kernel (bitwise: cuda_op_tests CudaAttention), one launch fewer,
-  // but slower (docs/PERF.md, session 8: 0.93-0.96x; the last block's fence, count and merge are
-  // a longer serial chain than the merge kernel's launch): automatic = off.
-  attn_merge_fusion_ = fusion && tri_resolve(k.attn_merge_fusion, false);
-  // A kernel form, not a fusion (so not under the master switch); automatic: kAttnStagedAuto.
-  attn_staged_ = tri_resolve(k.attn_staged, cuda::kAttnStagedAuto);
-  // A slicing policy of the staged form, not a fusion; automatic: kAttnSingleSplitAuto.
-  attn_single_split_ = tri_resolve(k.attn_single_split, cuda::kAttnSingleSplitAuto);
-  // Short lengths: the split writes the output, no merge kernel (a second graph; docs/PERF.md S18).
-  // The direct launch with one query head per block (staged form; a kernel form, not a fusion;
-  // docs/PERF.md S19-2: tg128 8B 1.047, 4B 1.040, 0.6B 1.012-1.020, two heads per block on 8B/4B
-  // about half of that).
-  attn_direct_hpb_ = attn_staged_ && tri_resolve(k.attn_head_split, cuda::kAttnHeadSplitAuto) ? 1 : 0;
-  attn_direct_max_ = fusion && tri_resolve(k.attn_direct, cuda::kAttnDirectAuto)
-                         ? cuda::attn_direct_max(attn_direct_hpb_ > 0, hp.n_embd)
-                         : 0;
-  // o_proj's x quantized by the attention's merge kernel (so not with merge fusion). Measured
-  // per model (docs/PERF.md, session 13, `--ab attn_xq`, two runs): 4B 1.012 / 1.012, 8B 1.013 /
-  // 0.999, 0.6B 0.983 / 0.993: automatic = on from the wide GEMVs' hidden size.
-  attn_xq_ = fusion && tri_resolve(k.attn_xq, cuda::large_decode_model(hp.n_embd)) && !attn_merge_fusion_;
-  // In the direct steps' graph the codes would come from the direct split's tail, on its critical
-  // path: measured slower on every size (docs/PERF.md S18-6/S18-7, `--ab attn_xq` with every
-  // tg128 step direct: 4B 0.989-0.993, 8B 0.993-0.998, 0.6B 0.981-0.989), so only when forced.
-  attn_xq_direct_ = attn_xq_ && k.attn_xq == Tri::On;
   // Every layer's gate/up must have taken the residual add whose block output is o_proj's (the
   // accumulator replaces it in direct steps); else o_proj launches in every step (still exact).
   if (attn_o_) {
@@ -507,11 +510,10 @@ void CudaBackend::prepare(Graph& g) {
       if (grp.kind != GroupKind::GateUp) continue;
       const Op* o = nullptr;
       for (const Op& op : g.ops)
-        if (op.layer == grp.layer && op.kind == OpKind::MatMul && op.w == &m_->layers[size_t(grp.layer)].wo) o = &op;
+        if (op.layer == grp.layer && is_o_proj(op)) o = &op;
       if (!grp.accepted || !grp.fold_add || !o || g.ops[size_t(grp.add)].in[1] != o->out[0]) attn_o_ = false;
     }
   }
-  attn_o_ = attn_o_ && attn_direct_max_ > 0 && attn_direct_hpb_ == 1;
   if (attn_o_ && !o_acc_) {
     const size_t n = size_t(hp.n_layer) * size_t(hp.n_embd);
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&o_acc_), n * sizeof(float)));
@@ -520,18 +522,15 @@ void CudaBackend::prepare(Graph& g) {
   }
 }
 
-// The shapes and forms the o_proj fusion has a kernel for (AttnArgs::wo): the staged direct
-// attention with one query head per block at head_dim 128, no QKV epilogue in the attention,
-// every layer's o_proj Q4_0, and two layers or more (a layer zeroes the previous
-// one's accumulator).
-bool CudaBackend::attn_o_possible(const Graph& g) const {
+// The shapes and forms the o_proj fusion has a kernel for (AttnArgs::wo), from the policies
+// prepare has set: direct steps with one query head per block (staged) at head_dim 128, no QKV
+// epilogue in the attention, every layer's o_proj Q4_0, gate/up able to fold the add, and two
+// layers or more (a layer zeroes the previous one's accumulator).
+bool CudaBackend::attn_o_possible() const {
   const Knobs& k = opts_.knobs;
   const auto& hp = m_->hp;
-  const bool staged = tri_resolve(k.attn_staged, cuda::kAttnStagedAuto);
-  const bool post_in_attn = !tri_resolve(k.rope_fusion, false) && tri_resolve(k.attn_rope_fusion, false);
-  if (g.n_tokens != 1 || !staged || !tri_resolve(k.attn_head_split, cuda::kAttnHeadSplitAuto) ||
-      !tri_resolve(k.attn_direct, cuda::kAttnDirectAuto) || post_in_attn || hp.head_dim != 128 || hp.n_layer < 2 ||
-      k.gateup_fusion == Tri::Off || k.ln_fusion == Tri::Off)
+  if (attn_direct_max_ == 0 || attn_direct_hpb_ != 1 || qkv_epilogue_in_attention_ || hp.head_dim != 128 ||
+      hp.n_layer < 2 || k.gateup_fusion == Tri::Off || k.ln_fusion == Tri::Off)
     return false;
   for (const auto& W : m_->layers) {
     const auto it = mats_.find(&W.wo);

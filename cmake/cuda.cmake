@@ -26,8 +26,10 @@ set_target_properties(lmfuse_backend_cuda PROPERTIES CUDA_SEPARABLE_COMPILATION 
 file(GLOB cuda_op_test_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/ops/cuda_*.cpp)
 if(cuda_op_test_srcs)
   add_executable(cuda_op_tests ${cuda_op_test_srcs})
-  target_link_libraries(cuda_op_tests PRIVATE lmfuse_backend_cuda lmfuse_sampling lmfuse_format)
-  target_compile_definitions(cuda_op_tests PRIVATE LMFUSE_CUDA_TESTS_STANDALONE=1)
+  # lmfuse_core for the tests that run whole models through a Session (cuda_generator_test).
+  target_link_libraries(cuda_op_tests PRIVATE lmfuse_core lmfuse_backend_cuda lmfuse_sampling lmfuse_format)
+  target_compile_definitions(cuda_op_tests PRIVATE LMFUSE_CUDA_TESTS_STANDALONE=1
+    LMFUSE_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 endif()
 
 # Micro-benchmark of the GEMVs (copy bandwidth, per-type GB/s, graph replay of launch chains).

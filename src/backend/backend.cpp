@@ -11,6 +11,8 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions&, std::string* w
 }
 #endif
 
+int32_t Backend::take_queued() { LMF_FAIL(name(), " backend: no queued decode step (can_chain is false)"); }
+
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& o) {
   if (name == "cpu") return make_cpu_backend(o);
   if (name == "cuda" || name == "auto") {

@@ -36,6 +36,16 @@ struct StepInput {
   int64_t n_penalty_ids = 0;
   double sample_u01 = 0;
   int32_t* sampled = nullptr;
+  // Chained decode (only where Backend::can_chain said yes for these parameters):
+  // token_on_device: the input token is the id of the previous step, which that step (run with
+  //   chain_next) left on the device; `tokens` is not read.
+  // chain_next: this step's argmax / sampled id also becomes the next step's input on the device,
+  //   at position pos0 + n_tokens.
+  // queue: return once the step is queued; argmax / sampled are not written, the id comes from
+  //   Backend::take_queued() (oldest first; at most kMaxQueued steps outstanding).
+  bool token_on_device = false;
+  bool chain_next = false;
+  bool queue = false;
 };
 
 struct ProfileEntry {
@@ -73,6 +83,13 @@ class Backend {
   // Whether run() can honor StepInput::sampled for these parameters (where the logits are);
   // otherwise the Session samples the host logits with the same function.
   virtual bool can_sample(const SamplingParams& p, int64_t n_vocab) const { return false; }
+  // Whether run() honors StepInput::token_on_device / chain_next / queue for a step that picks
+  // its token with these parameters (greedy: argmax; else device sampling without a repetition
+  // penalty, whose ids would include the token still on the device).
+  virtual bool can_chain(const SamplingParams& p, int64_t n_vocab) const { return false; }
+  static constexpr int kMaxQueued = 2;
+  // Waits for the oldest queued step and returns its id.
+  virtual int32_t take_queued();
   // Per-launch times of the last run with StepInput::profile set.
   virtual std::vector<ProfileEntry> profile() const { return {}; }
   // The same step replayed as the decode graph runs it (CUDA: launch timeline of the replayed

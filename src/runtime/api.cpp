@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
+#include "runtime/generator.h"
 #include "runtime/session.h"
 #include "sampling/sampler.h"
 #include "tokenizer/chat_template.h"
@@ -100,28 +101,32 @@ std::string Model::generate(const std::string& prompt, int64_t max_tokens, const
     sp.seed = so.seed;
     lmf::Sampler sampler(sp);
     lmf::StreamDecoder dec(t, true);
-    // Runs toks and picks the token after them where the logits are (Session::eval_next: on the
-    // GPU for CUDA). The history holds what the cache holds, so it is rolled back on an error.
-    auto step = [&](std::span<const int32_t> toks) {
-      const size_t h0 = I.history.size();
-      I.history.insert(I.history.end(), toks.begin(), toks.end());
-      try {
-        return I.session->eval_next(std::span(I.history).subspan(h0), sampler, I.history);
-      } catch (...) {
-        I.history.resize(h0);
-        throw;
-      }
-    };
-    int32_t next = step(ids);
+    // Runs the prompt and picks each next token where the logits are (Session::eval_next: on the
+    // GPU for CUDA), with the next step queued while a token is handed out where the backend can
+    // chain steps (runtime/generator.h). The history holds what the cache holds, so it (and the
+    // position) is rolled back when the prompt fails.
+    const size_t h0 = I.history.size();
+    const int64_t p0 = I.session->pos();
+    I.history.insert(I.history.end(), ids.begin(), ids.end());
+    lmf::Generator gen(*I.session, sampler, I.history, max_tokens);
+    int32_t next = 0;
+    try {
+      next = gen.first(std::span(I.history).subspan(h0));
+    } catch (...) {
+      I.history.resize(h0);
+      I.session->rewind(p0);
+      throw;
+    }
     std::string out;
     for (int64_t i = 0; i < max_tokens; ++i) {
       if (t.is_eog(next)) break;
       const std::string piece = dec.push(next);
       out += piece;
       if (on_text && !piece.empty() && !on_text(piece)) break;
-      if (i + 1 == max_tokens || I.session->pos() + 1 > I.session->n_ctx()) break;
-      next = step(std::span(&next, 1));
+      if (!gen.more()) break;
+      next = gen.next();
     }
+    gen.finish();
     const std::string tail = dec.flush();
     out += tail;
     if (on_text && !tail.empty()) on_text(tail);

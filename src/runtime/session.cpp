@@ -8,6 +8,9 @@
 
 namespace lmf {
 
+// Plain greedy: the argmax step (no random number, no penalty).
+static bool greedy(const SamplingParams& p) { return p.temperature <= 0 && p.repeat_penalty == 1.0f; }
+
 void prepare_graph(Graph& g, Backend& b, size_t max_rehome_bytes) {
   g.reset_fusion();
   b.prepare(g);
@@ -63,11 +66,58 @@ int32_t Session::eval_sample(std::span<const int32_t> tokens, const SamplingPara
 
 int32_t Session::eval_next(std::span<const int32_t> tokens, Sampler& sampler, std::span<const int32_t> history) {
   const SamplingParams& p = sampler.params();
-  if (p.temperature <= 0 && p.repeat_penalty == 1.0f) return eval_argmax(tokens);
+  if (greedy(p)) return eval_argmax(tokens);
   return eval_sample(tokens, p, history, p.temperature > 0 ? sampler.next_uniform() : 0.0);
 }
 
-void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_t* argmax, const StepInput* sample) {
+bool Session::can_chain(const SamplingParams& p) const {
+  return tri_resolve(backend_.options().knobs.decode_pipeline, true) && backend_.can_chain(p, model_.hp.n_vocab);
+}
+
+int32_t Session::eval_next_chained(std::span<const int32_t> tokens, Sampler& sampler, std::span<const int32_t> history) {
+  const SamplingParams& p = sampler.params();
+  if (!can_chain(p)) LMF_FAIL("chained decode is not available for these sampling parameters on ", backend_.name());
+  int32_t id = -1;
+  StepInput req;
+  req.chain_next = true;
+  if (greedy(p)) {
+    eval_impl(tokens, false, &id, &req);
+    return id;
+  }
+  req.sample = &p;
+  req.sample_u01 = p.temperature > 0 ? sampler.next_uniform() : 0.0;
+  req.sampled = &id;
+  (void)history;  // no penalty when chained (can_chain)
+  eval_impl(tokens, false, nullptr, &req);
+  return id;
+}
+
+void Session::queue_next(Sampler& sampler) {
+  const SamplingParams& p = sampler.params();
+  if (!can_chain(p)) LMF_FAIL("chained decode is not available for these sampling parameters on ", backend_.name());
+  if (pos_ + 1 > n_ctx_)
+    LMF_FAIL("context full: ", pos_, " tokens in the cache + 1 new exceed the context of ", n_ctx_, " tokens");
+  Graph& g = graph_for(1, false);
+  StepInput in;
+  in.n_tokens = 1;
+  in.pos0 = pos_;
+  in.token_on_device = true;
+  in.chain_next = true;
+  in.queue = true;
+  int32_t unused = -1;  // selects the kind of step; a queued step writes its id for take_queued
+  if (greedy(p)) {
+    in.argmax = &unused;
+  } else {
+    in.sample = &p;
+    in.sample_u01 = p.temperature > 0 ? sampler.next_uniform() : 0.0;
+    in.sampled = &unused;
+  }
+  backend_.run(g, in);
+  pos_ += 1;
+}
+
+void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_t* argmax, const StepInput* req) {
+  const StepInput* sample = req && req->sampled ? req : nullptr;
   const int64_t T = int64_t(tokens.size());
   if (T == 0) LMF_FAIL("no tokens to evaluate");
   if (pos_ + T > n_ctx_)
@@ -93,12 +143,14 @@ void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_
       in.logits = logits_.data() + done * V;
     } else if (last && argmax) {
       in.argmax = argmax;
+      in.chain_next = req && req->chain_next;
     } else if (last && sample) {
       in.sample = sample->sample;
       in.penalty_ids = sample->penalty_ids;
       in.n_penalty_ids = sample->n_penalty_ids;
       in.sample_u01 = sample->sample_u01;
       in.sampled = sample->sampled;
+      in.chain_next = sample->chain_next;
     } else if (last) {
       in.logits = logits_.data();
     }

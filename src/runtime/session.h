@@ -43,6 +43,17 @@ class Session {
   // included. The same tokens as eval() followed by sampler.sample(logits, history).
   int32_t eval_next(std::span<const int32_t> tokens, Sampler& sampler, std::span<const int32_t> history);
 
+  // Chained decode (runtime/generator.h drives it): whether steps that pick their token with
+  // `p` can run one ahead of the host (Backend::can_chain, knob decode_pipeline: auto = on).
+  bool can_chain(const SamplingParams& p) const;
+  // eval_next that also leaves the picked id on the device as the next step's input.
+  int32_t eval_next_chained(std::span<const int32_t> tokens, Sampler& sampler, std::span<const int32_t> history);
+  // Queues the decode step at pos() whose input is the id the previous step left on the device,
+  // and returns at once (pos() advances); its id comes from take_queued(), oldest first. The
+  // sampler's uniform number is drawn now, in step order, as eval_next would.
+  void queue_next(Sampler& sampler);
+  int32_t take_queued() { return backend_.take_queued(); }
+
   int64_t pos() const { return pos_; }
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_vocab() const { return model_.hp.n_vocab; }
@@ -58,7 +69,8 @@ class Session {
   void set_max_batch(int64_t n) { max_batch_ = n; }
 
  private:
-  void eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_t* argmax, const StepInput* sample = nullptr);
+  // req: the device-sampling fields and the chained-decode flags of the last chunk's step.
+  void eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_t* argmax, const StepInput* req = nullptr);
   const Model& model_;
   Backend& backend_;
   int64_t n_ctx_;

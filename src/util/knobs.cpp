@@ -45,6 +45,8 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode: the last attention split block of each KV head merges the splits (auto = off: a merge kernel)"},
       {"pdl_early_trigger", "LMFUSE_PDL_EARLY_TRIGGER", &Knobs::pdl_early_trigger,
        "CUDA decode: the QKV epilogue and attention kernels let the next kernel launch before their own wait (auto = the epilogue and the split on every model, the merge from hidden size 2560)"},
+      {"decode_pipeline", "LMFUSE_DECODE_PIPELINE", &Knobs::decode_pipeline,
+       "generation (lmfuse run/chat/bench tg, the API): queue the next decode step, which reads the new token on the device, before the host reads it (auto = on where the backend can: CUDA, greedy or sampling without a repetition penalty)"},
       {"sample_two_pass", "LMFUSE_SAMPLE_TWO_PASS", &Knobs::sample_two_pass,
        "CUDA sampling with top-k <= 1024: many blocks pick each chunk's best, then one block (auto = on; 0 = one block)"},
       {"prefill_inkernel_dequant", "LMFUSE_PREFILL_INKERNEL_DEQUANT", &Knobs::prefill_inkernel_dequant,

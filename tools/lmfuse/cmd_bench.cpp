@@ -1,5 +1,6 @@
 // lmfuse bench: llama-bench-style speed table. pp<N>: one batched pass over N random tokens;
-// tg<N>: N single-token decode steps (after an untimed prompt of --depth tokens). One warm-up
+// tg<N>: N single-token decode steps of greedy generation (after an untimed prompt of --depth
+// tokens). One warm-up
 // run, then -r timed repetitions; t/s as mean ± sd.
 #include <chrono>
 #include <cmath>
@@ -9,7 +10,9 @@
 #include <random>
 
 #include "cli_common.h"
+#include "runtime/generator.h"
 #include "runtime/session.h"
+#include "sampling/sampler.h"
 #include "util/status.h"
 
 namespace lmf::cli {
@@ -41,12 +44,22 @@ Row bench_one(Session& s, const std::string& kind, int64_t n, int64_t depth, int
     s.reset();
     auto toks = random_tokens(std::max<int64_t>(n, 1) + depth, vocab, uint64_t(r + 2));
     if (depth > 0) s.eval(std::span(toks).first(size_t(depth)));
+    // tg: greedy generation of n tokens from a random one (runtime/generator.h), as `lmfuse run`
+    // generates: each token is picked where the logits are (on the GPU for CUDA) and is the next
+    // step's input; where the backend chains steps (knob decode_pipeline) the next step is queued
+    // before the host reads the token.
+    SamplingParams greedy_params;
+    greedy_params.temperature = 0;
+    Sampler greedy(greedy_params);
+    std::vector<int32_t> history(toks.begin(), toks.begin() + depth + 1);
     double t0 = now_s();
     if (kind == "pp") {
       s.eval(std::span(toks).subspan(size_t(depth), size_t(n)));
     } else {
-      // Greedy decode: the argmax is taken where the logits are (on the GPU for CUDA).
-      for (int64_t i = 0; i < n; ++i) s.eval_argmax(std::span(toks).subspan(size_t(depth + i), 1));
+      Generator gen(s, greedy, history, n);
+      gen.first(std::span(toks).subspan(size_t(depth), 1));
+      while (gen.more()) gen.next();
+      gen.finish();
     }
     double dt = now_s() - t0;
     if (r >= 0) row.samples.push_back(double(n) / dt);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "cli_common.h"
+#include "runtime/generator.h"
 #include "runtime/session.h"
 #include "sampling/sampler.h"
 #include "tokenizer/chat_template.h"
@@ -129,10 +130,12 @@ int cmd_chat(int argc, char** argv) {
     s.rewind(int64_t(p));
     cached.resize(p);
     // The next token is picked where the logits are (Session::eval_next: on the GPU for CUDA), so
-    // only its id crosses to the host; cached holds what the KV cache holds, and is the history
-    // the repetition penalty looks at.
-    int32_t next = s.eval_next(std::span(ids).subspan(p), sampler, ids);
+    // only its id crosses to the host, and where the backend can chain steps the next one is
+    // queued while this one is printed (runtime/generator.h); cached holds what the KV cache
+    // holds, and is the history the repetition penalty looks at.
     cached = ids;
+    Generator gen(s, sampler, cached, n_predict);
+    int32_t next = gen.first(std::span(ids).subspan(p));
     StreamDecoder dec(*tok, true);
     std::string answer;
     g_interrupted = false;
@@ -142,10 +145,11 @@ int cmd_chat(int argc, char** argv) {
       answer += piece;
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
-      if (i + 1 == n_predict || s.pos() + 1 >= s.n_ctx() || g_interrupted) break;
-      cached.push_back(next);
-      next = s.eval_next(std::span(&cached.back(), 1), sampler, cached);
+      // (one position kept free for the next turn, as before)
+      if (!gen.more() || gen.pos() + 1 >= s.n_ctx() || g_interrupted) break;
+      next = gen.next();
     }
+    gen.finish();
     std::string tail = dec.flush();
     answer += tail;
     std::printf("%s%s\n", tail.c_str(), g_interrupted ? " [stopped]" : "");

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli_common.h"
+#include "runtime/generator.h"
 #include "runtime/session.h"
 #include "sampling/sampler.h"
 #include "tokenizer/chat_template.h"
@@ -66,22 +67,23 @@ int cmd_run(int argc, char** argv) {
   using clk = std::chrono::steady_clock;
   auto t0 = clk::now();
   // The next token is picked where the logits are (on the GPU for CUDA when the backend can, see
-  // Session::eval_sample), so only the token id crosses to the host. The uniform number comes
-  // from the seeded sampler either way: a seed gives the same text on every backend.
-  int32_t next_id = s.eval_next(ids, sampler, history);
+  // Session::eval_sample), so only the token id crosses to the host, and where the backend can
+  // chain steps the next one is already queued while this one is printed (runtime/generator.h).
+  // The uniform number comes from the seeded sampler either way: a seed gives the same text on
+  // every backend.
+  Generator gen(s, sampler, history, n_predict);
+  int32_t next = gen.first(ids);
   auto t1 = clk::now();
   int64_t generated = 0;
-  for (; generated < n_predict && s.pos() < s.n_ctx(); ) {
-    int32_t next = next_id;
-    if (tok->is_eog(next)) break;
+  while (n_predict > 0 && !tok->is_eog(next)) {
     std::string text = dec.push(next);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
-    history.push_back(next);
     ++generated;
-    if (generated == n_predict || s.pos() >= s.n_ctx()) break;
-    next_id = s.eval_next(std::span(&next, 1), sampler, history);
+    if (!gen.more()) break;
+    next = gen.next();
   }
+  gen.finish();
   std::string tail = dec.flush();
   std::fwrite(tail.data(), 1, tail.size(), stdout);
   std::printf("\n");

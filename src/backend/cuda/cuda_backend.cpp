@@ -121,6 +121,11 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_io_), 4 * sizeof(int)));
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_io_), 4 * sizeof(int)));
+    // Queued steps' ids: mapped pinned memory the argmax / chain kernel writes, one slot per
+    // outstanding step, each with the event that says it is there.
+    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&h_q_), kMaxQueued * sizeof(int), cudaHostAllocMapped));
+    CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_q_), h_q_, 0));
+    for (cudaEvent_t& e : q_ev_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     argmax_ = cuda::argmax_scratch_alloc();
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, o.device));
@@ -153,6 +158,8 @@ class CudaBackend final : public Backend {
     cudaFreeHost(h_tokens_);
     cudaFree(d_io_);
     cudaFreeHost(h_io_);
+    cudaFreeHost(h_q_);
+    for (cudaEvent_t e : q_ev_) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
   }
 
@@ -172,6 +179,17 @@ class CudaBackend final : public Backend {
   void run(Graph& g, const StepInput& in) override;
   double copy_bandwidth() override;
   bool can_sample(const SamplingParams& p, int64_t n_vocab) const override { return cuda::sample_supported(p, n_vocab); }
+  bool can_chain(const SamplingParams& p, int64_t n_vocab) const override {
+    if (p.repeat_penalty != 1.0f) return false;
+    return p.temperature <= 0 || can_sample(p, n_vocab);
+  }
+  int32_t take_queued() override {
+    LMF_CHECK(q_taken_ < q_queued_);
+    const int slot = int(q_taken_ % kMaxQueued);
+    CUDA_CHECK(cudaEventSynchronize(q_ev_[slot]));
+    ++q_taken_;
+    return *reinterpret_cast<volatile int*>(h_q_ + slot);
+  }
   double gemm_peak_flops() override {
     ensure_prefill_scratch();  // creates the cuBLAS handle
     return cuda::gemm_bf16_peak_flops(gemm_, stream_);
@@ -266,8 +284,16 @@ class CudaBackend final : public Backend {
   BackendOptions opts_;
   std::string dev_name_;
   cudaStream_t stream_ = nullptr;
-  int* h_io_ = nullptr;  // pinned: [0] token, [1] position, [2] argmax
-  int* d_io_ = nullptr;
+  int* h_io_ = nullptr;  // pinned: [0] token, [1] position, [2] argmax, [3] sampled
+  int* d_io_ = nullptr;  // the decode step reads its token from [0] and its position from [1]
+  // Chained decode (StepInput::chain_next / queue): the position the last step with chain_next
+  // left in d_io_[1] (-1: none), the queued steps' id slots (h_q_ mapped, d_q_ its device view)
+  // and events, and how many steps were queued / taken.
+  int64_t chain_pos_ = -1;
+  int* h_q_ = nullptr;
+  int* d_q_ = nullptr;
+  cudaEvent_t q_ev_[kMaxQueued] = {};
+  int64_t q_queued_ = 0, q_taken_ = 0;
   cuda::ArgmaxScratch argmax_;
   cuda::SampleScratch sample_;  // allocated at the first sampled step
   const Model* m_ = nullptr;
@@ -1111,6 +1137,10 @@ void CudaBackend::record_timeline(Graph& g, GraphState& st) {
 
 void CudaBackend::run(Graph& g, const StepInput& in) {
   GraphState& st = states_.at(&g);
+  // Chained decode's flags (checked before anything is launched): one picked id, no logits.
+  if (in.chain_next || in.queue || in.token_on_device)
+    LMF_CHECK((in.argmax != nullptr) != (in.sampled != nullptr) && !in.logits && !in.profile);
+  if (in.queue && q_queued_ - q_taken_ >= kMaxQueued) LMF_FAIL("more than ", kMaxQueued, " queued decode steps");
   if (g.n_tokens > 1) {
     LMF_CHECK(in.n_tokens == g.n_tokens && g.n_tokens <= kPrefillChunk && gemm_);
     std::memcpy(h_tokens_, in.tokens, size_t(in.n_tokens) * sizeof(int));
@@ -1125,9 +1155,14 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
     return;
   }
   LMF_CHECK(in.n_tokens == 1 && g.n_tokens == 1);
-  h_io_[0] = in.tokens[0];
-  h_io_[1] = int(in.pos0);
-  CUDA_CHECK(cudaMemcpyAsync(d_io_, h_io_, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  if (in.token_on_device) {
+    // The previous step (chain_next) wrote this step's token and position into d_io_.
+    if (chain_pos_ != in.pos0) LMF_FAIL("chained decode step at position ", in.pos0, ", but the device holds ", chain_pos_);
+  } else {
+    h_io_[0] = in.tokens[0];
+    h_io_[1] = int(in.pos0);
+    CUDA_CHECK(cudaMemcpyAsync(d_io_, h_io_, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  }
   const bool graph_on = tri_resolve(opts_.knobs.cuda_graph, true);
   const bool use_graph = graph_on && !in.profile;
   direct_step_ = attn_direct_max_ > 0 && in.pos0 + 1 <= attn_direct_max_;
@@ -1136,6 +1171,7 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
   // step replays the one for its length.
   if (use_graph && st.runs >= 1) {
     if (!st.exec) {
+      CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued steps finish before the capture
       st.exec = capture_step(g, st, false);
       if (attn_direct_max_ > 0) st.exec_direct = capture_step(g, st, true);
     }
@@ -1176,9 +1212,16 @@ cudaGraphExec_t CudaBackend::capture_step(Graph& g, GraphState& st, bool direct,
 void CudaBackend::finish_run(Graph& g, GraphState& st, const StepInput& in) {
   const GTensor& lt = g.t(g.logits);
   const float* l = ptr(st, g, g.logits);
+  // Chained decode: the picked id also goes to the next step's input words and, when queued, to
+  // the host's slot; nothing is copied back and the host does not wait (take_queued does).
+  const int slot = int(q_queued_ % kMaxQueued);
+  cuda::ChainOut chain;
+  if (in.chain_next) chain.io = d_io_, chain.next_pos = int(in.pos0 + in.n_tokens);
+  if (in.queue) chain.host = d_q_ + slot;
+  chain_pos_ = in.chain_next ? in.pos0 + in.n_tokens : -1;
   if (in.argmax) {
-    cuda::argmax(l + (lt.rows - 1) * lt.cols, lt.cols, d_io_ + 2, argmax_, stream_);
-    CUDA_CHECK(cudaMemcpyAsync(h_io_ + 2, d_io_ + 2, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    cuda::argmax(l + (lt.rows - 1) * lt.cols, lt.cols, d_io_ + 2, argmax_, stream_, chain);
+    if (!in.queue) CUDA_CHECK(cudaMemcpyAsync(h_io_ + 2, d_io_ + 2, sizeof(int), cudaMemcpyDeviceToHost, stream_));
   }
   if (in.sampled) {  // d_io_[3]: the sampled id (pinned h_io_[3] brings it back)
     if (sample_.n < lt.cols) {
@@ -1189,7 +1232,13 @@ void CudaBackend::finish_run(Graph& g, GraphState& st, const StepInput& in) {
     const int n_pen = cuda::upload_penalty_ids(in.penalty_ids, in.n_penalty_ids, sample_, stream_);
     cuda::sample(l + (lt.rows - 1) * lt.cols, lt.cols, *in.sample, sample_.pen_ids, n_pen, in.sample_u01, d_io_ + 3,
                  sample_, stream_);
-    CUDA_CHECK(cudaMemcpyAsync(h_io_ + 3, d_io_ + 3, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    if (chain.any()) cuda::chain_id(d_io_ + 3, chain, stream_);
+    if (!in.queue) CUDA_CHECK(cudaMemcpyAsync(h_io_ + 3, d_io_ + 3, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  }
+  if (in.queue) {
+    CUDA_CHECK(cudaEventRecord(q_ev_[slot], stream_));
+    ++q_queued_;
+    return;
   }
   if (in.logits) CUDA_CHECK(cudaMemcpyAsync(in.logits, l, lt.bytes(), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -259,8 +259,19 @@ struct ArgmaxScratch {
 };
 ArgmaxScratch argmax_scratch_alloc();
 void argmax_scratch_free(ArgmaxScratch& a);
+// Where a decode step's picked id also goes in chained decode (StepInput::chain_next, queue):
+// io[0] = id and io[1] = next_pos (the next step's token and position words), *host = id (mapped
+// pinned memory, read by the host after the step's event). Null pointers: not written.
+struct ChainOut {
+  int* io = nullptr;
+  int next_pos = 0;
+  int* host = nullptr;
+  bool any() const { return io || host; }
+};
 void argmax(const float* x, int64_t n, int* out, const ArgmaxScratch& scratch,
-            cudaStream_t s = nullptr);
+            cudaStream_t s = nullptr, ChainOut chain = {});
+// The same outputs from an id already on the device (after sampling): one thread.
+void chain_id(const int* id, ChainOut chain, cudaStream_t s);
 
 int device_sm_count();  // current device, cached
 

@@ -73,11 +73,15 @@ void argmax_scratch_free(ArgmaxScratch& a) {
   if (a.counter) CUDA_CHECK(cudaFree(a.counter));
   a = ArgmaxScratch{};
 }
-void argmax(const float* x, int64_t n, int* out, const ArgmaxScratch& sc, cudaStream_t s) {
+void argmax(const float* x, int64_t n, int* out, const ArgmaxScratch& sc, cudaStream_t s, ChainOut chain) {
   if (n <= 0 || n > (int64_t(1) << 31) - 1 || !sc.partial) LMF_FAIL("cuda argmax: bad n or scratch");
   float* pv = static_cast<float*>(sc.partial);
   int* pi = reinterpret_cast<int*>(pv + sc.blocks);
-  dev::argmax_kernel<<<sc.blocks, 256, 0, s>>>(x, n, out, pv, pi, sc.counter);
+  dev::argmax_kernel<<<sc.blocks, 256, 0, s>>>(x, n, out, pv, pi, sc.counter, chain.io, chain.next_pos, chain.host);
+  CUDA_CHECK_LAUNCH();
+}
+void chain_id(const int* id, ChainOut chain, cudaStream_t s) {
+  dev::chain_id_kernel<<<1, 1, 0, s>>>(id, chain.io, chain.next_pos, chain.host);
   CUDA_CHECK_LAUNCH();
 }
 

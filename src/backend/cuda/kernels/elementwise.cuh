@@ -103,8 +103,25 @@ __device__ __forceinline__ void am_block(float& v, int& i) {
 }
 
 // One launch: blocks reduce slices, the last block to finish reduces the partials.
+// Chained decode's outputs of a picked id (kernels.h ChainOut): the next step's token and
+// position words, and the host's mapped slot (made visible before the kernel's completion event).
+__device__ __forceinline__ void chain_store(int id, int* io, int next_pos, int* host) {
+  if (io) {
+    io[0] = id;
+    io[1] = next_pos;
+  }
+  if (host) {
+    *reinterpret_cast<volatile int*>(host) = id;
+    __threadfence_system();
+  }
+}
+
+__global__ void chain_id_kernel(const int* id, int* io, int next_pos, int* host) {
+  chain_store(*id, io, next_pos, host);
+}
+
 __global__ void argmax_kernel(const float* x, int64_t n, int* out, float* pv, int* pi,
-                              unsigned* counter) {
+                              unsigned* counter, int* io, int next_pos, int* host) {
   float v = -INFINITY;
   int idx = -1;
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
@@ -138,8 +155,10 @@ __global__ void argmax_kernel(const float* x, int64_t n, int* out, float* pv, in
   __syncthreads();
   am_block(v, idx);
   if (threadIdx.x == 0) {
-    *out = idx < 0 ? 0 : idx;
+    const int id = idx < 0 ? 0 : idx;
+    *out = id;
     *counter = 0;
+    chain_store(id, io, next_pos, host);
   }
 }
 

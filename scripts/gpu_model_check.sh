@@ -24,10 +24,11 @@ if has correct; then
   python3 scripts/check_models.py --lmfuse "$L" --device cuda --gen 64 --model $M/qwen3-0.6b.gguf 2>&1 | tee -a "$OUT/golden.md" || rc=1
 fi
 if has sanitize; then
-  # compute-sanitizer on a short run (prefill + decode steps) of a tiny golden model.
+  # compute-sanitizer on a short run (prefill + decode steps, then chained greedy steps) of a tiny
+  # golden model.
   for tool in memcheck racecheck synccheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 "$L" logits -m tests/data/golden/qwen3-tiny-q4_0.gguf \
-      --device cuda --tokens 1,2,3,4,5 --all --prefill 2 -o /tmp/san.bin --knob cuda_graph=0 >"$OUT/sanitize_$tool.log" 2>&1
+      --device cuda --tokens 1,2,3,4,5 --all --prefill 2 --generate 4 -o /tmp/san.bin --knob cuda_graph=0 >"$OUT/sanitize_$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitize_$tool.log") clean summaries)" | tee -a "$OUT/golden.md"
   done
 fi

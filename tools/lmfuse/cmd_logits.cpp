@@ -4,7 +4,9 @@
 #include <fstream>
 
 #include "cli_common.h"
+#include "runtime/generator.h"
 #include "runtime/session.h"
+#include "sampling/sampler.h"
 #include "util/status.h"
 
 namespace lmf::cli {
@@ -54,11 +56,22 @@ int cmd_logits(int argc, char** argv) {
     if (!all) result.erase(result.begin(), result.end() - V);
   }
   if (generate > 0) {
+    // The first token from the logits above, then greedy generation as `lmfuse run` does it
+    // (runtime/generator.h: chained steps where the backend can), so the CPU/GPU agreement
+    // checks cover the chained decode too.
     int32_t next = int32_t(std::max_element(result.end() - V, result.end()) - (result.end() - V));
-    for (int64_t i = 0; i < generate; ++i) {
+    std::printf("%d%c", next, generate == 1 ? '\n' : ' ');
+    SamplingParams greedy_params;
+    greedy_params.temperature = 0;
+    Sampler greedy(greedy_params);
+    std::vector<int32_t> history(tokens.begin(), tokens.end());
+    history.push_back(next);
+    Generator gen(s, greedy, history, generate - 1);
+    for (int64_t i = 1; i < generate; ++i) {
+      next = i == 1 ? gen.first(std::span(&next, 1)) : gen.next();
       std::printf("%d%c", next, i + 1 == generate ? '\n' : ' ');
-      if (i + 1 < generate) next = s.eval_argmax(std::span(&next, 1));
     }
+    gen.finish();
   }
   std::ofstream f(out, std::ios::binary);
   if (!f) LMF_FAIL(out, ": cannot open for writing");

@@ -26,6 +26,7 @@ int32_t Generator::first(std::span<const int32_t> prompt) {
 bool Generator::more() const { return returned_ > 0 && returned_ < max_ && pos() + 1 <= s_.n_ctx(); }
 
 void Generator::queue_one() {
+  if (sampler_.params().temperature > 0) before_queue_ = sampler_;
   s_.queue_next(sampler_);
   ++queued_;
 }
@@ -53,10 +54,13 @@ int32_t Generator::next() {
 }
 
 void Generator::finish() {
+  // At rest one step is queued at most, the newest: its draw is undone with the saved sampler.
+  if (queued_ > 0 && before_queue_) sampler_ = *before_queue_;
   for (; queued_ > 0; --queued_) {
     s_.take_queued();
     s_.rewind(s_.pos() - 1);
   }
+  before_queue_.reset();
 }
 
 }  // namespace lmf

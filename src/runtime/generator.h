@@ -4,10 +4,12 @@
 // step reads the token on the device), then waits for the token: the host's work on a token
 // (detokenizing, printing, stop checks) overlaps the next step, and no copy or synchronization
 // separates two steps. A step queued beyond the last token the caller takes is waited for and
-// dropped by finish() (the position rewinds). Otherwise it is Session::eval_next step by step.
-// Either way the tokens are the same.
+// dropped by finish() (the position rewinds, and the sampler gets back the random number that
+// step drew, so a sampler that lives on, as chat's does across turns, continues as it would have).
+// Otherwise it is Session::eval_next step by step. Either way the tokens are the same.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -51,6 +53,7 @@ class Generator {
   int64_t queued_ = 0;  // steps queued and not yet taken
   int32_t last_ = -1;
   bool chained_ = false;
+  std::optional<Sampler> before_queue_;  // the sampler before the newest queued step drew (sampling only)
 };
 
 }  // namespace lmf

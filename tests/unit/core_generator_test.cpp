@@ -170,33 +170,35 @@ TEST(Generator, SameTokensPositionAndHistoryChainedOrNot) {
 }
 
 // Stopping early (a stop token, a callback that says stop): the step queued ahead is dropped, so
-// the session continues exactly where the step-by-step loop would.
+// the session, and a sampler that lives on (chat keeps one across turns), continue exactly where
+// the step-by-step loop would.
 TEST(Generator, StoppingEarlyDropsTheQueuedStep) {
   Tiny t;
   const std::vector<int32_t> prompt = {1, 5, 9, 12, 3, 4};
-  lmf::SamplingParams greedy;
-  greedy.temperature = 0;
-  int64_t ref_pos = 0;
-  std::vector<int32_t> ref_hist;
-  const auto ref = reference(*t.cpu, *t.model, greedy, prompt, 8, &ref_pos, &ref_hist);
-  lmf::Session s(*t.model, *t.chaining);
-  lmf::Sampler sampler(greedy);
-  std::vector<int32_t> hist = prompt;
-  lmf::Generator gen(s, sampler, hist, 100);
-  std::vector<int32_t> got = {gen.first(prompt)};
-  for (int i = 0; i < 2; ++i) got.push_back(gen.next());
-  EXPECT_EQ(s.pos(), int64_t(prompt.size()) + 3);  // the step consuming the third token is queued
-  gen.finish();
-  gen.finish();  // idempotent
-  EXPECT_EQ(s.pos(), int64_t(prompt.size()) + 2);
-  EXPECT_EQ(t.chaining->queued(), 0u);
-  EXPECT_EQ(hist, std::vector<int32_t>(ref_hist.begin(), ref_hist.begin() + long(prompt.size()) + 2));
-  // Continue step by step from the third token: the reference's fourth and fifth.
-  hist.push_back(got.back());
-  got.push_back(s.eval_next(std::span(&hist.back(), 1), sampler, hist));
-  hist.push_back(got.back());
-  got.push_back(s.eval_next(std::span(&hist.back(), 1), sampler, hist));
-  EXPECT_EQ(got, std::vector<int32_t>(ref.begin(), ref.begin() + 5));
+  const auto cs = cases();
+  for (size_t c : {size_t(0), size_t(1), size_t(2)}) {
+    int64_t ref_pos = 0;
+    std::vector<int32_t> ref_hist;
+    const auto ref = reference(*t.cpu, *t.model, cs[c], prompt, 8, &ref_pos, &ref_hist);
+    lmf::Session s(*t.model, *t.chaining);
+    lmf::Sampler sampler(cs[c]);
+    std::vector<int32_t> hist = prompt;
+    lmf::Generator gen(s, sampler, hist, 100);
+    std::vector<int32_t> got = {gen.first(prompt)};
+    for (int i = 0; i < 2; ++i) got.push_back(gen.next());
+    EXPECT_EQ(s.pos(), int64_t(prompt.size()) + 3);  // the step consuming the third token is queued
+    gen.finish();
+    gen.finish();  // idempotent
+    EXPECT_EQ(s.pos(), int64_t(prompt.size()) + 2);
+    EXPECT_EQ(t.chaining->queued(), 0u);
+    EXPECT_EQ(hist, std::vector<int32_t>(ref_hist.begin(), ref_hist.begin() + long(prompt.size()) + 2));
+    // Continue step by step from the third token, with the same sampler: the reference's 4th-6th.
+    for (int i = 0; i < 3; ++i) {
+      hist.push_back(got.back());
+      got.push_back(s.eval_next(std::span(&hist.back(), 1), sampler, hist));
+    }
+    EXPECT_EQ(got, std::vector<int32_t>(ref.begin(), ref.begin() + 6)) << "case " << c;
+  }
 }
 
 // The context bounds generation as in the step-by-step loop; next() past the end is an error;

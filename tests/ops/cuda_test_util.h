@@ -210,13 +210,14 @@ inline std::vector<double> gemv_kernel_ref(DType t, const std::vector<double>& W
   }
   return matvec(W, act_quant_ref(gamma ? device_normed_x(in, res, *gamma) : in), rows, cols);
 }
-// Whether f() throws lmf::Error (the standalone harness has no EXPECT_THROW).
+// Whether f() throws lmf::Error (the standalone harness has no EXPECT_THROW) whose message holds
+// `what`.
 template <class F>
-bool throws_error(F f) {
+bool throws_error(F f, const char* what = "") {
   try {
     f();
-  } catch (const lmf::Error&) {
-    return true;
+  } catch (const lmf::Error& e) {
+    return std::string(e.what()).find(what) != std::string::npos;
   }
   return false;
 }

@@ -27,8 +27,6 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode: the gate/up GEMV writes down's input already quantized to int8, so down copies it instead of quantizing it per block (auto = off: measured slower)"},
       {"attn_xq", "LMFUSE_ATTN_XQ", &Knobs::attn_xq,
        "CUDA decode: the attention merge kernel writes o_proj's input already quantized to int8, so o_proj copies it (auto = hidden size >= 2560, split + merge steps only; 1 = the direct split too)"},
-      {"gemv_row_pairs", "LMFUSE_GEMV_ROW_PAIRS", &Knobs::gemv_row_pairs,
-       "CUDA decode GEMV: a Q4_0/Q4_1 matrix of at most 1024 columns with the plain store epilogue (0.6B's logits) loads two row groups per batch instead of one column group and an empty one (same bits; auto = on)"},
       {"gemv_split_k", "LMFUSE_GEMV_SPLIT_K", &Knobs::gemv_split_k,
        "CUDA decode GEMV: split the columns of a row group over several warps (auto = the deep shapes only: more than two column batches per row group, i.e. down_proj; 1 = every shape)"},
       {"qkv_post_pdl", "LMFUSE_QKV_POST_PDL", &Knobs::qkv_post_pdl,

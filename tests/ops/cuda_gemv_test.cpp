@@ -217,46 +217,6 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
   set_gemv_wide(false);
 }
 
-// Row pairs (gemv.cuh; set_gemv_row_pairs): the 4-bit Store GEMVs of one column group load two
-// row groups per batch. Against the host reference, and bit for bit against the same launch
-// without pairs, on shapes with many row groups per warp (0.6B's logits: 151,936 x 1,024), an odd
-// row count, a partial column group (992 columns), both block widths, with and without the norm
-// prologue and a bias.
-TEST(CudaGemv, RowPairsBitwiseEqualPlain) {
-  uint32_t seed = 900;
-  for (DType t : {DType::Q4_0, DType::Q4_1})
-    for (Shape s : {Shape{151936, 1024}, Shape{40001, 992}, Shape{12289, 512}, Shape{4100, 1024}}) {
-      for (Prologue pro : {Prologue::None, Prologue::Norm}) check_store(t, s, pro, seed++);
-      std::mt19937 rng(seed++);
-      auto wq = random_rows(t, s.rows, s.cols, rng);
-      DeviceWeight dw = upload_weight(repack_rows(t, wq.data(), s.rows, s.cols));
-      auto in = randn(s.cols, rng), gamma = randn(s.cols, rng, 0.5f), bias = randn(s.rows, rng);
-      DevBuf<float> d_in(in), d_gamma(gamma), d_bias(bias), d_y(s.rows), d_y2(s.rows);
-      for (bool wide : {false, true}) {
-        GemvArgs a;
-        a.w = &dw;
-        a.in = d_in.p();
-        a.gamma = d_gamma.p();
-        a.bias = d_bias.p();
-        set_gemv_wide(wide);
-        a.y = d_y.p();
-        set_gemv_row_pairs(Tri::Auto);
-        gemv(Prologue::Norm, Epilogue::Store, a);
-        a.y = d_y2.p();
-        set_gemv_row_pairs(Tri::Off);
-        gemv(Prologue::Norm, Epilogue::Store, a);
-        auto y = d_y.get(), y2 = d_y2.get();
-        int64_t diff = 0;
-        for (int64_t i = 0; i < s.rows; ++i) diff += std::memcmp(&y[i], &y2[i], sizeof(float)) != 0;
-        EXPECT_TRUE(all_finite(y) && d_y.guards_intact()) << dtype_name(t) << " " << s.rows << "x" << s.cols;
-        EXPECT_EQ(diff, int64_t(0)) << dtype_name(t) << " " << s.rows << "x" << s.cols << " wide " << wide;
-      }
-      free_weight(dw);
-    }
-  set_gemv_row_pairs(Tri::Auto);
-  set_gemv_wide(false);
-}
-
 // Down's x quantized once, by the gate/up GEMV (SiluMulQ -> Int8 prologue), against down
 // quantizing gate/up's output itself (SiluMul -> None): the same h and the same down output, bit
 // for bit, in both block widths. Two rounds: the per-block counters must be left zero. xq starts

@@ -1051,7 +1051,6 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
 void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile, cuda::TimelineSlots* tl) {
   cuda::set_gemv_split_k(opts_.knobs.gemv_split_k);  // this backend's, before any capture
   cuda::set_gemv_coresident(opts_.knobs.gemv_coresident);
-  cuda::set_gemv_row_pairs(opts_.knobs.gemv_row_pairs);
   const bool large = cuda::large_decode_model(m_->hp.n_embd);
   cuda::set_gemv_wide(tri_resolve(opts_.knobs.gemv_wide, large));
   // Early trigger: per kernel by model size unless forced (docs/PERF.md S15-4..S15-6).

@@ -295,10 +295,6 @@ void set_pdl_early_trigger(int mask);
 // 1.009-1.014, 0.6B untouched (no deep shape); on every shape it loses on qkv and o (4B: 1.007
 // against auto's 1.011; sessions 5, 8, 13). Set before capture.
 void set_gemv_split_k(Tri mode);
-// Row pairs (gemv.cuh): a 4-bit Store GEMV of one column group (K <= 1024) loads two row groups
-// per batch instead of one column group and an empty one (0.6B's logits). Same bits. Auto = On;
-// Off: never (docs/PERF.md S24-3). Set before capture.
-void set_gemv_row_pairs(Tri mode);
 // One GEMV block per SM instead of as many as fit (2 for the integer-dot types), so that a block
 // of the next PDL-launched kernel fits beside it and issues its weight loads while this one runs.
 // Auto (default) = Off, measured slower end to end (docs/PERF.md, session 5); On: every GEMV

@@ -57,7 +57,6 @@ namespace {
 std::atomic<bool> g_pdl{true};
 std::atomic<int> g_split_k{int(Tri::Auto)};
 std::atomic<int> g_coresident{int(Tri::Auto)};
-std::atomic<int> g_row_pairs{int(Tri::Auto)};
 std::atomic<int> g_pdl_early{kEarlyAll};
 std::atomic<bool> g_wide{false};
 }  // namespace
@@ -68,8 +67,6 @@ void set_pdl_early_trigger(int mask) { g_pdl_early.store(mask, std::memory_order
 bool dev::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
 Tri dev::gemv_split_k_mode() { return Tri(g_split_k.load(std::memory_order_relaxed)); }
 Tri dev::gemv_coresident_mode() { return Tri(g_coresident.load(std::memory_order_relaxed)); }
-Tri dev::gemv_row_pairs_mode() { return Tri(g_row_pairs.load(std::memory_order_relaxed)); }
-void set_gemv_row_pairs(Tri mode) { g_row_pairs.store(int(mode), std::memory_order_relaxed); }
 void set_gemv_coresident(Tri mode) { g_coresident.store(int(mode), std::memory_order_relaxed); }
 void set_gemv_split_k(Tri mode) { g_split_k.store(int(mode), std::memory_order_relaxed); }
 void set_programmatic_launch(bool on) { g_pdl.store(on, std::memory_order_relaxed); }

@@ -36,12 +36,6 @@
 // and are added in sub order by warp sub 0, which runs the epilogue. The order depends only on
 // the shape (the host picks k from rows/cols/type), so results are deterministic. Which shapes
 // split: set_gemv_split_k in kernels.h; k = 1 for the others.
-//
-// Row pairs (row_pairs). A 4-bit shape of one column group (K <= 1024) fills only the first of a
-// batch's kSteps = 2 steps. With the plain Store epilogue and no split-K the second step takes the
-// warp's next row group instead (rg + rg_step), so a warp keeps two row groups per batch in
-// flight as the wide shapes keep two column groups (0.6B's logits GEMV). Each row's dot is the
-// same single step: the same bits either way (knob LMFUSE_GEMV_ROW_PAIRS).
 #pragma once
 #include <cuda_fp16.h>
 
@@ -119,7 +113,6 @@ struct GemvParams {
   const float* bias;
   QkvParams qkv;
   int ksplit;  // warps per row group: 1, 2, 4 or 8 (gemv_ksplit)
-  int row_pairs;  // a batch's second step takes the next row group (gemv_row_pairs_ok; Store only)
   unsigned long long* tl;  // launch timeline slot or null
   uint8_t* xq;             // SiluMulQ: written; Int8 prologue: read
   unsigned* xq_cnt;        // SiluMulQ: per 32-block of y
@@ -467,14 +460,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     int rg, g;
   };
   const int g0 = sub * U, gstep = ks * U;  // this warp's column batches: g0, g0 + gstep, ...
-  // Row pairs (header comment): a batch at rg covers rg and rg + rg_step, both at column group 0.
-  constexpr bool kPairable = EPI == Epilogue::Store && U == 2;
-  const bool pairs = kPairable && p.row_pairs != 0;
   auto next_pos = [&](Pos q) {
-    if (kPairable && pairs) {
-      q.rg += 2 * rg_step;
-      return q;
-    }
     q.g += gstep;
     if (q.g >= ngroups) {
       q.g = g0;
@@ -485,20 +471,15 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   Pos a{int(blockIdx.x) + int(gridDim.x) * slot, g0};
   Pos b = next_pos(a);
   Frag<T> cur[U], nxt[U];
-  auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
-    if (at.rg >= n_rg) return;
-    if (kPairable && pairs) {
-      buf[0].load(p, at.rg, 0, nblk, lane, pol);
-      if (at.rg + rg_step < n_rg) buf[1].load(p, at.rg + rg_step, 0, nblk, lane, pol);
-      return;
-    }
+  // Two batches in flight while x is staged (for the 8B shapes that is a whole row group).
+  if (a.rg < n_rg)
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (at.g + u < ngroups) buf[u].load(p, at.rg, at.g + u, nblk, lane, pol);
-  };
-  // Two batches in flight while x is staged (for the 8B shapes that is a whole row group).
-  load_batch(cur, a);
-  load_batch(nxt, b);
+      if (a.g + u < ngroups) cur[u].load(p, a.rg, a.g + u, nblk, lane, pol);
+  if (b.rg < n_rg)
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (b.g + u < ngroups) nxt[u].load(p, b.rg, b.g + u, nblk, lane, pol);
   // The Norm prologue's second pass reads gamma after the block reduction: its lines are
   // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
   if constexpr (PRO == Prologue::Norm || PRO == Prologue::AddNorm)
@@ -536,24 +517,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // One batch: accumulate the fragments in buf (position at); when the batch after it (after)
   // starts the next row group, reduce and run the epilogue.
   auto step = [&](const Frag<T> (&buf)[U], const Pos& at, const Pos& after) {
-      if constexpr (kPairable) {
-        if (pairs) {  // two row groups of one step each, the Store epilogue of the step above
-#pragma unroll
-          for (int u = 0; u < U; ++u) {
-            const int rgu = at.rg + u * rg_step;
-            if (rgu >= n_rg) break;
-            buf[u].accumulate(acc, xs4, 0, nblk, lane);
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) {
-              const float v = warp_sum(acc[r]);
-              acc[r] = 0.f;
-              const int row = rgu * kRows + r;
-              if (lane == r && row < p.rows) p.y[row] = p.bias ? v + p.bias[row] : v;
-            }
-          }
-          return;
-        }
-      }
       const int rg = at.rg;
   #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -620,6 +583,12 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         }  // sub == 0
         load_yres(after.rg);
       }
+  };
+  auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
+    if (at.rg < n_rg)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (at.g + u < ngroups) buf[u].load(p, at.rg, at.g + u, nblk, lane, pol);
   };
   // Ping-pong between the two register buffers (no copy between them: a register copy of the
   // newer batch would wait for its loads, ncu showed 19 % of the 8B down GEMV's stall samples

@@ -34,7 +34,6 @@ namespace lmf::cuda::dev {
 int gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches);  // kernels_gemv.cu
 Tri gemv_split_k_mode();                                  // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
-Tri gemv_row_pairs_mode();                                // kernels_gemv.cu
 constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
 
 template <DType T, Prologue PRO, Epilogue EPI, int W>
@@ -57,9 +56,6 @@ void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   const Tri sk = gemv_split_k_mode();
   const bool split = sk == Tri::On || (sk == Tri::Auto && rg_batches > 2);
   q.ksplit = split ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
-  // Row pairs (gemv.cuh): the Store epilogue of a 4-bit shape of one column group, no split-K.
-  q.row_pairs = EPI == Epilogue::Store && kSteps<T> == 2 && (p.cols / 32 + 31) / 32 == 1 && q.ksplit == 1 &&
-                gemv_row_pairs_mode() != Tri::Off;
   launch_pdl(k, dim3(grid), dim3(threads), smem, s, q);
 }
 

@@ -29,6 +29,7 @@ const char* group_kind_name(GroupKind k) {
     case GroupKind::GateUp: return "gate_up";
     case GroupKind::OResid: return "o_resid";
     case GroupKind::DownResid: return "down_resid";
+    case GroupKind::Logits: return "logits";
   }
   return "?";
 }
@@ -109,7 +110,6 @@ void form_groups(Graph& g) {
   for (int x : order) {
     const auto& members = by_input[x];
     const Op& lead = g.ops[size_t(members[0])];
-    if (lead.layer < 0) continue;  // the output projection is not grouped
     FusionGroup grp;
     grp.layer = lead.layer;
     grp.members = members;
@@ -119,7 +119,10 @@ void form_groups(Graph& g) {
       int q = producer_of(g, g.ops[size_t(p)].in[0]);
       if (q >= 0 && g.ops[size_t(q)].kind == OpKind::Add) grp.add = q;
     }
-    if (members.size() == 3) {
+    if (lead.layer < 0) {  // the output projection: only its norm (and add) can fold into it
+      if (members.size() != 1 || grp.norm < 0) continue;
+      grp.kind = GroupKind::Logits;
+    } else if (members.size() == 3) {
       grp.kind = GroupKind::QKV;
       // Epilogue: everything between the projections and attention (head norms, RoPE, KV store).
       std::vector<int> frontier;

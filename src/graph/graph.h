@@ -60,6 +60,8 @@ enum class GroupKind {
   GateUp,     // members: gate, up; norm: ffn_norm; add: attention residual add; epilogue: silu_mul
   OResid,     // members: o_proj; epilogue: the residual add that consumes it
   DownResid,  // members: down; epilogue: the residual add that consumes it
+  Logits,     // members: the output projection (layer -1); norm: output_norm; add: the last
+              // residual add (when no residual epilogue took it)
 };
 const char* group_kind_name(GroupKind k);
 

@@ -37,8 +37,17 @@ TEST(Graph, NamesGroupsAndPlanForQwen3) {
       for (const auto& t : g.tensors) found |= t.name == n;
       EXPECT_TRUE(found) << n;
     }
-    // Per layer: QKV, gate/up, o-resid, down-resid.
-    ASSERT_EQ(g.groups.size(), size_t(4 * m->hp.n_layer));
+    // Per layer: QKV, gate/up, o-resid, down-resid; then the output projection with its norm.
+    ASSERT_EQ(g.groups.size(), size_t(4 * m->hp.n_layer + 1));
+    const FusionGroup& lg = g.groups.back();
+    EXPECT_EQ(lg.kind, GroupKind::Logits);
+    EXPECT_EQ(lg.layer, -1);
+    ASSERT_EQ(lg.members.size(), 1u);
+    EXPECT_EQ(g.ops[size_t(lg.leader())].out[0], g.logits);
+    ASSERT_GE(lg.norm, 0);
+    EXPECT_EQ(g.ops[size_t(lg.norm)].kind, OpKind::RmsNorm);
+    EXPECT_GE(lg.add, 0) << "the last layer's residual add feeds the output norm";
+    EXPECT_TRUE(lg.epilogue.empty());
     int qkv = 0;
     for (const auto& grp : g.groups) {
       if (grp.kind != GroupKind::QKV) continue;

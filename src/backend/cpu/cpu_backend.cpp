@@ -69,6 +69,9 @@ class CpuBackend final : public Backend {
         case GroupKind::DownResid:
           grp.reject_reason = "residual epilogue not fused on the CPU";
           break;
+        case GroupKind::Logits:
+          grp.reject_reason = "the output norm is not folded on the CPU (it would save no pass)";
+          break;
       }
     }
   }

@@ -529,6 +529,29 @@ void CudaBackend::prepare(Graph& g) {
     // the in-GEMV epilogue's per-row-group fence and counters stall the weight stream.
     grp.fold_epilogue = true;
   }
+  // The output norm folded into the logits GEMV (Norm prologue; AddNorm when the last residual
+  // add was not taken by down's epilogue), as the layers' norms fold into qkv and gate/up: one
+  // launch fewer per token, the same bits (docs/PERF.md S24-4).
+  for (auto& grp : g.groups) {
+    if (grp.kind != GroupKind::Logits) continue;
+    const Op& lead = g.ops[size_t(grp.leader())];
+    if (!fusion || !tri_resolve(k.ln_fusion, true) || !tri_resolve(k.logits_norm_fusion, true)) {
+      grp.reject_reason = "knob off";
+      continue;
+    }
+    const bool add = grp.add >= 0 && std::find(adds_taken.begin(), adds_taken.end(), grp.add) == adds_taken.end();
+    if (!mats_.count(lead.w) || gate_up_layer_.count(lead.w) ||
+        !cuda::gemv_supported(lead.w->type, add ? Prologue::AddNorm : Prologue::Norm, Epilogue::Store)) {
+      grp.reject_reason = "no kernel instance for this prologue/epilogue";
+      continue;
+    }
+    if (g.ops[size_t(grp.norm)].row_begin != 0 || g.t(lead.out[0]).rows != 1) {
+      grp.reject_reason = "the norm reads rows past the first";
+      continue;
+    }
+    grp.accepted = grp.fold_norm = true;
+    grp.fold_add = add;
+  }
   // Every layer's gate/up must have taken the residual add whose block output is o_proj's (the
   // accumulator replaces it in direct steps); else o_proj launches in every step (still exact).
   if (attn_o_) {
@@ -578,6 +601,10 @@ void CudaBackend::prepare_prefill(Graph& g) {
   const bool fusion = k.fusion != Tri::Off;
   const auto& hp = m_->hp;
   for (auto& grp : g.groups) {
+    if (grp.kind == GroupKind::Logits) {
+      grp.reject_reason = "the output norm stays its own launch at prefill (see above)";
+      continue;
+    }
     const LayerDev& L = layers_[size_t(grp.layer)];
     const Op& lead = g.ops[size_t(grp.leader())];
     bool knob = false, can = false;
@@ -595,6 +622,8 @@ void CudaBackend::prepare_prefill(Graph& g) {
         knob = tri_resolve(k.resid_fusion, true);
         can = mats_.count(lead.w) > 0;
         break;
+      case GroupKind::Logits:
+        break;  // rejected above
     }
     if (!fusion || !knob) {
       grp.reject_reason = "knob off";
@@ -943,6 +972,7 @@ cuda::QkvPostArgs CudaBackend::qkv_epilogue_args(Graph& g, GraphState& st, const
 // An accepted group of a T-row graph (prepare_prefill): one matrix product + its epilogue.
 void CudaBackend::launch_prefill_group(Graph& g, GraphState& st, const FusionGroup& grp) {
   const Op& lead = g.ops[size_t(grp.leader())];
+  LMF_CHECK(grp.layer >= 0, "cuda prefill: no fused launch for group ", group_kind_name(grp.kind));
   const LayerDev& L = layers_[size_t(grp.layer)];
   cuda::PrefillMatmul mm;
   mm.x = ptr(st, g, lead.in[0]);
@@ -975,6 +1005,8 @@ void CudaBackend::launch_prefill_group(Graph& g, GraphState& st, const FusionGro
       cuda::matmul_prefill(gemm_, mm, pf_, prefill_route(mm), stream_);
       break;
     }
+    case GroupKind::Logits:
+      break;  // never accepted at prefill (checked above)
   }
 }
 
@@ -1002,13 +1034,13 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       pro = Prologue::AddNorm;
     }
   }
-  const LayerDev& L = layers_[size_t(grp.layer)];
+  const LayerDev* L = grp.layer >= 0 ? &layers_[size_t(grp.layer)] : nullptr;  // none for Logits
   switch (grp.kind) {
     case GroupKind::QKV: {
-      a.w = &L.qkv;
-      a.bias = L.qkv_bias;
+      a.w = &L->qkv;
+      a.bias = L->qkv_bias;
       const cuda::QkvPostArgs e = qkv_epilogue_args(g, st, grp);
-      a.qkv = cuda::gemv_qkv_params(e, st.qkv_raw, L.counters);
+      a.qkv = cuda::gemv_qkv_params(e, st.qkv_raw, L->counters);
       if (qkv_epilogue_in_gemv_) {
         cuda::gemv(pro, Epilogue::QKV, a, stream_);
         break;
@@ -1024,7 +1056,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       break;
     }
     case GroupKind::GateUp: {
-      a.w = &L.gate_up;
+      a.w = &L->gate_up;
       if (attn_o_ && direct_step_ && grp.fold_add) a.in = o_acc_ + grp.layer * m_->hp.n_embd;  // o_proj's sum
       a.y = ptr(st, g, g.ops[size_t(grp.epilogue[0])].out[0]);
       const bool xq = st.xq_role[size_t(grp.leader())] == XqRole::Write;
@@ -1045,6 +1077,12 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       cuda::gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
       break;
     }
+    case GroupKind::Logits:  // the output projection, its norm (and add) folded in
+      a.w = &mats_.at(lead.w);
+      a.bias = lead.b ? dev_vec(*lead.b) : nullptr;
+      a.y = ptr(st, g, lead.out[0]);
+      cuda::gemv(pro, Epilogue::Store, a, stream_);
+      break;
   }
 }
 

@@ -13,7 +13,7 @@ const std::vector<KnobInfo>& knob_table() {
       {"fusion", "LMFUSE_FUSION", &Knobs::fusion, "master switch: 0 runs the plain unfused graph"},
       {"ln_fusion", "LMFUSE_LN_FUSION", &Knobs::ln_fusion, "residual add + RMSNorm folded into the projection"},
       {"logits_norm_fusion", "LMFUSE_LOGITS_NORM_FUSION", &Knobs::logits_norm_fusion,
-       "CUDA decode: the output RMSNorm (and the last residual add, when no residual epilogue took it) folded into the logits GEMV, as ln_fusion folds the layers' norms (auto = on with ln_fusion)"},
+       "CUDA decode: the output RMSNorm (and the last residual add, when no residual epilogue took it) folded into the logits GEMV, as ln_fusion folds the layers' norms (auto = on with ln_fusion up to hidden size 2560: measured 0.6B +0.6 %, 4B +0.3 %, 8B -0.3 %)"},
       {"qkv_fusion", "LMFUSE_QKV_FUSION", &Knobs::qkv_fusion, "Q/K/V as one launch"},
       {"gateup_fusion", "LMFUSE_GATEUP_FUSION", &Knobs::gateup_fusion, "gate/up as one launch + silu*mul"},
       {"resid_fusion", "LMFUSE_RESID_FUSION", &Knobs::resid_fusion, "residual add in o_proj/down epilogue"},

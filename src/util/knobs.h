@@ -15,7 +15,7 @@ const char* tri_name(Tri t);
 
 struct Knobs {
   Tri ln_fusion = Tri::Auto;        // LMFUSE_LN_FUSION: residual add + RMSNorm folded into the consuming projection
-  Tri logits_norm_fusion = Tri::Auto;  // LMFUSE_LOGITS_NORM_FUSION: the output RMSNorm folded into the decode logits GEMV (with ln_fusion)
+  Tri logits_norm_fusion = Tri::Auto;  // LMFUSE_LOGITS_NORM_FUSION: the output RMSNorm folded into the decode logits GEMV (auto: hidden <= 2560)
   Tri qkv_fusion = Tri::Auto;       // LMFUSE_QKV_FUSION: Q/K/V as one launch (leader + followers)
   Tri gateup_fusion = Tri::Auto;    // LMFUSE_GATEUP_FUSION: gate/up as one launch with silu*mul epilogue
   Tri resid_fusion = Tri::Auto;     // LMFUSE_RESID_FUSION: residual add in o_proj / down epilogues

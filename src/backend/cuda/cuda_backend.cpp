@@ -531,11 +531,13 @@ void CudaBackend::prepare(Graph& g) {
   }
   // The output norm folded into the logits GEMV (Norm prologue; AddNorm when the last residual
   // add was not taken by down's epilogue), as the layers' norms fold into qkv and gate/up: one
-  // launch fewer per token, the same bits (docs/PERF.md S24-4).
+  // launch fewer per token, the same bits. Automatic up to hidden size 2560: the norm's staging
+  // in every block grows with the width and outweighs the launch at 4096 (docs/PERF.md S24-4:
+  // tg128 0.6B 1.006, 4B 1.003, 8B 0.997).
   for (auto& grp : g.groups) {
     if (grp.kind != GroupKind::Logits) continue;
     const Op& lead = g.ops[size_t(grp.leader())];
-    if (!fusion || !tri_resolve(k.ln_fusion, true) || !tri_resolve(k.logits_norm_fusion, true)) {
+    if (!fusion || !tri_resolve(k.ln_fusion, true) || !tri_resolve(k.logits_norm_fusion, hp.n_embd <= 2560)) {
       grp.reject_reason = "knob off";
       continue;
     }

@@ -1180,6 +1180,7 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
   // Chained decode's flags (checked before anything is launched): one picked id, no logits.
   if (in.chain_next || in.queue || in.token_on_device)
     LMF_CHECK((in.argmax != nullptr) != (in.sampled != nullptr) && !in.logits && !in.profile);
+  LMF_CHECK(!in.token_on_device || in.n_tokens == 1);
   if (in.queue && q_queued_ - q_taken_ >= kMaxQueued) LMF_FAIL("more than ", kMaxQueued, " queued decode steps");
   if (g.n_tokens > 1) {
     LMF_CHECK(in.n_tokens == g.n_tokens && g.n_tokens <= kPrefillChunk && gemm_);

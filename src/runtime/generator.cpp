@@ -17,13 +17,13 @@ Generator::~Generator() {
 int32_t Generator::first(std::span<const int32_t> prompt) {
   LMF_CHECK(returned_ == 0);
   chained_ = max_ > 1 && s_.can_chain(sampler_.params());
-  last_ = chained_ ? s_.eval_next_chained(prompt, sampler_, history_) : s_.eval_next(prompt, sampler_, history_);
+  last_ = chained_ ? s_.eval_next_chained(prompt, sampler_) : s_.eval_next(prompt, sampler_, history_);
   returned_ = 1;
   if (chained_ && more()) queue_one();
   return last_;
 }
 
-bool Generator::more() const { return returned_ > 0 && returned_ < max_ && pos() + 1 <= s_.n_ctx(); }
+bool Generator::more() const { return returned_ > 0 && may_follow(returned_, pos()); }
 
 void Generator::queue_one() {
   if (sampler_.params().temperature > 0) before_queue_ = sampler_;
@@ -45,7 +45,7 @@ int32_t Generator::next() {
     // The step consuming last_ is queued; queue the one after it (consuming the token about to
     // be returned) before waiting, so the device never waits for the host.
     LMF_CHECK(queued_ == 1);
-    if (returned_ + 1 < max_ && s_.pos() + 1 <= s_.n_ctx()) queue_one();
+    if (may_follow(returned_ + 1, s_.pos())) queue_one();
     last_ = s_.take_queued();
     --queued_;
   }

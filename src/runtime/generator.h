@@ -45,6 +45,8 @@ class Generator {
 
  private:
   void queue_one();
+  // Whether a step may consume the last of `returned` tokens, at position `pos`.
+  bool may_follow(int64_t returned, int64_t pos) const { return returned < max_ && pos + 1 <= s_.n_ctx(); }
   Session& s_;
   Sampler& sampler_;
   std::vector<int32_t>& history_;

@@ -11,6 +11,23 @@ namespace lmf {
 // Plain greedy: the argmax step (no random number, no penalty).
 static bool greedy(const SamplingParams& p) { return p.temperature <= 0 && p.repeat_penalty == 1.0f; }
 
+// A chained step's request (no penalty: Session::can_chain): its id picked where the logits are,
+// by argmax when greedy, else by device sampling with the sampler's next uniform, and left on
+// the device as the next step's input.
+static StepInput chained_pick(Sampler& sampler, int32_t* id) {
+  const SamplingParams& p = sampler.params();
+  StepInput in;
+  if (greedy(p)) {
+    in.argmax = id;
+  } else {
+    in.sample = &p;
+    in.sample_u01 = p.temperature > 0 ? sampler.next_uniform() : 0.0;
+    in.sampled = id;
+  }
+  in.chain_next = true;
+  return in;
+}
+
 void prepare_graph(Graph& g, Backend& b, size_t max_rehome_bytes) {
   g.reset_fusion();
   b.prepare(g);
@@ -38,13 +55,15 @@ void Session::rewind(int64_t p) {
 }
 
 const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool all_logits) {
-  eval_impl(tokens, all_logits, nullptr);
+  eval_impl(tokens, all_logits);
   return logits_;
 }
 
 int32_t Session::eval_argmax(std::span<const int32_t> tokens) {
   int32_t id = -1;
-  eval_impl(tokens, false, &id);
+  StepInput req;
+  req.argmax = &id;
+  eval_impl(tokens, false, &req);
   return id;
 }
 
@@ -60,7 +79,7 @@ int32_t Session::eval_sample(std::span<const int32_t> tokens, const SamplingPara
   req.n_penalty_ids = int64_t(pen.size());
   req.sample_u01 = u01;
   req.sampled = &id;
-  eval_impl(tokens, false, nullptr, &req);
+  eval_impl(tokens, false, &req);
   return id;
 }
 
@@ -74,50 +93,32 @@ bool Session::can_chain(const SamplingParams& p) const {
   return tri_resolve(backend_.options().knobs.decode_pipeline, true) && backend_.can_chain(p, model_.hp.n_vocab);
 }
 
-int32_t Session::eval_next_chained(std::span<const int32_t> tokens, Sampler& sampler, std::span<const int32_t> history) {
-  const SamplingParams& p = sampler.params();
-  if (!can_chain(p)) LMF_FAIL("chained decode is not available for these sampling parameters on ", backend_.name());
+int32_t Session::eval_next_chained(std::span<const int32_t> tokens, Sampler& sampler) {
+  if (!can_chain(sampler.params()))
+    LMF_FAIL("chained decode is not available for these sampling parameters on ", backend_.name());
   int32_t id = -1;
-  StepInput req;
-  req.chain_next = true;
-  if (greedy(p)) {
-    eval_impl(tokens, false, &id, &req);
-    return id;
-  }
-  req.sample = &p;
-  req.sample_u01 = p.temperature > 0 ? sampler.next_uniform() : 0.0;
-  req.sampled = &id;
-  (void)history;  // no penalty when chained (can_chain)
-  eval_impl(tokens, false, nullptr, &req);
+  const StepInput req = chained_pick(sampler, &id);
+  eval_impl(tokens, false, &req);
   return id;
 }
 
 void Session::queue_next(Sampler& sampler) {
-  const SamplingParams& p = sampler.params();
-  if (!can_chain(p)) LMF_FAIL("chained decode is not available for these sampling parameters on ", backend_.name());
+  if (!can_chain(sampler.params()))
+    LMF_FAIL("chained decode is not available for these sampling parameters on ", backend_.name());
   if (pos_ + 1 > n_ctx_)
     LMF_FAIL("context full: ", pos_, " tokens in the cache + 1 new exceed the context of ", n_ctx_, " tokens");
   Graph& g = graph_for(1, false);
-  StepInput in;
+  int32_t unused = -1;  // selects the kind of step; a queued step writes its id for take_queued
+  StepInput in = chained_pick(sampler, &unused);
   in.n_tokens = 1;
   in.pos0 = pos_;
   in.token_on_device = true;
-  in.chain_next = true;
   in.queue = true;
-  int32_t unused = -1;  // selects the kind of step; a queued step writes its id for take_queued
-  if (greedy(p)) {
-    in.argmax = &unused;
-  } else {
-    in.sample = &p;
-    in.sample_u01 = p.temperature > 0 ? sampler.next_uniform() : 0.0;
-    in.sampled = &unused;
-  }
   backend_.run(g, in);
   pos_ += 1;
 }
 
-void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_t* argmax, const StepInput* req) {
-  const StepInput* sample = req && req->sampled ? req : nullptr;
+void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, const StepInput* pick) {
   const int64_t T = int64_t(tokens.size());
   if (T == 0) LMF_FAIL("no tokens to evaluate");
   if (pos_ + T > n_ctx_)
@@ -128,7 +129,7 @@ void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_
     if (t < 0 || t >= model_.hp.n_vocab)
       LMF_FAIL("token id ", t, " is outside the vocabulary (0..", model_.hp.n_vocab - 1, ")");
   const int64_t V = model_.hp.n_vocab;
-  if (!argmax && !sample) logits_.resize(size_t((all_logits ? T : 1) * V));
+  if (!pick) logits_.resize(size_t((all_logits ? T : 1) * V));
   for (int64_t done = 0; done < T;) {
     const int64_t n = std::min({max_batch_, backend_.max_tokens_per_run(), T - done});
     const bool last = done + n == T;
@@ -141,16 +142,14 @@ void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_
     // Non-last chunks of a last-logits request produce no output (nothing is copied back).
     if (all_logits) {
       in.logits = logits_.data() + done * V;
-    } else if (last && argmax) {
-      in.argmax = argmax;
-      in.chain_next = req && req->chain_next;
-    } else if (last && sample) {
-      in.sample = sample->sample;
-      in.penalty_ids = sample->penalty_ids;
-      in.n_penalty_ids = sample->n_penalty_ids;
-      in.sample_u01 = sample->sample_u01;
-      in.sampled = sample->sampled;
-      in.chain_next = sample->chain_next;
+    } else if (last && pick) {  // the picked id instead of the logits
+      in.argmax = pick->argmax;
+      in.sample = pick->sample;
+      in.penalty_ids = pick->penalty_ids;
+      in.n_penalty_ids = pick->n_penalty_ids;
+      in.sample_u01 = pick->sample_u01;
+      in.sampled = pick->sampled;
+      in.chain_next = pick->chain_next;
     } else if (last) {
       in.logits = logits_.data();
     }

@@ -46,8 +46,9 @@ class Session {
   // Chained decode (runtime/generator.h drives it): whether steps that pick their token with
   // `p` can run one ahead of the host (Backend::can_chain, knob decode_pipeline: auto = on).
   bool can_chain(const SamplingParams& p) const;
-  // eval_next that also leaves the picked id on the device as the next step's input.
-  int32_t eval_next_chained(std::span<const int32_t> tokens, Sampler& sampler, std::span<const int32_t> history);
+  // eval_next that also leaves the picked id on the device as the next step's input (no
+  // repetition penalty, so no history: can_chain).
+  int32_t eval_next_chained(std::span<const int32_t> tokens, Sampler& sampler);
   // Queues the decode step at pos() whose input is the id the previous step left on the device,
   // and returns at once (pos() advances); its id comes from take_queued(), oldest first. The
   // sampler's uniform number is drawn now, in step order, as eval_next would.
@@ -69,8 +70,9 @@ class Session {
   void set_max_batch(int64_t n) { max_batch_ = n; }
 
  private:
-  // req: the device-sampling fields and the chained-decode flags of the last chunk's step.
-  void eval_impl(std::span<const int32_t> tokens, bool all_logits, int32_t* argmax, const StepInput* req = nullptr);
+  // pick: the last chunk's step returns a picked id instead of logits: its argmax or
+  // device-sampling fields and chained-decode flag (null: logits).
+  void eval_impl(std::span<const int32_t> tokens, bool all_logits, const StepInput* pick = nullptr);
   const Model& model_;
   Backend& backend_;
   int64_t n_ctx_;

@@ -103,8 +103,7 @@ TEST(CudaGenerator, QueuedStepsStopsAndErrors) {
   {  // two steps queued back to back, a third refused
     lmf::Session s(*m, *piped);
     lmf::Sampler sampler(greedy);
-    std::vector<int32_t> hist = prompt;
-    std::vector<int32_t> got = {s.eval_next_chained(prompt, sampler, hist)};
+    std::vector<int32_t> got = {s.eval_next_chained(prompt, sampler)};
     s.queue_next(sampler);
     s.queue_next(sampler);
     EXPECT_TRUE(throws_error([&] { s.queue_next(sampler); }, "queued")) << "a third queued step must be refused";

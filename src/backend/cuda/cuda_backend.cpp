@@ -477,6 +477,10 @@ void CudaBackend::prepare(Graph& g) {
   attn_o_ = fusion && tri_resolve(k.attn_o_fusion, false) && attn_o_possible();
   // Residual epilogues first: an add folded into o_proj/down is not available to a norm prologue.
   std::vector<int> adds_taken;
+  // Whether a group's residual add is still free to fold into its norm prologue.
+  auto add_free = [&](const FusionGroup& grp) {
+    return grp.add >= 0 && std::find(adds_taken.begin(), adds_taken.end(), grp.add) == adds_taken.end();
+  };
   for (auto& grp : g.groups) {
     if (grp.kind != GroupKind::OResid && grp.kind != GroupKind::DownResid) continue;
     const Op& lead = g.ops[size_t(grp.leader())];
@@ -509,7 +513,7 @@ void CudaBackend::prepare(Graph& g) {
       continue;
     }
     const bool ln = grp.norm >= 0 && tri_resolve(k.ln_fusion, true);
-    const bool add = ln && grp.add >= 0 && std::find(adds_taken.begin(), adds_taken.end(), grp.add) == adds_taken.end();
+    const bool add = ln && add_free(grp);
     const Prologue pro = add ? Prologue::AddNorm : ln ? Prologue::Norm : Prologue::None;
     const Epilogue epi = is_qkv ? Epilogue::QKV : Epilogue::SiluMul;
     if (!cuda::gemv_supported(w.type, pro, epi)) {
@@ -541,7 +545,7 @@ void CudaBackend::prepare(Graph& g) {
       grp.reject_reason = "knob off";
       continue;
     }
-    const bool add = grp.add >= 0 && std::find(adds_taken.begin(), adds_taken.end(), grp.add) == adds_taken.end();
+    const bool add = add_free(grp);
     if (!mats_.count(lead.w) || gate_up_layer_.count(lead.w) ||
         !cuda::gemv_supported(lead.w->type, add ? Prologue::AddNorm : Prologue::Norm, Epilogue::Store)) {
       grp.reject_reason = "no kernel instance for this prologue/epilogue";

@@ -6,28 +6,34 @@
 using namespace lmfct_cuda;
 using namespace lmf::cuda;
 
+// With and without the early PDL trigger (kEarlyEmbed; plain launches here, so only the kernel's
+// own result is checked).
 TEST(CudaElementwise, EmbeddingAllTypes) {
   std::mt19937 rng(3);
   const int64_t vocab = 37, cols = 1024;
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32}) {
-    std::vector<uint8_t> table;
-    if (t == DType::F32) {
-      auto f = randn(size_t(vocab) * cols, rng);
-      table.resize(f.size() * 4);
-      std::memcpy(table.data(), f.data(), table.size());
-    } else {
-      table = random_rows(t, vocab, cols, rng);
+  for (int mask : {int(kEarlyAll), 0}) {
+    set_pdl_early_trigger(mask);
+    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32}) {
+      std::vector<uint8_t> table;
+      if (t == DType::F32) {
+        auto f = randn(size_t(vocab) * cols, rng);
+        table.resize(f.size() * 4);
+        std::memcpy(table.data(), f.data(), table.size());
+      } else {
+        table = random_rows(t, vocab, cols, rng);
+      }
+      DevBuf<uint8_t> d_tab(table);
+      DevBuf<float> out(cols);
+      DevBuf<int> tok(std::vector<int>{29});
+      embed_lookup(t, d_tab.p(), cols, tok.p(), out.p());
+      std::vector<float> ref(cols);
+      dequantize_row(t, table.data() + row_bytes(t, cols) * 29, ref.data(), cols);
+      auto got = out.get();
+      EXPECT_LE(rel_l2(got, ref), 1e-7) << dtype_name(t) << " mask " << mask;
+      EXPECT_TRUE(out.guards_intact());
     }
-    DevBuf<uint8_t> d_tab(table);
-    DevBuf<float> out(cols);
-    DevBuf<int> tok(std::vector<int>{29});
-    embed_lookup(t, d_tab.p(), cols, tok.p(), out.p());
-    std::vector<float> ref(cols);
-    dequantize_row(t, table.data() + row_bytes(t, cols) * 29, ref.data(), cols);
-    auto got = out.get();
-    EXPECT_LE(rel_l2(got, ref), 1e-7) << dtype_name(t);
-    EXPECT_TRUE(out.guards_intact());
   }
+  set_pdl_early_trigger(kEarlyAll);  // the library's initial mask
 }
 
 TEST(CudaElementwise, RmsnormRopeKvAddSilu) {
@@ -111,6 +117,19 @@ TEST(CudaElementwise, ArgmaxTiesAndRepeats) {
     for (int rep = 0; rep < 3; ++rep) {  // the scratch counter must reset itself
       argmax(dx.p(), n, out.p(), sc);
       EXPECT_EQ(int64_t(out.get()[0]), want) << "n " << n << " rep " << rep;
+    }
+    // Chained decode's outputs (ChainOut): the next step's token and position words, the host's
+    // slot (here device memory), each alone or together.
+    for (int mode = 1; mode <= 3; ++mode) {
+      DevBuf<int> io(std::vector<int>{-5, -5}), slot(std::vector<int>{-1});
+      ChainOut c;
+      if (mode & 1) c.io = io.p(), c.next_pos = 7;
+      if (mode & 2) c.host = slot.p();
+      argmax(dx.p(), n, out.p(), sc, nullptr, c);
+      const auto i = io.get(), h = slot.get();
+      EXPECT_TRUE((mode & 1) ? i[0] == want && i[1] == 7 : i[0] == -5 && i[1] == -5) << "n " << n << " mode " << mode;
+      EXPECT_TRUE(h[0] == ((mode & 2) ? want : -1)) << "n " << n << " mode " << mode;
+      EXPECT_EQ(int64_t(out.get()[0]), want);
     }
   }
   argmax_scratch_free(sc);

@@ -236,6 +236,8 @@ void attention_decode(const AttnArgs& a, cudaStream_t s = nullptr);
 // ---------------------------------------------------------------------------------------------
 // Unfused building blocks (fallbacks, prefill helpers, and references for the fused paths).
 // `raw` embedding: GGUF rows (not repacked), types F32, F16, BF16, Q4_0, Q4_1, Q8_0.
+// The kernel lets the next PDL-launched kernel (the first QKV GEMV) launch as it starts when
+// the early-trigger mask has kEarlyEmbed (set_pdl_early_trigger).
 void embed_lookup(DType t, const void* table, int64_t cols, const int* token, float* out,
                   cudaStream_t s = nullptr);
 // y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * gamma, rows of n (per-head norm: n = head_dim).
@@ -284,7 +286,16 @@ void set_programmatic_launch(bool on);
 // kernel launch before their own PDL wait instead of after it (pdl_launch.cuh pdl_wait_trigger;
 // knob LMFUSE_PDL_EARLY_TRIGGER), each kernel chosen by a bit. Set before capture.
 // kEarlyDirect: the split of a direct launch (AttnArgs::direct), whose next kernel is o_proj.
-enum PdlEarly : int { kEarlyQkvPost = 1, kEarlySplit = 2, kEarlyMerge = 4, kEarlyDirect = 8, kEarlyAll = 15 };
+// kEarlyEmbed: the decode step's embedding lookup (a plain launch, the graph's first kernel),
+// whose next kernel is the first layer's QKV GEMV: it triggers as it starts, having no wait.
+enum PdlEarly : int {
+  kEarlyQkvPost = 1,
+  kEarlySplit = 2,
+  kEarlyMerge = 4,
+  kEarlyDirect = 8,
+  kEarlyEmbed = 16,
+  kEarlyAll = 31
+};
 void set_pdl_early_trigger(int mask);
 // In-block split-K (gemv.cuh, "Split-K inside a block"): several warps share a row group. Off:
 // never. On: every shape the rule of gemv_ksplit gives more than one warp. Auto: the deep shapes
@@ -329,9 +340,11 @@ constexpr int attn_direct_max(bool head_split, int64_t n_embd) {
 // without 1,747.8). Re-measured with the trigger as each kernel's first step (S17-5): the merge's
 // still pays on 4B (714.2 vs 693.5 t/s without) and 8B (556.3-559.8 vs 540.2). The direct split
 // (AttnArgs::direct), whose next kernel is o_proj as the merge's is, never (S18-2, bound 128:
-// with it 4B 709.9, 8B 557.3, 0.6B 1,821.2 t/s; without 731.8, 577.0, 1,915.4).
+// with it 4B 709.9, 8B 557.3, 0.6B 1,821.2 t/s; without 731.8, 577.0, 1,915.4). The embedding
+// on every model (S25-2..S25-4, tg128 against none for the embedding alone, six pairs over three
+// device starts: 0.6B +0.3 to +2.1 %, 8B -0.05 to +0.2 %).
 constexpr int pdl_early_auto(int64_t n_embd) {
-  return kEarlyQkvPost | kEarlySplit | (large_decode_model(n_embd) ? kEarlyMerge : 0);
+  return kEarlyQkvPost | kEarlySplit | kEarlyEmbed | (large_decode_model(n_embd) ? kEarlyMerge : 0);
 }
 // The mask for knob LMFUSE_PDL_EARLY_TRIGGER: 1 = every short kernel, 0 = none, auto = pdl_early_auto.
 constexpr int pdl_early_mask(Tri knob, int64_t n_embd) {

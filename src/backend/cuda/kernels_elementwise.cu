@@ -15,13 +15,14 @@ void embed_lookup(DType t, const void* table, int64_t cols, const int* token, fl
   const auto* tb = static_cast<const uint8_t*>(table);
   const size_t rb = row_bytes(t, cols);
   const int blocks = int((cols + 255) / 256);
+  const bool early = (dev::pdl_early_trigger() & kEarlyEmbed) != 0;
   switch (t) {
-    case DType::F32: dev::embed_kernel<DType::F32><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out); break;
-    case DType::F16: dev::embed_kernel<DType::F16><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out); break;
-    case DType::BF16: dev::embed_kernel<DType::BF16><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out); break;
-    case DType::Q4_0: dev::embed_kernel<DType::Q4_0><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out); break;
-    case DType::Q4_1: dev::embed_kernel<DType::Q4_1><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out); break;
-    case DType::Q8_0: dev::embed_kernel<DType::Q8_0><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out); break;
+    case DType::F32: dev::embed_kernel<DType::F32><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out, early); break;
+    case DType::F16: dev::embed_kernel<DType::F16><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out, early); break;
+    case DType::BF16: dev::embed_kernel<DType::BF16><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out, early); break;
+    case DType::Q4_0: dev::embed_kernel<DType::Q4_0><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out, early); break;
+    case DType::Q4_1: dev::embed_kernel<DType::Q4_1><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out, early); break;
+    case DType::Q8_0: dev::embed_kernel<DType::Q8_0><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out, early); break;
     default: LMF_FAIL("cuda embed: unsupported type ", dtype_name(t));
   }
   CUDA_CHECK_LAUNCH();

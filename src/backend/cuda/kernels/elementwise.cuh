@@ -5,12 +5,14 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gguf_elem.cuh"
+#include "backend/cuda/kernels/pdl_launch.cuh"
 
 namespace lmf::cuda::dev {
 
 template <DType T>
 __global__ void embed_kernel(const uint8_t* table, size_t row_bytes, int cols, const int* token,
-                             float* out) {
+                             float* out, bool early) {
+  pdl_trigger_early(early);  // the next kernel waits for this one's completion before reading out
   const uint8_t* row = table + size_t(*token) * row_bytes;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += gridDim.x * blockDim.x)
     out[i] = gguf_elem<T>(row, i);

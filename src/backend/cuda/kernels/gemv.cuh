@@ -116,53 +116,7 @@ struct GemvParams {
   unsigned long long* tl;  // launch timeline slot or null
   uint8_t* xq;             // SiluMulQ: written; Int8 prologue: read
   unsigned* xq_cnt;        // SiluMulQ: per 32-block of y
-  PickParams pick;         // StorePick
 };
-
-// StorePick (kernels.h PickParams). The argmax kernel's order: larger value, then smaller index;
-// NaN never wins; -0 and +0 are equal (so they tie on the index).
-__device__ __forceinline__ bool pick_better(float v, int i, float bv, int bi) {
-  return v > bv || (v == bv && i < bi) || (bi < 0 && !isnan(v));
-}
-// A key whose unsigned order is pick_better's: the value's bits made monotonic, then the index
-// inverted. 0 is below every candidate's key (the lowest, -inf at the last index, is 0x007fffff...).
-__device__ __forceinline__ unsigned long long pick_key(float v, int i) {
-  const float c = v == 0.f ? 0.f : v;  // -0 -> +0
-  unsigned u = __float_as_uint(c);
-  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-  return (static_cast<unsigned long long>(u) << 32) | (0xFFFFFFFFu - unsigned(i));
-}
-// Every warp of the grid, once its rows are stored: the warp's best row into the key, then the
-// last warp to count writes the id and the chained outputs and leaves the scratch zero.
-__device__ __forceinline__ void gemv_pick_finish(const PickParams& k, float v, int i, int lane) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (oi >= 0 && pick_better(ov, oi, v, i)) {
-      v = ov;
-      i = oi;
-    }
-  }
-  if (lane != 0) return;
-  if (i >= 0) atomicMax(k.key, pick_key(v, i));
-  __threadfence();
-  if (atomicAdd(k.cnt, 1u) != gridDim.x * (blockDim.x >> 5) - 1) return;
-  __threadfence();
-  const unsigned long long key = atomicExch(k.key, 0ull);
-  const int id = key == 0 ? 0 : int(0xFFFFFFFFu - unsigned(key & 0xFFFFFFFFull));
-  *k.cnt = 0;
-  *k.out = id;
-  if (k.io) {
-    const int pos = k.io[1];
-    k.io[0] = id;
-    k.io[1] = pos + 1;
-    if (k.host) {
-      *reinterpret_cast<volatile int*>(k.host + (pos & 1)) = id;
-      __threadfence_system();
-    }
-  }
-}
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a
 // lane has 128-256 bytes of weights in flight per batch (and the next batch behind it).
@@ -559,8 +513,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
   int kpar = 0;
-  float pbv = -INFINITY;  // StorePick: the best of this lane's rows
-  int pbi = -1;
 
   // One batch: accumulate the fragments in buf (position at); when the batch after it (after)
   // starts the next row group, reduce and run the epilogue.
@@ -593,7 +545,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         const int row0 = rg * kRows;
         if (sub == 0) {
         if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual ||
-                      EPI == Epilogue::QKV || EPI == Epilogue::StorePick) {
+                      EPI == Epilogue::QKV) {
   #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             const int row = row0 + r;
@@ -606,8 +558,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
                 p.qkv.raw[row] = o;
               else
                 p.y[row] = o;
-              if constexpr (EPI == Epilogue::StorePick)
-                if (pick_better(o, row, pbv, pbi)) pbv = o, pbi = row;
             }
           }
         } else if constexpr (EPI == Epilogue::SiluMul || EPI == Epilogue::SiluMulQ) {
@@ -681,7 +631,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
       }
     }
   }
-  if constexpr (EPI == Epilogue::StorePick) gemv_pick_finish(p.pick, pbv, pbi, lane);
   if constexpr (kTl) tl_end(p.tl);
 }
 

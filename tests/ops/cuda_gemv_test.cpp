@@ -217,6 +217,115 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
   set_gemv_wide(false);
 }
 
+// StorePick (the logits GEMV of a chained greedy step): y bit for bit equal to Store, the id equal
+// to the argmax kernel's over y (planted ties and NaN included: the smaller index of equal
+// maxima, -0 equal to +0), the chained outputs from the position word, the counter left zero (three
+// rounds), both widths and split-K settings; a host slot without io refused.
+TEST(CudaGemv, StorePickEqualsStoreThenArgmax) {
+  uint32_t seed = 900;
+  ArgmaxScratch sc = argmax_scratch_alloc();
+  PickParams pk = gemv_pick_alloc();
+  for (bool wide : {false, true})
+  for (Tri split_k : {Tri::Off, Tri::On})
+  for (DType t : kTypes)
+    for (Prologue pro : {Prologue::None, Prologue::Norm})
+      for (Shape s : {Shape{96, 64}, Shape{1000, 1024}, Shape{40001, 992}, Shape{4100, 4096}}) {
+        std::mt19937 rng(seed++);
+        set_gemv_split_k(split_k);
+        set_gemv_wide(wide);
+        auto wq = random_rows(t, s.rows, s.cols, rng);
+        DeviceWeight dw = upload_weight(repack_rows(t, wq.data(), s.rows, s.cols));
+        auto in = randn(s.cols, rng), gamma = randn(s.cols, rng, 0.5f);
+        DevBuf<float> d_in(in), d_gamma(gamma), d_y(s.rows), d_y2(s.rows);
+        DevBuf<int> d_out(1), d_ref(1), io(std::vector<int>{-5, 40}), host(std::vector<int>{-1, -1});
+        GemvArgs a;
+        a.w = &dw;
+        a.in = d_in.p();
+        a.gamma = d_gamma.p();
+        a.y = d_y2.p();
+        gemv(pro, Epilogue::Store, a);
+        auto y2 = d_y2.get();
+        argmax(d_y2.p(), s.rows, d_ref.p(), sc);
+        const int want = d_ref.get()[0];
+        a.y = d_y.p();
+        a.pick = pk;
+        a.pick.out = d_out.p();
+        a.pick.io = io.p();
+        a.pick.host = host.p();
+        for (int round = 0; round < 3; ++round) {
+          gemv(pro, Epilogue::StorePick, a);
+          auto y = d_y.get();
+          int64_t diff = 0;
+          for (int64_t i = 0; i < s.rows; ++i) diff += std::memcmp(&y[i], &y2[i], sizeof(float)) != 0;
+          const auto o = io.get(), h = host.get();
+          const int pos = 40 + round;
+          EXPECT_EQ(diff, int64_t(0)) << dtype_name(t) << " " << s.rows << "x" << s.cols;
+          EXPECT_TRUE(d_out.get()[0] == want && o[0] == want && o[1] == pos + 1 && h[pos & 1] == want)
+              << dtype_name(t) << " " << s.rows << "x" << s.cols << " pro " << int(pro) << " wide " << wide
+              << " split_k " << int(split_k) << " round " << round << ": id " << d_out.get()[0] << " want " << want
+              << " io " << o[0] << " " << o[1];
+          EXPECT_TRUE(d_y.guards_intact());
+        }
+        unsigned cnt = 1;
+        CUDA_CHECK(cudaMemcpy(&cnt, pk.cnt, sizeof cnt, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(cnt, 0u) << "pick counter not left zero";
+        free_weight(dw);
+      }
+  // Planted values: equal maxima (the smaller index), -0 and +0 as the maximum, a NaN, all -inf.
+  // A zero F16 weight and the values as the bias make y exactly the planted values.
+  for (int variant = 0; variant < 4; ++variant) {
+    const int64_t n = 256;
+    std::vector<uint8_t> wb(size_t(n * n) * 2, 0);
+    DeviceWeight dw = upload_weight(repack_rows(DType::F16, wb.data(), n, n));
+    std::vector<float> bias(size_t(n), -3.f);
+    if (variant == 0) bias[200] = 5.f, bias[17] = 5.f, bias[3] = std::nanf("");
+    if (variant == 1) bias[90] = 0.f, bias[30] = -0.f;
+    if (variant == 2) bias.assign(size_t(n), -INFINITY);
+    if (variant == 3) bias[255] = 1.f;
+    DevBuf<float> d_in(std::vector<float>(size_t(n), 1.f)), d_bias(bias), d_y(n), d_y2(n);
+    DevBuf<int> d_out(1), d_ref(1);
+    GemvArgs a;
+    a.w = &dw;
+    a.in = d_in.p();
+    a.bias = d_bias.p();
+    a.y = d_y2.p();
+    gemv(Prologue::None, Epilogue::Store, a);
+    argmax(d_y2.p(), n, d_ref.p(), sc);
+    a.y = d_y.p();
+    a.pick = pk;
+    a.pick.out = d_out.p();
+    gemv(Prologue::None, Epilogue::StorePick, a);
+    const int want[] = {17, 30, 0, 255};
+    EXPECT_TRUE(d_out.get()[0] == want[variant] && d_ref.get()[0] == want[variant])
+        << "variant " << variant << ": pick " << d_out.get()[0] << " argmax " << d_ref.get()[0];
+    free_weight(dw);
+  }
+  set_gemv_split_k(Tri::Auto);
+  set_gemv_wide(false);
+  GemvArgs bad;
+  EXPECT_TRUE(throws_error([&] {
+    std::mt19937 rng(1);
+    DeviceWeight dw = upload_weight(repack_rows(DType::Q4_0, random_rows(DType::Q4_0, 64, 64, rng).data(), 64, 64));
+    DevBuf<float> d_in(64), d_y(64);
+    DevBuf<int> host(2);
+    bad.w = &dw;
+    bad.in = d_in.p();
+    bad.y = d_y.p();
+    bad.pick = pk;
+    bad.pick.out = host.p();
+    bad.pick.host = host.p();
+    try {
+      gemv(Prologue::None, Epilogue::StorePick, bad);
+    } catch (...) {
+      free_weight(dw);
+      throw;
+    }
+    free_weight(dw);
+  }, "StorePick")) << "a host slot without io must be refused";
+  gemv_pick_free(pk);
+  argmax_scratch_free(sc);
+}
+
 // Down's x quantized once, by the gate/up GEMV (SiluMulQ -> Int8 prologue), against down
 // quantizing gate/up's output itself (SiluMul -> None): the same h and the same down output, bit
 // for bit, in both block widths. Two rounds: the per-block counters must be left zero. xq starts

@@ -47,8 +47,6 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode: the last attention split block of each KV head merges the splits (auto = off: a merge kernel)"},
       {"pdl_early_trigger", "LMFUSE_PDL_EARLY_TRIGGER", &Knobs::pdl_early_trigger,
        "CUDA decode: the QKV epilogue and attention kernels let the next kernel launch before their own wait, the embedding lookup as it starts (auto = the epilogue, the split and the embedding on every model, the merge from hidden size 2560)"},
-      {"argmax_fusion", "LMFUSE_ARGMAX_FUSION", &Knobs::argmax_fusion,
-       "CUDA chained greedy decode: the logits GEMV also picks the id and writes the next step's token and position (no argmax launch after the step's graph; auto = on)"},
       {"decode_pipeline", "LMFUSE_DECODE_PIPELINE", &Knobs::decode_pipeline,
        "generation (lmfuse run/chat/bench tg, the API): queue the next decode step, which reads the new token on the device, before the host reads it (auto = on where the backend can: CUDA, greedy or sampling without a repetition penalty)"},
       {"sample_two_pass", "LMFUSE_SAMPLE_TWO_PASS", &Knobs::sample_two_pass,

@@ -3,10 +3,7 @@
 // eval_next loop (knob decode_pipeline=0) for greedy and seeded sampling on golden tiny models;
 // two steps queued back to back; a stop drops the step queued ahead so decoding continues where
 // the step-by-step loop would; more than two queued steps, and a chained step whose predecessor
-// left nothing on the device, are errors. The argmax folded into the logits GEMV (knob
-// argmax_fusion) gives the same greedy tokens as the argmax kernel and as the step-by-step loop,
-// across the direct and the split + merge graphs, with the output norm folded or not.
-#include <algorithm>
+// left nothing on the device, are errors.
 #include <string>
 #include <vector>
 
@@ -17,7 +14,6 @@
 #include "runtime/generator.h"
 #include "runtime/session.h"
 #include "sampling/sampler.h"
-#include "util/knobs.h"
 #include "util/status.h"
 
 using lmfct_cuda::throws_error;
@@ -138,57 +134,5 @@ TEST(CudaGenerator, QueuedStepsStopsAndErrors) {
     s.eval_next(prompt, sampler, hist);
     EXPECT_TRUE(throws_error([&] { s.queue_next(sampler); }, "chained decode step"))
         << "a chained step without its token on the device must be refused";
-  }
-}
-
-// Greedy chained steps replay the graph whose logits GEMV picks the id (argmax_fusion on: the
-// position and the host's id slot read on the device) or launch the argmax kernel after it (off);
-// 300 positions cross from the direct graph (up to 256 positions at these widths) to the split +
-// merge one. qwen3-tiny folds the output norm into the logits GEMV (Norm prologue), llama-tiny-f16
-// with the norm fusion off does not (None prologue), qwen2-tiny-q8_0 with resid_fusion=0 folds the
-// last add too (AddNorm: no StorePick instance, so the argmax kernel runs).
-TEST(CudaGenerator, ArgmaxFusionSameTokens) {
-  const std::vector<int32_t> prompt = {1, 5, 9, 12, 3, 4};
-  lmf::SamplingParams greedy;
-  greedy.temperature = 0;
-  struct Case {
-    const char* name;
-    lmf::Tri ln_fusion, resid_fusion;
-  };
-  for (const Case& c : {Case{"qwen3-tiny-q4_0", lmf::Tri::Auto, lmf::Tri::Auto},
-                        Case{"llama-tiny-f16", lmf::Tri::Off, lmf::Tri::Auto},
-                        Case{"qwen2-tiny-q8_0", lmf::Tri::Auto, lmf::Tri::Off}}) {
-    auto m = lmf::Model::load(kGolden + c.name + ".gguf");
-    auto make = [&](lmf::Tri pipeline, lmf::Tri fusion) {
-      lmf::BackendOptions bo;
-      bo.n_ctx = 300;
-      bo.knobs.decode_pipeline = pipeline;
-      bo.knobs.argmax_fusion = fusion;
-      bo.knobs.ln_fusion = c.ln_fusion;
-      bo.knobs.resid_fusion = c.resid_fusion;
-      auto be = lmf::make_backend("cuda", bo);
-      be->load(*m);
-      return be;
-    };
-    auto plain = make(lmf::Tri::Off, lmf::Tri::Off);
-    int64_t ref_pos = 0;
-    const auto ref = stepwise(*plain, *m, greedy, prompt, 400, &ref_pos);
-    for (lmf::Tri fusion : {lmf::Tri::Off, lmf::Tri::On}) {
-      auto piped = make(lmf::Tri::Auto, fusion);
-      for (int max : {3, 400}) {
-        lmf::Session s(*m, *piped);
-        lmf::Sampler sampler(greedy);
-        std::vector<int32_t> hist = prompt, got;
-        lmf::Generator gen(s, sampler, hist, max);
-        got.push_back(gen.first(prompt));
-        while (gen.more()) got.push_back(gen.next());
-        gen.finish();
-        const std::vector<int32_t> want(ref.begin(), ref.begin() + std::min<size_t>(ref.size(), size_t(max)));
-        EXPECT_TRUE(gen.chained()) << c.name;
-        EXPECT_TRUE(got == want) << c.name << " argmax_fusion " << lmf::tri_name(fusion) << " max " << max
-                                 << "\n  chained: " << str(got) << "\n  stepwise: " << str(want);
-        EXPECT_EQ(s.pos(), max == 400 ? ref_pos : int64_t(prompt.size()) + max - 1);
-      }
-    }
   }
 }

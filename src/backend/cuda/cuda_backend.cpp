@@ -111,10 +111,6 @@ struct GraphState {
   // The same step with a direct attention (AttnArgs::direct, no merge kernels), replayed while
   // the length is at most attn_direct_max_ (knob attn_direct).
   cudaGraphExec_t exec_direct = nullptr;
-  // The same two steps whose logits GEMV also picks the greedy id and writes the chained outputs
-  // (Epilogue::StorePick; chained greedy steps, knob argmax_fusion): [direct]. Captured at first use.
-  cudaGraphExec_t exec_pick[2] = {};
-  bool no_pick = false;  // the logits GEMV cannot pick (AddNorm prologue): the argmax kernel follows
   int runs = 0;
 };
 
@@ -131,7 +127,6 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_q_), h_q_, 0));
     for (cudaEvent_t& e : q_ev_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     argmax_ = cuda::argmax_scratch_alloc();
-    pick_ = cuda::gemv_pick_alloc();
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, o.device));
     dev_name_ = p.name;
@@ -150,7 +145,6 @@ class CudaBackend final : public Backend {
     for (auto& w : extra_) cuda::free_weight(w);
     for (void* p : buffers_) cudaFree(p);
     cuda::argmax_scratch_free(argmax_);
-    cuda::gemv_pick_free(pick_);
     cuda::sample_scratch_free(sample_);
     cuda::gemm_destroy(gemm_);
     cudaFree(pf_.w);
@@ -191,10 +185,10 @@ class CudaBackend final : public Backend {
   }
   int32_t take_queued() override {
     LMF_CHECK(q_taken_ < q_queued_);
-    const int k = int(q_taken_ % kMaxQueued);
-    CUDA_CHECK(cudaEventSynchronize(q_ev_[k]));
+    const int slot = int(q_taken_ % kMaxQueued);
+    CUDA_CHECK(cudaEventSynchronize(q_ev_[slot]));
     ++q_taken_;
-    return *reinterpret_cast<volatile int*>(h_q_ + q_slot_[k]);
+    return *reinterpret_cast<volatile int*>(h_q_ + slot);
   }
   double gemm_peak_flops() override {
     ensure_prefill_scratch();  // creates the cuBLAS handle
@@ -220,8 +214,6 @@ class CudaBackend final : public Backend {
   void free_state(GraphState& st) {
     if (st.exec) cudaGraphExecDestroy(st.exec);
     if (st.exec_direct) cudaGraphExecDestroy(st.exec_direct);
-    for (cudaGraphExec_t e : st.exec_pick)
-      if (e) cudaGraphExecDestroy(e);
     cudaFree(st.arena);
     cudaFree(st.qkv_raw);
     cudaFree(st.gateup_tmp);
@@ -238,10 +230,7 @@ class CudaBackend final : public Backend {
   // QKV epilogue kernel or the merge in the second), or null.
   void launch_all(Graph& g, GraphState& st, bool profile, cuda::TimelineSlots* tl = nullptr);
   void record_timeline(Graph& g, GraphState& st);
-  // pick: the logits GEMV also picks the greedy id where its prologue has a StorePick instance
-  // (exec_pick; picked_in_gemv_ says whether it did).
-  cudaGraphExec_t capture_step(Graph& g, GraphState& st, bool direct, cuda::TimelineSlots* tl = nullptr,
-                               bool pick = false);
+  cudaGraphExec_t capture_step(Graph& g, GraphState& st, bool direct, cuda::TimelineSlots* tl = nullptr);
   std::string launch_kind(const Graph& g, const Op& op, int sub) const;
   void plan_xq(const Graph& g, GraphState& st);
   // Whether op `op` plays `role` in a planned xq pair in the step being launched: the attention ->
@@ -286,29 +275,11 @@ class CudaBackend final : public Backend {
     return same_shape_.emplace(key, std::move(v)).first->second;
   }
   void ensure_prefill_scratch();
-  // picked: the replayed graph picked the id and wrote the chained outputs (exec_pick).
-  void finish_run(Graph& g, GraphState& st, const StepInput& in, bool picked = false);
+  void finish_run(Graph& g, GraphState& st, const StepInput& in);
   void launch_group(Graph& g, GraphState& st, const FusionGroup& grp);
   void launch_prefill_group(Graph& g, GraphState& st, const FusionGroup& grp);
   cuda::QkvPostArgs qkv_epilogue_args(Graph& g, GraphState& st, const FusionGroup& grp);
-  void matmul(const Weight* w, const float* x, float* y, const float* bias, bool pick = false);
-  // A pick graph (exec_pick) is being captured: the logits GEMV runs Epilogue::StorePick with
-  // pick_ (io d_io_, host d_q_) when its prologue has that instance, and records that it did.
-  bool capturing_pick_ = false;
-  bool picked_in_gemv_ = false;
-  cuda::PickParams pick_;
-  bool logits_pick(const Op& op, const Graph& g, Prologue pro) {
-    if (!capturing_pick_ || op.out[0] != g.logits || (pro != Prologue::None && pro != Prologue::Norm)) return false;
-    picked_in_gemv_ = true;
-    return true;
-  }
-  cuda::PickParams pick_args() const {
-    cuda::PickParams p = pick_;
-    p.out = d_io_ + 2;
-    p.io = d_io_;
-    p.host = d_q_;
-    return p;
-  }
+  void matmul(const Weight* w, const float* x, float* y, const float* bias);
 
   BackendOptions opts_;
   std::string dev_name_;
@@ -322,7 +293,6 @@ class CudaBackend final : public Backend {
   int* h_q_ = nullptr;
   int* d_q_ = nullptr;
   cudaEvent_t q_ev_[kMaxQueued] = {};
-  int q_slot_[kMaxQueued] = {};  // per outstanding step: its id's slot in h_q_, (last position) % 2
   int64_t q_queued_ = 0, q_taken_ = 0;
   cuda::ArgmaxScratch argmax_;
   cuda::SampleScratch sample_;  // allocated at the first sampled step
@@ -773,7 +743,7 @@ void CudaBackend::plan_xq(const Graph& g, GraphState& st) {
   if (counters) st.xq_counters = cuda::gemv_xq_counters_alloc(hp.n_ff);
 }
 
-void CudaBackend::matmul(const Weight* w, const float* x, float* y, const float* bias, bool pick) {
+void CudaBackend::matmul(const Weight* w, const float* x, float* y, const float* bias) {
   cuda::GemvArgs a;
   auto it = mats_.find(w);
   LMF_CHECK(it != mats_.end(), "matrix not uploaded: ", w->name);
@@ -782,8 +752,7 @@ void CudaBackend::matmul(const Weight* w, const float* x, float* y, const float*
   a.y = y;
   a.bias = bias;
   a.tl = tl_op_;
-  if (pick) a.pick = pick_args();
-  cuda::gemv(Prologue::None, pick ? Epilogue::StorePick : Epilogue::Store, a, stream_);
+  cuda::gemv(Prologue::None, Epilogue::Store, a, stream_);
 }
 
 void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
@@ -804,7 +773,7 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
     case OpKind::MatMul: {
       auto gu = gate_up_layer_.find(op.w);
       if (gu == gate_up_layer_.end()) {
-        matmul(op.w, IN(0), OUT(0), op.b ? dev_vec(*op.b) : nullptr, logits_pick(op, g, Prologue::None));
+        matmul(op.w, IN(0), OUT(0), op.b ? dev_vec(*op.b) : nullptr);
         break;
       }
       // Unfused fallback over an interleaved gate/up weight: one GEMV computes both (rows
@@ -1118,11 +1087,6 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       a.w = &mats_.at(lead.w);
       a.bias = lead.b ? dev_vec(*lead.b) : nullptr;
       a.y = ptr(st, g, lead.out[0]);
-      if (logits_pick(lead, g, pro)) {
-        a.pick = pick_args();
-        cuda::gemv(pro, Epilogue::StorePick, a, stream_);
-        break;
-      }
       cuda::gemv(pro, Epilogue::Store, a, stream_);
       break;
   }
@@ -1222,10 +1186,6 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
     LMF_CHECK((in.argmax != nullptr) != (in.sampled != nullptr) && !in.logits && !in.profile);
   LMF_CHECK(!in.token_on_device || in.n_tokens == 1);
   if (in.queue && q_queued_ - q_taken_ >= kMaxQueued) LMF_FAIL("more than ", kMaxQueued, " queued decode steps");
-  // Two outstanding steps write their ids to different slots: (last position) % 2.
-  if (in.queue && q_queued_ > q_taken_ &&
-      q_slot_[(q_queued_ - 1) % kMaxQueued] == int((in.pos0 + in.n_tokens - 1) % kMaxQueued))
-    LMF_FAIL("queued decode steps at positions of the same parity: only consecutive steps queue");
   if (g.n_tokens > 1) {
     LMF_CHECK(in.n_tokens == g.n_tokens && g.n_tokens <= kPrefillChunk && gemm_);
     std::memcpy(h_tokens_, in.tokens, size_t(in.n_tokens) * sizeof(int));
@@ -1254,27 +1214,13 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
   // The first run is eager (kernels pick grid sizes, lazy module loading happens); the second
   // captures the step once (both variants, so no capture falls inside a timed run); every later
   // step replays the one for its length.
-  // A queued greedy step (chained decode) replays the graph whose logits GEMV picks the id.
-  bool pick = use_graph && st.runs >= 1 && in.argmax && in.queue && !st.no_pick &&
-              tri_resolve(opts_.knobs.argmax_fusion, true);
   if (use_graph && st.runs >= 1) {
     if (!st.exec) {
       CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued steps finish before the capture
       st.exec = capture_step(g, st, false);
       if (attn_direct_max_ > 0) st.exec_direct = capture_step(g, st, true);
     }
-    cudaGraphExec_t& pe = st.exec_pick[direct_step_ ? 1 : 0];
-    if (pick && !pe) {
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-      pe = capture_step(g, st, direct_step_, nullptr, true);
-      if (!picked_in_gemv_) {
-        CUDA_CHECK(cudaGraphExecDestroy(pe));
-        pe = nullptr;
-        st.no_pick = true;
-        pick = false;
-      }
-    }
-    CUDA_CHECK(cudaGraphLaunch(pick ? pe : direct_step_ ? st.exec_direct : st.exec, stream_));
+    CUDA_CHECK(cudaGraphLaunch(direct_step_ ? st.exec_direct : st.exec, stream_));
   } else {
     launch_all(g, st, in.profile);
     // Profiled: also the step as the replayed graph runs it (same token and position, so the
@@ -1282,23 +1228,19 @@ void CudaBackend::run(Graph& g, const StepInput& in) {
     if (in.profile && graph_on) record_timeline(g, st);
   }
   ++st.runs;
-  finish_run(g, st, in, pick);
+  finish_run(g, st, in);
 }
 
 // The decode step captured as a graph, with the direct attention or the split + merge one (and
 // timeline slots when tl is set).
-cudaGraphExec_t CudaBackend::capture_step(Graph& g, GraphState& st, bool direct, cuda::TimelineSlots* tl, bool pick) {
+cudaGraphExec_t CudaBackend::capture_step(Graph& g, GraphState& st, bool direct, cuda::TimelineSlots* tl) {
   const bool keep = direct_step_;
   direct_step_ = direct;
-  capturing_pick_ = pick;
-  picked_in_gemv_ = false;
   cudaGraph_t graph;
   CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   try {
     launch_all(g, st, false, tl);
-    capturing_pick_ = false;
   } catch (...) {
-    capturing_pick_ = false;
     tl_op_ = nullptr;
     direct_step_ = keep;
     cudaStreamEndCapture(stream_, &graph);
@@ -1312,20 +1254,18 @@ cudaGraphExec_t CudaBackend::capture_step(Graph& g, GraphState& st, bool direct,
   return exec;
 }
 
-void CudaBackend::finish_run(Graph& g, GraphState& st, const StepInput& in, bool picked) {
+void CudaBackend::finish_run(Graph& g, GraphState& st, const StepInput& in) {
   const GTensor& lt = g.t(g.logits);
   const float* l = ptr(st, g, g.logits);
   // Chained decode: the picked id also goes to the next step's input words and, when queued, to
-  // the host's slot (h_q_[(last position) % 2]); nothing is copied back and the host does not
-  // wait (take_queued does). A picked step's graph wrote both (io always).
-  const int k = int(q_queued_ % kMaxQueued);
-  const int64_t last = in.pos0 + in.n_tokens - 1;
+  // the host's slot; nothing is copied back and the host does not wait (take_queued does).
+  const int slot = int(q_queued_ % kMaxQueued);
   cuda::ChainOut chain;
-  if (in.chain_next) chain.io = d_io_, chain.next_pos = int(last + 1);
-  if (in.queue) chain.host = d_q_ + last % kMaxQueued, q_slot_[k] = int(last % kMaxQueued);
-  chain_pos_ = in.chain_next || picked ? last + 1 : -1;
+  if (in.chain_next) chain.io = d_io_, chain.next_pos = int(in.pos0 + in.n_tokens);
+  if (in.queue) chain.host = d_q_ + slot;
+  chain_pos_ = in.chain_next ? in.pos0 + in.n_tokens : -1;
   if (in.argmax) {
-    if (!picked) cuda::argmax(l + (lt.rows - 1) * lt.cols, lt.cols, d_io_ + 2, argmax_, stream_, chain);
+    cuda::argmax(l + (lt.rows - 1) * lt.cols, lt.cols, d_io_ + 2, argmax_, stream_, chain);
     if (!in.queue) CUDA_CHECK(cudaMemcpyAsync(h_io_ + 2, d_io_ + 2, sizeof(int), cudaMemcpyDeviceToHost, stream_));
   }
   if (in.sampled) {  // d_io_[3]: the sampled id (pinned h_io_[3] brings it back)
@@ -1341,7 +1281,7 @@ void CudaBackend::finish_run(Graph& g, GraphState& st, const StepInput& in, bool
     if (!in.queue) CUDA_CHECK(cudaMemcpyAsync(h_io_ + 3, d_io_ + 3, sizeof(int), cudaMemcpyDeviceToHost, stream_));
   }
   if (in.queue) {
-    CUDA_CHECK(cudaEventRecord(q_ev_[k], stream_));
+    CUDA_CHECK(cudaEventRecord(q_ev_[slot], stream_));
     ++q_queued_;
     return;
   }

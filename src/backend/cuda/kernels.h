@@ -102,22 +102,6 @@ enum class Epilogue {
   QKV,       // W = Q|K|V rows: bias, per-head RMSNorm of q,k, RoPE, q -> q_out, k,v -> cache
   SiluMulQ,  // SiluMul, and y also quantized into xq for an Int8-prologue consumer (y [rows/2],
              // rows/2 % 32 == 0; xq_counters [rows/64] zero before, left zero); Q4_0/Q4_1/Q8_0 only
-  StorePick,  // Store, and the greedy pick of y (PickParams): the logits GEMV of a chained step
-};
-// Epilogue::StorePick: the lane that stores a row keeps the best of its rows (largest value,
-// smallest index among equal values, NaN never: the argmax kernel's rule); each block reduces its
-// warps' best into part[block] (a 64-bit key), counts itself in *cnt, and the last block reduces
-// the keys and writes the id to *out and the chained outputs: io[0] = id, io[1] = pos + 1 where pos
-// is read from io[1] (the step's position word), host[pos % 2] = id (mapped pinned memory; two
-// outstanding steps have consecutive positions). cnt is zero before a launch and left zero;
-// part holds kPickMaxBlocks keys (gemv_pick_alloc). io and host may be null; host needs io.
-inline constexpr int kPickMaxBlocks = 4096;
-struct PickParams {
-  unsigned long long* part = nullptr;
-  unsigned* cnt = nullptr;
-  int* out = nullptr;
-  int* io = nullptr;
-  int* host = nullptr;
 };
 enum class RopeStyle { NeoX, Adjacent };  // NeoX: pairs (i, i+d/2) (qwen2/3); Adjacent: (2i, 2i+1)
 
@@ -160,7 +144,6 @@ struct GemvArgs {
   unsigned* xq_counters = nullptr;  // SiluMulQ: per 32-block of y, see gemv_xq_counters_alloc
   // Integer-dot types: one 16-warp block per SM (On) or 8-warp blocks (Off); Auto = set_gemv_wide.
   Tri wide = Tri::Auto;
-  PickParams pick;  // StorePick
 };
 
 // Validates the arguments (throws lmf::Error naming what is wrong) and launches. Grid sizes come
@@ -171,8 +154,6 @@ bool gemv_supported(DType t, Prologue pro, Epilogue epi);  // the allow-list
 unsigned* qkv_counters_alloc(int n_head, int n_kv_head);   // zeroed device counters
 size_t gemv_xq_bytes(int64_t cols);                        // 40 bytes per 32 columns
 unsigned* gemv_xq_counters_alloc(int64_t cols);            // zeroed, one per 32 columns
-PickParams gemv_pick_alloc();                              // part and cnt, zeroed (out, io, host unset)
-void gemv_pick_free(PickParams& p);
 
 // ---------------------------------------------------------------------------------------------
 // Decode attention over the fp16 KV cache (flash-decoding: n_splits blocks per KV head, then a

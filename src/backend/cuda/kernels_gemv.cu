@@ -129,8 +129,6 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   if ((epi == Epilogue::SiluMul || epi == Epilogue::SiluMulQ) && w.rows % dev::kRows != 0)
     LMF_FAIL("cuda gemv: SiluMul needs rows % ", dev::kRows, " == 0, got ", w.rows);
   if (epi != Epilogue::QKV && !a.y) LMF_FAIL("cuda gemv: missing output");
-  if (epi == Epilogue::StorePick && (!a.pick.part || !a.pick.cnt || !a.pick.out || (a.pick.host && !a.pick.io)))
-    LMF_FAIL("cuda gemv StorePick: missing part/cnt/out, or a host slot without io");
   if (epi == Epilogue::QKV) {
     const QkvParams& q = a.qkv;
     if (q.head_dim != 32 && q.head_dim != 64 && q.head_dim != 128)
@@ -157,7 +155,6 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.qkv = a.qkv;
   p.xq = a.xq;
   p.xq_cnt = a.xq_counters;
-  p.pick = a.pick;
   p.tl = a.tl;  // ignored by the Epilogue::QKV instances
   const bool wide = a.wide == Tri::Auto ? gemv_wide() : a.wide == Tri::On;  // integer-dot types only
   bool ok = false;
@@ -180,21 +177,6 @@ unsigned* gemv_xq_counters_alloc(int64_t cols) {
   CUDA_CHECK(cudaMalloc(&c, n * sizeof(unsigned)));
   CUDA_CHECK(cudaMemset(c, 0, n * sizeof(unsigned)));
   return c;
-}
-
-PickParams gemv_pick_alloc() {
-  PickParams p;
-  void* m = nullptr;
-  const size_t bytes = (kPickMaxBlocks + 1) * sizeof(unsigned long long);
-  CUDA_CHECK(cudaMalloc(&m, bytes));
-  CUDA_CHECK(cudaMemset(m, 0, bytes));
-  p.part = static_cast<unsigned long long*>(m);
-  p.cnt = reinterpret_cast<unsigned*>(p.part + kPickMaxBlocks);
-  return p;
-}
-void gemv_pick_free(PickParams& p) {
-  if (p.part) CUDA_CHECK(cudaFree(p.part));
-  p = PickParams{};
 }
 
 unsigned* qkv_counters_alloc(int n_head, int n_kv_head) {

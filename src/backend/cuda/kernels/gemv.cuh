@@ -116,75 +116,7 @@ struct GemvParams {
   unsigned long long* tl;  // launch timeline slot or null
   uint8_t* xq;             // SiluMulQ: written; Int8 prologue: read
   unsigned* xq_cnt;        // SiluMulQ: per 32-block of y
-  PickParams pick;         // StorePick
 };
-
-// StorePick (kernels.h PickParams). The argmax kernel's order: larger value, then smaller index;
-// NaN never wins; -0 and +0 are equal (so they tie on the index).
-__device__ __forceinline__ bool pick_better(float v, int i, float bv, int bi) {
-  return v > bv || (v == bv && i < bi) || (bi < 0 && !isnan(v));
-}
-// A key whose unsigned order is pick_better's: the value's bits made monotonic, then the index
-// inverted. 0 is below every candidate's key (the lowest, -inf at the last index, is 0x007fffff...).
-__device__ __forceinline__ unsigned long long pick_key(float v, int i) {
-  const float c = v == 0.f ? 0.f : v;  // -0 -> +0
-  unsigned u = __float_as_uint(c);
-  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-  return (static_cast<unsigned long long>(u) << 32) | (0xFFFFFFFFu - unsigned(i));
-}
-// Every warp of the grid, once its rows are stored: the block's best row (shared memory) becomes
-// its key in part[block]; one count per block, and the last block reduces the keys and writes the
-// id and the chained outputs. (One 64-bit atomicMax per warp on a single address, the first form,
-// serialized ~4,000 atomics per 0.6B step at L2: S25-7.)
-__device__ __forceinline__ void pick_warp_best(float& v, int& i) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (oi >= 0 && pick_better(ov, oi, v, i)) {
-      v = ov;
-      i = oi;
-    }
-  }
-}
-__device__ __forceinline__ void gemv_pick_finish(const PickParams& k, float v, int i, int lane, int warp) {
-  __shared__ float sv[32];
-  __shared__ int si[32];
-  __shared__ bool last;
-  pick_warp_best(v, i);
-  if (lane == 0) sv[warp] = v, si[warp] = i;
-  __syncthreads();
-  if (warp != 0) return;
-  const int nw = int(blockDim.x >> 5);
-  v = lane < nw ? sv[lane] : -INFINITY;
-  i = lane < nw ? si[lane] : -1;
-  pick_warp_best(v, i);
-  if (lane == 0) {
-    k.part[blockIdx.x] = i >= 0 ? pick_key(v, i) : 0ull;
-    __threadfence();
-    last = atomicAdd(k.cnt, 1u) == gridDim.x - 1;
-  }
-  __syncwarp();
-  if (!last) return;
-  __threadfence();
-  unsigned long long key = 0;
-  for (int b = lane; b < int(gridDim.x); b += 32) key = max(key, __ldcg(k.part + b));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) key = max(key, __shfl_xor_sync(0xffffffffu, key, o));
-  if (lane != 0) return;
-  const int id = key == 0 ? 0 : int(0xFFFFFFFFu - unsigned(key & 0xFFFFFFFFull));
-  *k.cnt = 0;
-  *k.out = id;
-  if (k.io) {
-    const int pos = k.io[1];
-    k.io[0] = id;
-    k.io[1] = pos + 1;
-    if (k.host) {
-      *reinterpret_cast<volatile int*>(k.host + (pos & 1)) = id;
-      __threadfence_system();
-    }
-  }
-}
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a
 // lane has 128-256 bytes of weights in flight per batch (and the next batch behind it).
@@ -581,8 +513,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
   int kpar = 0;
-  float pbv = -INFINITY;  // StorePick: the best of this lane's rows
-  int pbi = -1;
 
   // One batch: accumulate the fragments in buf (position at); when the batch after it (after)
   // starts the next row group, reduce and run the epilogue.
@@ -615,7 +545,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         const int row0 = rg * kRows;
         if (sub == 0) {
         if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual ||
-                      EPI == Epilogue::QKV || EPI == Epilogue::StorePick) {
+                      EPI == Epilogue::QKV) {
   #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             const int row = row0 + r;
@@ -628,8 +558,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
                 p.qkv.raw[row] = o;
               else
                 p.y[row] = o;
-              if constexpr (EPI == Epilogue::StorePick)
-                if (pick_better(o, row, pbv, pbi)) pbv = o, pbi = row;
             }
           }
         } else if constexpr (EPI == Epilogue::SiluMul || EPI == Epilogue::SiluMulQ) {
@@ -703,7 +631,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
       }
     }
   }
-  if constexpr (EPI == Epilogue::StorePick) gemv_pick_finish(p.pick, pbv, pbi, lane, warp);
   if constexpr (kTl) tl_end(p.tl);
 }
 

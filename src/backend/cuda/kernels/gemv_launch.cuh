@@ -6,7 +6,6 @@
 #include "backend/cuda/kernels/gemv.cuh"
 
 // The allow-list. Why these: Store (+Norm for the final logits, +AddNorm for fused layers),
-// StorePick (the logits of a chained greedy step, with or without the output norm folded in),
 // Residual for o_proj/down, SiluMul and QKV after the attention/ffn norms, with or without the
 // residual add folded in; None+SiluMul / None+QKV keep those fusions measurable with the norm
 // fusion off (LMFUSE_LN_FUSION=0).
@@ -28,9 +27,7 @@
   X(AddNorm, SiluMul)           \
   X(None, QKV)                  \
   X(Norm, QKV)                  \
-  X(AddNorm, QKV)               \
-  X(None, StorePick)            \
-  X(Norm, StorePick)
+  X(AddNorm, QKV)
 
 namespace lmf::cuda::dev {
 
@@ -59,7 +56,6 @@ void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   const Tri sk = gemv_split_k_mode();
   const bool split = sk == Tri::On || (sk == Tri::Auto && rg_batches > 2);
   q.ksplit = split ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
-  if (EPI == Epilogue::StorePick && grid > kPickMaxBlocks) LMF_FAIL("cuda gemv StorePick: grid ", grid, " > ", kPickMaxBlocks);
   launch_pdl(k, dim3(grid), dim3(threads), smem, s, q);
 }
 

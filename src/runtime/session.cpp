@@ -134,7 +134,8 @@ void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, const 
     const int64_t n = std::min({max_batch_, backend_.max_tokens_per_run(), T - done});
     const bool last = done + n == T;
     Graph& g = graph_for(n, all_logits);
-    StepInput in;
+    // The last chunk of a pick request carries it (the picked id instead of the logits).
+    StepInput in = last && pick && !all_logits ? *pick : StepInput{};
     in.tokens = tokens.data() + done;
     in.n_tokens = n;
     in.pos0 = pos_;
@@ -142,15 +143,7 @@ void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, const 
     // Non-last chunks of a last-logits request produce no output (nothing is copied back).
     if (all_logits) {
       in.logits = logits_.data() + done * V;
-    } else if (last && pick) {  // the picked id instead of the logits
-      in.argmax = pick->argmax;
-      in.sample = pick->sample;
-      in.penalty_ids = pick->penalty_ids;
-      in.n_penalty_ids = pick->n_penalty_ids;
-      in.sample_u01 = pick->sample_u01;
-      in.sampled = pick->sampled;
-      in.chain_next = pick->chain_next;
-    } else if (last) {
+    } else if (last && !pick) {
       in.logits = logits_.data();
     }
     backend_.run(g, in);

@@ -71,7 +71,8 @@ class Session {
 
  private:
   // pick: the last chunk's step returns a picked id instead of logits: its argmax or
-  // device-sampling fields and chained-decode flag (null: logits).
+  // device-sampling fields and chained-decode flag, copied whole into that step's request, so it
+  // sets no other field (null: logits).
   void eval_impl(std::span<const int32_t> tokens, bool all_logits, const StepInput* pick = nullptr);
   const Model& model_;
   Backend& backend_;

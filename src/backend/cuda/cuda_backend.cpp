@@ -546,8 +546,7 @@ void CudaBackend::prepare(Graph& g) {
       continue;
     }
     const bool add = add_free(grp);
-    if (!mats_.count(lead.w) || gate_up_layer_.count(lead.w) ||
-        !cuda::gemv_supported(lead.w->type, add ? Prologue::AddNorm : Prologue::Norm, Epilogue::Store)) {
+    if (!mats_.count(lead.w) || !cuda::gemv_supported(lead.w->type, add ? Prologue::AddNorm : Prologue::Norm, Epilogue::Store)) {
       grp.reject_reason = "no kernel instance for this prologue/epilogue";
       continue;
     }

@@ -471,15 +471,15 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   Pos a{int(blockIdx.x) + int(gridDim.x) * slot, g0};
   Pos b = next_pos(a);
   Frag<T> cur[U], nxt[U];
+  auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
+    if (at.rg < n_rg)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (at.g + u < ngroups) buf[u].load(p, at.rg, at.g + u, nblk, lane, pol);
+  };
   // Two batches in flight while x is staged (for the 8B shapes that is a whole row group).
-  if (a.rg < n_rg)
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (a.g + u < ngroups) cur[u].load(p, a.rg, a.g + u, nblk, lane, pol);
-  if (b.rg < n_rg)
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (b.g + u < ngroups) nxt[u].load(p, b.rg, b.g + u, nblk, lane, pol);
+  load_batch(cur, a);
+  load_batch(nxt, b);
   // The Norm prologue's second pass reads gamma after the block reduction: its lines are
   // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
   if constexpr (PRO == Prologue::Norm || PRO == Prologue::AddNorm)
@@ -583,12 +583,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         }  // sub == 0
         load_yres(after.rg);
       }
-  };
-  auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
-    if (at.rg < n_rg)
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (at.g + u < ngroups) buf[u].load(p, at.rg, at.g + u, nblk, lane, pol);
   };
   // Ping-pong between the two register buffers (no copy between them: a register copy of the
   // newer batch would wait for its loads, ncu showed 19 % of the 8B down GEMV's stall samples

@@ -356,7 +356,8 @@ int main(int argc, char** argv) {
     // Shapes beside 4B gate/up (19456 x 2560: 4,864 row groups for 2,112 warp slots, the last of
     // its three 32-block column groups half full): the same columns with exactly two row groups
     // per slot, and the same rows with full column groups (docs/PERF.md S19).
-    const Shape ssyn[] = {{"syn.2rounds", 16896, 2560}, {"syn.k2048", 19456, 2048}, {"syn.k3072", 19456, 3072}};
+    const Shape ssyn[] = {{"syn.2rounds", 16896, 2560}, {"syn.k2048", 19456, 2048}, {"syn.k3072", 19456, 3072},
+                          {"syn.8b.gateup2x", 49152, 4096}};
     // `cuda_bench_gemv --sweep SUBSTR`: the Q4_0 plain GEMVs whose shape name contains SUBSTR, in
     // each block width (LMFUSE_GEMV_WIDE) and split-K mode (LMFUSE_GEMV_SPLIT_K): isolated rates.
     if (argc > 2 && std::string(argv[1]) == "--sweep") {

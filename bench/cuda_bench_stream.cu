@@ -73,31 +73,66 @@ __global__ void __launch_bounds__(256) ldg_stream(const uint4* __restrict__ p, s
   if (acc == kMagic) sink[0] = acc;
 }
 
-// (b): rows x row_bytes (a multiple of 512), 8 warps per block.
+// (b): rows x row_bytes (a multiple of 512), 8 warps per block. SC = the Q4_0 scales as well
+// (fp16 d per 32 elements, 1/8 of the quant bytes, placed after them): 0 none; 1 the engine's
+// layout, [rows][nblk] (per step a lane loads 2 bytes for each of its 4 rows: four 64-byte pieces
+// per warp instruction group, 1 KB apart); 2 interleaved per row group, [rg][nblk][4] (per step
+// one 8-byte load per lane: 256 contiguous bytes per warp).
+__device__ __forceinline__ uint32_t ld2(const void* p, uint64_t pol) {
+  unsigned short v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(pol));
+  return v;
+}
+__device__ __forceinline__ uint2 ld8(const void* p, uint64_t pol) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0,%1}, [%2], %3;"
+               : "=r"(v.x), "=r"(v.y)
+               : "l"(p), "l"(pol));
+  return v;
+}
+template <int SC>
 __global__ void __launch_bounds__(256) rows_stream(const uint8_t* __restrict__ p, int rows, int row_bytes,
                                                    unsigned* sink) {
   const uint64_t pol = dev::evict_first_policy();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_rg = rows / 4, steps = row_bytes / 512, bpr = (steps + 1) / 2;  // batches per row group
+  const int nblk = row_bytes / 16;
+  const uint8_t* sc = p + size_t(rows) * row_bytes;
   const int w0 = int(blockIdx.x) + int(gridDim.x) * warp, wstep = int(gridDim.x) * 8;
   auto rg_of = [&](int b) { return w0 + (b / bpr) * wstep; };
-  auto load = [&](uint4 (&v)[2][4], int b) {
+  struct Batch {
+    uint4 v[2][4];
+    uint32_t s[2][4];
+  };
+  auto load = [&](Batch& B, int b) {
     const int rg = rg_of(b), g = (b % bpr) * 2;
 #pragma unroll
-    for (int u = 0; u < 2; ++u)
+    for (int u = 0; u < 2; ++u) {
+      const bool ok = g + u < steps;
+      const int c = (g + u) * 32 + lane;
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
-        v[u][r] = g + u < steps ? ld16(p + size_t(rg * 4 + r) * row_bytes + (g + u) * 512 + lane * 16, pol)
-                                : make_uint4(0, 0, 0, 0);
+      for (int r = 0; r < 4; ++r) {
+        B.v[u][r] = ok ? ld16(p + size_t(rg * 4 + r) * row_bytes + (g + u) * 512 + lane * 16, pol) : make_uint4(0, 0, 0, 0);
+        if constexpr (SC == 1) B.s[u][r] = ok ? ld2(sc + (size_t(rg * 4 + r) * nblk + c) * 2, pol) : 0u;
+      }
+      if constexpr (SC == 2) {
+        const uint2 w = ok ? ld8(sc + (size_t(rg) * nblk + c) * 8, pol) : make_uint2(0, 0);
+        B.s[u][0] = w.x;
+        B.s[u][1] = w.y;
+      }
+    }
   };
   unsigned acc = 0;
-  auto use = [&](const uint4 (&v)[2][4]) {
+  auto use = [&](const Batch& B) {
 #pragma unroll
-    for (int u = 0; u < 2; ++u)
+    for (int u = 0; u < 2; ++u) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) use16(acc, v[u][r]);
+      for (int r = 0; r < 4; ++r) use16(acc, B.v[u][r]);
+      if constexpr (SC == 1) use16(acc, make_uint4(B.s[u][0], B.s[u][1], B.s[u][2], B.s[u][3]));
+      if constexpr (SC == 2) use16(acc, make_uint4(B.s[u][0], B.s[u][1], 0u, 0u));
+    }
   };
-  uint4 A[2][4], B[2][4];
+  Batch A, B;
   if (rg_of(0) < n_rg) load(A, 0);
   if (rg_of(1) < n_rg) load(B, 1);
   for (int b = 0;; b += 2) {
@@ -316,12 +351,16 @@ int main(int argc, char** argv) {
     const Size sizes[] = {{"8b.o 4096x4096", size_t(4096) * 2048, 4096, 2048},
                           {"8b.qkv 6144x4096", size_t(6144) * 2048, 6144, 2048},
                           {"8b.down 4096x12288", size_t(4096) * 6144, 4096, 6144},
-                          {"8b.gateup 24576x4096", size_t(24576) * 2048, 24576, 2048}};
+                          {"8b.gateup 24576x4096", size_t(24576) * 2048, 24576, 2048},
+                          {"2x 8b.gateup 49152x4096", size_t(49152) * 2048, 49152, 2048}};
+    // `cuda_bench_stream --rows`: only the (b) rows (the GEMV's pattern with and without scales).
+    const bool rows_only = argc > 1 && std::string(argv[1]) == "--rows";
     std::printf("| loads | shape | MB | µs per launch | GB/s | of copy |\n| --- | --- | ---: | ---: | ---: | ---: |\n");
     char what[96];
     for (const Size& z : sizes) {
       const size_t n16 = z.bytes / 16;
       for (int blocks : {1, 2, 4, 8}) {
+        if (rows_only) break;
         const double us = per_launch_us(s, z.bytes, [&](size_t off) {
           ldg_stream<4><<<sms * blocks, 256, 0, s>>>(reinterpret_cast<const uint4*>(pool + off), n16, sink);
         });
@@ -331,11 +370,18 @@ int main(int argc, char** argv) {
       for (int blocks : {1, 2}) {
         const int n_rg = z.rows / 4;
         const int grid = std::max(1, std::min(n_rg, sms * blocks));
-        const double us = per_launch_us(s, z.bytes, [&](size_t off) {
-          rows_stream<<<grid, 256, 0, s>>>(pool + off, z.rows, z.row_bytes, sink);
-        });
-        std::snprintf(what, sizeof what, "(b) GEMV pattern, %d x 8 warps per SM", blocks);
-        report(what, z, z.bytes, us, copy);
+        static const char* kSc[] = {"", ", scales [rows][nblk]", ", scales [rg][nblk][4]"};
+        auto run_rows = [&](auto kernel, int sc) {
+          const size_t bytes = z.bytes + (sc ? z.bytes / 8 : 0);
+          const double us = per_launch_us(s, bytes, [&](size_t off) {
+            kernel<<<grid, 256, 0, s>>>(pool + off, z.rows, z.row_bytes, sink);
+          });
+          std::snprintf(what, sizeof what, "(b) GEMV pattern%s, %d x 8 warps per SM", kSc[sc], blocks);
+          report(what, z, bytes, us, copy);
+        };
+        run_rows(rows_stream<0>, 0);
+        run_rows(rows_stream<1>, 1);
+        run_rows(rows_stream<2>, 2);
       }
       auto run_bulk = [&](auto kernel, int S, int C, int warps) {
         const size_t smem = size_t(warps) * S * C + size_t(warps) * S * 8;
@@ -347,6 +393,7 @@ int main(int argc, char** argv) {
         std::snprintf(what, sizeof what, "(c) bulk copies, %d warps x %d slots x %d B per SM", warps, S, C);
         report(what, z, bytes, us, copy);
       };
+      if (rows_only) continue;
       run_bulk(bulk_stream<4, 4096>, 4, 4096, 8);
       run_bulk(bulk_stream<6, 4096>, 6, 4096, 8);
       run_bulk(bulk_stream<3, 4096>, 3, 4096, 16);

@@ -13,6 +13,7 @@
 //     graph (%globaltimer stamps written by the kernels), averaged over the layers.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <memory>
@@ -183,6 +184,15 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   const char* nenv = std::getenv("LMFUSE_CHAIN_NARROW");
   const std::string narrow = nenv ? std::string(",") + nenv + "," : "";
   auto width = [&](const char* g) { return narrow.find(std::string(",") + g + ",") != std::string::npos ? Tri::Off : Tri::Auto; };
+  // Experiment S26-3 (bench only, wrong sums): LMFUSE_CHAIN_STAGE_FREE=qkv,gu,down runs the named
+  // GEMVs with the Int8 prologue on a stale, already quantized x: their staging becomes a copy, an
+  // upper bound on what taking the norm and the quantization out of the consumers could save.
+  const char* fenv = std::getenv("LMFUSE_CHAIN_STAGE_FREE");
+  const std::string sfree = fenv ? std::string(",") + fenv + "," : "";
+  auto free_stage = [&](const char* g) { return sfree.find(std::string(",") + g + ",") != std::string::npos; };
+  uint8_t* stale_xq = nullptr;
+  CUDA_CHECK(cudaMalloc(&stale_xq, gemv_xq_bytes(std::max<int64_t>(m.ffn, m.hidden))));
+  CUDA_CHECK(cudaMemset(stale_xq, 0, gemv_xq_bytes(std::max<int64_t>(m.ffn, m.hidden))));
   auto body = [&] {
     for (int l = 0; l < m.n_layer; ++l) {
       // The backend's default QKV path: a Store GEMV into raw q|k|v, then the epilogue kernel
@@ -194,7 +204,8 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       a.y = raw;
       a.tl = slot(l, 0);
       a.wide = width("qkv");
-      gemv(Prologue::Norm, Epilogue::Store, a, s);
+      a.xq = stale_xq;
+      gemv(free_stage("qkv") ? Prologue::Int8 : Prologue::Norm, Epilogue::Store, a, s);
       QkvPostArgs pa;
       pa.raw = raw;
       pa.n_head = m.n_head;
@@ -246,7 +257,12 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       gu.wide = width("gu");
       gu.xq = xq_buf;
       gu.xq_counters = xq_cnt;
-      gemv(Prologue::Norm, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, gu, s);
+      if (free_stage("gu")) {
+        gu.xq = stale_xq;
+        gemv(Prologue::Int8, Epilogue::SiluMul, gu, s);
+      } else {
+        gemv(Prologue::Norm, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, gu, s);
+      }
       GemvArgs d;
       d.w = &L[l].down;
       d.in = act;
@@ -255,7 +271,8 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       d.y_residual = hidden;
       d.tl = slot(l, 6);
       d.wide = width("down");
-      gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, d, s);
+      if (free_stage("down") && !xq) d.xq = stale_xq;
+      gemv(xq || free_stage("down") ? Prologue::Int8 : Prologue::None, Epilogue::Residual, d, s);
     }
   };
   if (timeline) {
@@ -329,6 +346,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   }
   for (float* p : {hidden, gamma, hn, q, att, act, raw, part}) CUDA_CHECK(cudaFree(p));
   CUDA_CHECK(cudaFree(d_pos));
+  CUDA_CHECK(cudaFree(stale_xq));
   CUDA_CHECK(cudaFree(ctr));
   if (xq_buf) CUDA_CHECK(cudaFree(xq_buf));
   if (xq_cnt) CUDA_CHECK(cudaFree(xq_cnt));

@@ -14,6 +14,8 @@
 // launch_gemv_instance instantiates nothing for F16/BF16).
 #define LMF_GEMV_ALLOW_LIST_XQ(X) \
   X(Int8, Residual)               \
+  X(Int8, Store)                  \
+  X(Int8, SiluMul)                \
   X(None, SiluMulQ)               \
   X(Norm, SiluMulQ)               \
   X(AddNorm, SiluMulQ)

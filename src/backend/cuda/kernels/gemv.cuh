@@ -465,9 +465,9 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   const int ngroups = (nblk + 31) / 32;
   const int ks = p.ksplit;
   const int sub = warp % ks, slot = warp / ks;
-  // Row groups: round-robin over the grid, or block-major (rg_per_block: block b owns row groups
-  // [b*n, (b+1)*n), warps take them in slot order).
-  const bool bmaj = p.rg_per_block > 0;
+  // Row groups: round-robin over the grid, or block-major (ResidualQ, rg_per_block: block b owns
+  // row groups [b*n, (b+1)*n), warps take them in slot order).
+  constexpr bool bmaj = EPI == Epilogue::ResidualQ;
   const int rg_step = bmaj ? kGemvWarps<T, W> / ks : gridDim.x * (kGemvWarps<T, W> / ks);
   const int rg_end = bmaj ? min(n_rg, (int(blockIdx.x) + 1) * p.rg_per_block) : n_rg;
 

@@ -13,7 +13,6 @@
 //     graph (%globaltimer stamps written by the kernels), averaged over the layers.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <memory>
@@ -184,26 +183,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   const char* nenv = std::getenv("LMFUSE_CHAIN_NARROW");
   const std::string narrow = nenv ? std::string(",") + nenv + "," : "";
   auto width = [&](const char* g) { return narrow.find(std::string(",") + g + ",") != std::string::npos ? Tri::Off : Tri::Auto; };
-  // Experiment S26-3 (bench only, wrong sums): LMFUSE_CHAIN_STAGE_FREE=qkv,gu,down runs the named
-  // GEMVs with the Int8 prologue on a stale, already quantized x: their staging becomes a copy, an
-  // upper bound on what taking the norm and the quantization out of the consumers could save.
-  const char* fenv = std::getenv("LMFUSE_CHAIN_STAGE_FREE");
-  const std::string sfree = fenv ? std::string(",") + fenv + "," : "";
-  auto free_stage = [&](const char* g) { return sfree.find(std::string(",") + g + ",") != std::string::npos; };
-  // Prototype S26-4 (bench only): LMFUSE_CHAIN_NORMQ=1: o_proj and down write the codes of
-  // y * gamma per 32-block and the sums of y^2 (ResidualQ); gate/up and qkv read them (NormQ).
-  const bool normq = std::getenv("LMFUSE_CHAIN_NORMQ") && std::string(std::getenv("LMFUSE_CHAIN_NORMQ")) == "1";
-  uint8_t *nq_a = nullptr, *nq_b = nullptr;
-  float *ss_a = nullptr, *ss_b = nullptr;
-  CUDA_CHECK(cudaMalloc(&nq_a, gemv_xq_bytes(m.hidden)));
-  CUDA_CHECK(cudaMalloc(&nq_b, gemv_xq_bytes(m.hidden)));
-  CUDA_CHECK(cudaMemset(nq_a, 0, gemv_xq_bytes(m.hidden)));
-  CUDA_CHECK(cudaMemset(nq_b, 0, gemv_xq_bytes(m.hidden)));
-  ss_a = dev_floats(m.hidden / 32, 1.f);
-  ss_b = dev_floats(m.hidden / 32, 1.f);
-  uint8_t* stale_xq = nullptr;
-  CUDA_CHECK(cudaMalloc(&stale_xq, gemv_xq_bytes(std::max<int64_t>(m.ffn, m.hidden))));
-  CUDA_CHECK(cudaMemset(stale_xq, 0, gemv_xq_bytes(std::max<int64_t>(m.ffn, m.hidden))));
   auto body = [&] {
     for (int l = 0; l < m.n_layer; ++l) {
       // The backend's default QKV path: a Store GEMV into raw q|k|v, then the epilogue kernel
@@ -215,12 +194,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       a.y = raw;
       a.tl = slot(l, 0);
       a.wide = width("qkv");
-      a.xq = stale_xq;
-      if (normq) {
-        a.xq = nq_b;
-        a.xq_ss = ss_b;
-      }
-      gemv(normq ? Prologue::NormQ : free_stage("qkv") ? Prologue::Int8 : Prologue::Norm, Epilogue::Store, a, s);
+      gemv(Prologue::Norm, Epilogue::Store, a, s);
       QkvPostArgs pa;
       pa.raw = raw;
       pa.n_head = m.n_head;
@@ -262,10 +236,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       o.y_residual = hidden;
       o.tl = slot(l, 4);
       o.wide = width("o");
-      o.xq_out = nq_a;
-      o.xq_ss = ss_a;
-      o.gamma_next = gamma;
-      gemv(xq_o ? Prologue::Int8 : Prologue::None, normq ? Epilogue::ResidualQ : Epilogue::Residual, o, s);
+      gemv(xq_o ? Prologue::Int8 : Prologue::None, Epilogue::Residual, o, s);
       GemvArgs gu;
       gu.w = &L[l].gu;
       gu.in = hidden;
@@ -275,16 +246,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       gu.wide = width("gu");
       gu.xq = xq_buf;
       gu.xq_counters = xq_cnt;
-      if (normq) {
-        gu.xq = nq_a;
-        gu.xq_ss = ss_a;
-        gemv(Prologue::NormQ, Epilogue::SiluMul, gu, s);
-      } else if (free_stage("gu")) {
-        gu.xq = stale_xq;
-        gemv(Prologue::Int8, Epilogue::SiluMul, gu, s);
-      } else {
-        gemv(Prologue::Norm, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, gu, s);
-      }
+      gemv(Prologue::Norm, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, gu, s);
       GemvArgs d;
       d.w = &L[l].down;
       d.in = act;
@@ -293,12 +255,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       d.y_residual = hidden;
       d.tl = slot(l, 6);
       d.wide = width("down");
-      if (free_stage("down") && !xq) d.xq = stale_xq;
-      d.xq_out = nq_b;
-      d.xq_ss = ss_b;
-      d.gamma_next = gamma;
-      gemv(xq || free_stage("down") ? Prologue::Int8 : Prologue::None, normq ? Epilogue::ResidualQ : Epilogue::Residual,
-           d, s);
+      gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, d, s);
     }
   };
   if (timeline) {
@@ -372,8 +329,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   }
   for (float* p : {hidden, gamma, hn, q, att, act, raw, part}) CUDA_CHECK(cudaFree(p));
   CUDA_CHECK(cudaFree(d_pos));
-  CUDA_CHECK(cudaFree(stale_xq));
-  for (void* p : {(void*)nq_a, (void*)nq_b, (void*)ss_a, (void*)ss_b}) CUDA_CHECK(cudaFree(p));
   CUDA_CHECK(cudaFree(ctr));
   if (xq_buf) CUDA_CHECK(cudaFree(xq_buf));
   if (xq_cnt) CUDA_CHECK(cudaFree(xq_cnt));

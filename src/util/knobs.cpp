@@ -27,8 +27,6 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode GEMV (Q4_0/Q4_1/Q8_0): one block of 16 warps per SM, x staged once per SM (auto = hidden size >= 2560)"},
       {"gemv_xq", "LMFUSE_GEMV_XQ", &Knobs::gemv_xq,
        "CUDA decode: the gate/up GEMV writes down's input already quantized to int8, so down copies it instead of quantizing it per block (auto = off: measured slower)"},
-      {"norm_xq", "LMFUSE_NORM_XQ", &Knobs::norm_xq,
-       "CUDA decode: o_proj and down write their output's int8 codes (times the next RMSNorm's weight) and sums of squares, so gate/up and qkv copy them instead of normalizing and quantizing in every block (not bit-identical: within 1e-4)"},
       {"attn_xq", "LMFUSE_ATTN_XQ", &Knobs::attn_xq,
        "CUDA decode: the attention merge kernel writes o_proj's input already quantized to int8, so o_proj copies it (auto = hidden size >= 2560, split + merge steps only; 1 = the direct split too)"},
       {"gemv_split_k", "LMFUSE_GEMV_SPLIT_K", &Knobs::gemv_split_k,

@@ -25,7 +25,6 @@ struct Knobs {
   Tri gemv_coresident = Tri::Auto;  // LMFUSE_GEMV_CORESIDENT: one GEMV block per SM, room for the next kernel's (auto = short shapes)
   Tri gemv_wide = Tri::Auto;        // LMFUSE_GEMV_WIDE: integer-dot decode GEMVs as one 16-warp block per SM (auto = hidden size >= 2560)
   Tri gemv_xq = Tri::Auto;          // LMFUSE_GEMV_XQ: down's x quantized once, by the gate/up GEMV (auto = off: measured slower, PERF.md S13-1)
-  Tri norm_xq = Tri::Auto;          // LMFUSE_NORM_XQ: o_proj/down quantize their output for the next folded norm (ResidualQ -> NormQ)
   Tri attn_xq = Tri::Auto;          // LMFUSE_ATTN_XQ: o_proj's x quantized once, by the attention merge kernel (auto = hidden size >= 2560, S13-2)
   Tri gemv_split_k = Tri::Auto;     // LMFUSE_GEMV_SPLIT_K: several warps per row group in decode GEMVs (auto = the deep shapes: down_proj)
   Tri qkv_post_pdl = Tri::Auto;     // LMFUSE_QKV_POST_PDL: the QKV epilogue kernel launched with PDL (auto = on)

@@ -283,61 +283,6 @@ TEST(CudaGemv, GateUpQuantizedOutputFeedsDownBitwise) {
   set_gemv_wide(false);
 }
 
-// ResidualQ producer (o_proj / down: y = W x + res, and the codes of y * gamma per 32-block it
-// owns, with the sums of y^2) feeding a NormQ consumer (gate/up / qkv) against the same two
-// GEMVs unfused (Residual, then the Norm prologue): y bit for bit, the consumer within 1e-4
-// (the norm's sum runs in another order and its scale multiplies the dots instead of x: a code
-// can flip at a rounding boundary, ~1e-4 of one column's share).
-TEST(CudaGemv, ResidualQFeedsNormQ) {
-  uint32_t seed = 950;
-  for (bool wide : {false, true})
-    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
-      for (Shape s : {Shape{64, 96}, Shape{1024, 3072}, Shape{4096, 12288}, Shape{2560, 4096}}) {  // producer {rows, cols}
-        std::mt19937 rng(seed++);
-        set_gemv_wide(wide);
-        const int64_t n = s.rows, nc = 3 * s.rows / 2;  // consumer: [nc][n]
-        auto pq = random_rows(t, n, s.cols, rng), cq = random_rows(t, nc, n, rng);
-        DeviceWeight pw = upload_weight(repack_rows(t, pq.data(), n, s.cols));
-        DeviceWeight cw = upload_weight(repack_rows(t, cq.data(), nc, n));
-        auto x = randn(s.cols, rng), res = randn(n, rng), gamma = randn(n, rng, 0.5f);
-        DevBuf<float> d_x(x), d_res(res), d_gamma(gamma), d_y(n), d_y2(n), d_ss(n / 32), d_z(nc), d_z2(nc);
-        DevBuf<uint8_t> d_xq(gemv_xq_bytes(n));
-        GemvArgs a;
-        a.w = &pw;
-        a.in = d_x.p();
-        a.y_residual = d_res.p();
-        a.y = d_y.p();
-        a.xq_out = d_xq.p();
-        a.xq_ss = d_ss.p();
-        a.gamma_next = d_gamma.p();
-        gemv(Prologue::None, Epilogue::ResidualQ, a);
-        GemvArgs b;
-        b.w = &cw;
-        b.xq = d_xq.p();
-        b.xq_ss = d_ss.p();
-        b.y = d_z.p();
-        gemv(Prologue::NormQ, Epilogue::Store, b);
-        a.y = d_y2.p();
-        gemv(Prologue::None, Epilogue::Residual, a);
-        GemvArgs c;
-        c.w = &cw;
-        c.in = d_y2.p();
-        c.gamma = d_gamma.p();
-        c.y = d_z2.p();
-        gemv(Prologue::Norm, Epilogue::Store, c);
-        auto y = d_y.get(), y2 = d_y2.get(), z = d_z.get(), z2 = d_z2.get();
-        int64_t dy = 0;
-        for (int64_t i = 0; i < n; ++i) dy += std::memcmp(&y[i], &y2[i], sizeof(float)) != 0;
-        EXPECT_EQ(dy, int64_t(0)) << dtype_name(t) << " rows " << n << " wide " << wide;
-        EXPECT_TRUE(all_finite(z)) << dtype_name(t);
-        EXPECT_LE(rel_l2(z, z2), 1e-4) << dtype_name(t) << " rows " << n << " cols " << s.cols << " wide " << wide;
-        EXPECT_TRUE(d_xq.guards_intact() && d_ss.guards_intact() && d_z.guards_intact()) << dtype_name(t);
-        free_weight(pw);
-        free_weight(cw);
-      }
-  set_gemv_wide(false);
-}
-
 TEST(CudaGemv, BadArgumentsFail) {
   std::mt19937 rng(5);
   auto wq = random_rows(DType::Q4_0, 32, 64, rng);

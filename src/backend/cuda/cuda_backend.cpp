@@ -106,13 +106,6 @@ struct GraphState {
   std::vector<XqRole> xq_role;
   uint8_t* xq = nullptr;
   unsigned* xq_counters = nullptr;
-  // The norm's hand-over (knob norm_xq; plan_norm_xq): per op, its partner in a ResidualQ ->
-  // NormQ pair (an o_proj / down leader and the gate/up / qkv / logits leader whose folded norm
-  // reads its output), or -1; scratch set 0 for o_proj's pairs, 1 for down's, so a reader's codes
-  // are never the next writer's.
-  std::vector<int> nq_partner;
-  uint8_t* nq_codes[2] = {};
-  float* nq_ss[2] = {};
   int attn_splits = 1;
   cudaGraphExec_t exec = nullptr;
   // The same step with a direct attention (AttnArgs::direct, no merge kernels), replayed while
@@ -228,10 +221,6 @@ class CudaBackend final : public Backend {
     cudaFree(st.attn_counters);
     cudaFree(st.xq);
     cudaFree(st.xq_counters);
-    for (int i = 0; i < 2; ++i) {
-      cudaFree(st.nq_codes[i]);
-      cudaFree(st.nq_ss[i]);
-    }
     st = GraphState{};
   }
   float* ptr(const GraphState& st, const Graph& g, int t) const {
@@ -244,11 +233,6 @@ class CudaBackend final : public Backend {
   cudaGraphExec_t capture_step(Graph& g, GraphState& st, bool direct, cuda::TimelineSlots* tl = nullptr);
   std::string launch_kind(const Graph& g, const Op& op, int sub) const;
   void plan_xq(const Graph& g, GraphState& st);
-  void plan_norm_xq(const Graph& g, GraphState& st);
-  // Scratch set of the norm pair whose writer is op `writer` (plan_norm_xq).
-  static int nq_set(const Graph& g, int writer) {
-    return g.groups[size_t(g.ops[size_t(writer)].group)].kind == GroupKind::OResid ? 0 : 1;
-  }
   // Whether op `op` plays `role` in a planned xq pair in the step being launched: the attention ->
   // o_proj pairs (attn) only in the split + merge graph unless attn_xq is forced (attn_xq_direct_).
   bool xq_pair(const GraphState& st, int op, XqRole role, bool attn) const {
@@ -331,7 +315,6 @@ class CudaBackend final : public Backend {
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
-  bool norm_xq_ = false;                     // decode: ResidualQ -> NormQ pairs (plan_norm_xq)
   bool attn_xq_direct_ = false;              // ... and by the direct split in direct steps (forced only)
   bool attn_merge_fusion_ = false;           // decode: the last split block merges (no merge kernel)
   bool attn_staged_ = false;                 // decode: attention pass 1 from shared-memory stages
@@ -487,9 +470,6 @@ void CudaBackend::prepare(Graph& g) {
   // path: measured slower on every size (docs/PERF.md S18-6/S18-7, `--ab attn_xq` with every
   // tg128 step direct: 4B 0.989-0.993, 8B 0.993-0.998, 0.6B 0.981-0.989), so only when forced.
   attn_xq_direct_ = attn_xq_ && k.attn_xq == Tri::On;
-  // o_proj / down hand the next folded norm its codes (ResidualQ -> NormQ, docs/PERF.md S26-4):
-  // automatic off until measured in the engine.
-  norm_xq_ = fusion && tri_resolve(k.norm_xq, false);
   // o_proj inside the direct attention: automatic off (docs/PERF.md S23-1: tg128 0.6B 1.011-1.032,
   // 4B 0.971-0.976, 8B 0.900-0.907; its atomics make the last bits vary run to run). Its residual
   // add then folds into gate/up in every step (the split + merge steps launch o_proj plainly), so
@@ -708,7 +688,6 @@ void CudaBackend::finalize(Graph& g) {
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.attn_counters), size_t(hp.n_head_kv) * sizeof(unsigned)));
   CUDA_CHECK(cudaMemset(st.attn_counters, 0, size_t(hp.n_head_kv) * sizeof(unsigned)));
   plan_xq(g, st);
-  plan_norm_xq(g, st);
 }
 
 // The producer -> GEMV pairs whose x is quantized once, by the producer (knobs attn_xq: the
@@ -761,68 +740,6 @@ void CudaBackend::plan_xq(const Graph& g, GraphState& st) {
   if (std::find(st.xq_role.begin(), st.xq_role.end(), XqRole::Read) != st.xq_role.end())
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.xq), cuda::gemv_xq_bytes(std::max(hp.q_dim(), hp.n_ff))));
   if (counters) st.xq_counters = cuda::gemv_xq_counters_alloc(hp.n_ff);
-}
-
-// The o_proj / down -> folded-norm pairs (knob norm_xq), decided once per graph after plan_xq. A
-// pair: the writer group's residual output is the reader group's norm input (the reader folds the
-// norm but not the add), nothing else launches between them, both have their instances (the
-// writer with either prologue: o_proj's Int8 pair is decided per step), the vector is whole
-// 32-blocks, and the reader is not a gate/up that writes down's codes itself (SiluMulQ) or a QKV
-// with its epilogue inside (no NormQ instance). The attention's o_proj fusion (o_acc_) hands
-// gate/up a sum instead of o_proj's output: no gate/up pairs then.
-void CudaBackend::plan_norm_xq(const Graph& g, GraphState& st) {
-  st.nq_partner.assign(g.ops.size(), -1);
-  if (g.n_tokens != 1 || !norm_xq_) return;
-  auto supported = [&](const Weight* w, Prologue pro, Epilogue epi) {
-    const auto it = mats_.find(w);
-    return it != mats_.end() && cuda::gemv_supported(it->second.type, pro, epi);
-  };
-  bool any = false;
-  for (size_t ri = 0; ri < g.groups.size(); ++ri) {
-    const FusionGroup& r = g.groups[ri];
-    if (!r.accepted || !r.fold_norm || r.fold_add) continue;
-    const Op& reader = g.ops[size_t(r.leader())];
-    Epilogue repi = Epilogue::Store;
-    if (r.kind == GroupKind::GateUp) {
-      if (attn_o_ || st.xq_role[size_t(r.leader())] == XqRole::Write) continue;
-      repi = Epilogue::SiluMul;
-    } else if (r.kind == GroupKind::QKV) {
-      if (qkv_epilogue_in_gemv_) continue;
-    } else if (r.kind != GroupKind::Logits) {
-      continue;
-    }
-    const Weight* rw = r.kind == GroupKind::QKV ? nullptr : reader.w;
-    const cuda::DeviceWeight& rdev = r.kind == GroupKind::QKV   ? layers_[size_t(r.layer)].qkv
-                                     : r.kind == GroupKind::GateUp ? layers_[size_t(r.layer)].gate_up
-                                                                   : mats_.at(rw);
-    if (!cuda::gemv_supported(rdev.type, Prologue::NormQ, repi)) continue;
-    const int h = g.ops[size_t(r.norm)].in[0];
-    if (g.t(h).cols % 32 != 0) continue;
-    for (size_t wi = 0; wi < g.groups.size(); ++wi) {
-      const FusionGroup& w = g.groups[wi];
-      if (!w.accepted || !(w.kind == GroupKind::OResid || w.kind == GroupKind::DownResid) || w.epilogue.empty() ||
-          g.ops[size_t(w.epilogue[0])].out[0] != h)
-        continue;
-      const Weight* ww = g.ops[size_t(w.leader())].w;
-      if (!supported(ww, Prologue::None, Epilogue::ResidualQ) || !supported(ww, Prologue::Int8, Epilogue::ResidualQ))
-        continue;
-      bool between = false;  // an op of another group launched between the two leaders
-      for (int i = w.leader() + 1; i < r.leader() && !between; ++i) {
-        const Op& op = g.ops[size_t(i)];
-        between = op.launch && op.group != int(wi) && op.group != int(ri);
-      }
-      if (between || w.leader() >= r.leader()) continue;
-      st.nq_partner[size_t(w.leader())] = r.leader();
-      st.nq_partner[size_t(r.leader())] = w.leader();
-      any = true;
-    }
-  }
-  if (!any) return;
-  const int64_t n = m_->hp.n_embd;
-  for (int i = 0; i < 2; ++i) {
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.nq_codes[i]), cuda::gemv_xq_bytes(n)));
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.nq_ss[i]), size_t(n / 32) * sizeof(float)));
-  }
 }
 
 void CudaBackend::matmul(const Weight* w, const float* x, float* y, const float* bias) {
@@ -1123,15 +1040,6 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
     }
   }
   const LayerDev* L = grp.layer >= 0 ? &layers_[size_t(grp.layer)] : nullptr;  // none for Logits
-  // A norm pair (plan_norm_xq): the reader copies the writer's codes; the writer writes them.
-  const int nq = st.nq_partner.empty() ? -1 : st.nq_partner[size_t(grp.leader())];
-  const bool nq_write = nq >= 0 && (grp.kind == GroupKind::OResid || grp.kind == GroupKind::DownResid);
-  if (nq >= 0 && !nq_write) {
-    const int set = nq_set(g, nq);
-    pro = Prologue::NormQ;
-    a.xq = st.nq_codes[set];
-    a.xq_ss = st.nq_ss[set];
-  }
   switch (grp.kind) {
     case GroupKind::QKV: {
       a.w = &L->qkv;
@@ -1157,10 +1065,8 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       if (attn_o_ && direct_step_ && grp.fold_add) a.in = o_acc_ + grp.layer * m_->hp.n_embd;  // o_proj's sum
       a.y = ptr(st, g, g.ops[size_t(grp.epilogue[0])].out[0]);
       const bool xq = st.xq_role[size_t(grp.leader())] == XqRole::Write;
-      if (xq) {  // (never with a norm pair: plan_norm_xq)
-        a.xq = st.xq;
-        a.xq_counters = st.xq_counters;
-      }
+      a.xq = xq ? st.xq : nullptr;
+      a.xq_counters = xq ? st.xq_counters : nullptr;
       cuda::gemv(pro, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, a, stream_);
       break;
     }
@@ -1173,14 +1079,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       a.y = ptr(st, g, add.out[0]);
       const bool xq = xq_pair(st, grp.leader(), XqRole::Read, grp.kind == GroupKind::OResid);
       a.xq = xq ? st.xq : nullptr;
-      if (nq_write) {
-        const int set = nq_set(g, grp.leader());
-        a.xq_out = st.nq_codes[set];
-        a.xq_ss = st.nq_ss[set];
-        a.gamma_next = dev_vec(*g.ops[size_t(g.groups[size_t(g.ops[size_t(nq)].group)].norm)].w);
-      }
-      cuda::gemv(xq ? Prologue::Int8 : Prologue::None, nq_write ? Epilogue::ResidualQ : Epilogue::Residual, a,
-                 stream_);
+      cuda::gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
       break;
     }
     case GroupKind::Logits:  // the output projection, its norm (and add) folded in

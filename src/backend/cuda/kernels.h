@@ -94,9 +94,6 @@ enum class Prologue {
   AddNorm,  // h = in + residual; x = rmsnorm(h) * gamma; block 0 writes h to residual_out
   Int8,     // x given already quantized by its producer (SiluMulQ): xq [gemv_xq_bytes(cols)];
             // Q4_0/Q4_1/Q8_0 only, in unused
-  NormQ,    // x = rmsnorm(h) * gamma from a ResidualQ producer: xq holds the codes of h * gamma
-            // per 32-block, xq_ss [cols/32] the sums of h^2 per 32-block; the norm's scale
-            // (from the sums, in block order) multiplies the dot products. Q4_0/Q4_1/Q8_0 only
 };
 enum class Epilogue {
   Store,     // y[r] = (W x)[r] (+ bias[r])                                   y [rows]
@@ -105,9 +102,6 @@ enum class Epilogue {
   QKV,       // W = Q|K|V rows: bias, per-head RMSNorm of q,k, RoPE, q -> q_out, k,v -> cache
   SiluMulQ,  // SiluMul, and y also quantized into xq for an Int8-prologue consumer (y [rows/2],
              // rows/2 % 32 == 0; xq_counters [rows/64] zero before, left zero); Q4_0/Q4_1/Q8_0 only
-  ResidualQ,  // Residual, and for a NormQ consumer: the codes of y * gamma_next per 32-block into
-              // xq_out, sum of y^2 per 32-block into xq_ss. rows % 32 == 0; each block owns 32
-              // consecutive rows (its own 32-block). Q4_0/Q4_1/Q8_0 only
 };
 enum class RopeStyle { NeoX, Adjacent };  // NeoX: pairs (i, i+d/2) (qwen2/3); Adjacent: (2i, 2i+1)
 
@@ -148,11 +142,6 @@ struct GemvArgs {
   // GEMVs stage x in shared memory (gemv.cuh header comment), gemv_xq_bytes(cols) bytes.
   uint8_t* xq = nullptr;
   unsigned* xq_counters = nullptr;  // SiluMulQ: per 32-block of y, see gemv_xq_counters_alloc
-  // ResidualQ writes, NormQ reads: codes in xq_out (ResidualQ) / xq (NormQ), gemv_xq_bytes(n);
-  // sums of squares per 32-block [n/32]; ResidualQ: the consumer's norm weight [rows].
-  uint8_t* xq_out = nullptr;
-  float* xq_ss = nullptr;
-  const float* gamma_next = nullptr;
   // Integer-dot types: one 16-warp block per SM (On) or 8-warp blocks (Off); Auto = set_gemv_wide.
   Tri wide = Tri::Auto;
 };

@@ -106,12 +106,7 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
     LMF_FAIL("cuda gemv: cols must be a positive multiple of 32, got ", w.rows, "x", w.cols);
   if (w.rows > (int64_t(1) << 30) || w.cols > (1 << 20))
     LMF_FAIL("cuda gemv: shape too large: ", w.rows, "x", w.cols);
-  if (pro == Prologue::Int8 || pro == Prologue::NormQ ? !a.xq : !a.in) LMF_FAIL("cuda gemv: missing input");
-  if (pro == Prologue::NormQ && !a.xq_ss) LMF_FAIL("cuda gemv: NormQ needs xq_ss");
-  if (epi == Epilogue::ResidualQ) {
-    if (!a.xq_out || !a.xq_ss || !a.gamma_next) LMF_FAIL("cuda gemv: ResidualQ needs xq_out, xq_ss and gamma_next");
-    if (w.rows % 32 != 0) LMF_FAIL("cuda gemv: ResidualQ needs rows % 32 == 0, got ", w.rows);
-  }
+  if (pro == Prologue::Int8 ? !a.xq : !a.in) LMF_FAIL("cuda gemv: missing input");
   if (epi == Epilogue::SiluMulQ) {
     if (!a.xq || !a.xq_counters) LMF_FAIL("cuda gemv: SiluMulQ needs xq and xq_counters");
     if ((w.rows / 2) % 32 != 0) LMF_FAIL("cuda gemv: SiluMulQ needs rows/2 % 32 == 0, got ", w.rows);
@@ -130,8 +125,7 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   if (misaligned(a.in) || (norm && misaligned(a.gamma)) ||
       (pro == Prologue::AddNorm && (misaligned(a.residual) || misaligned(a.residual_out))))
     LMF_FAIL("cuda gemv: input, gamma, residual and residual_out must be 16-byte aligned");
-  if ((epi == Epilogue::Residual || epi == Epilogue::ResidualQ) && !a.y_residual)
-    LMF_FAIL("cuda gemv: Residual needs y_residual");
+  if (epi == Epilogue::Residual && !a.y_residual) LMF_FAIL("cuda gemv: Residual needs y_residual");
   if ((epi == Epilogue::SiluMul || epi == Epilogue::SiluMulQ) && w.rows % dev::kRows != 0)
     LMF_FAIL("cuda gemv: SiluMul needs rows % ", dev::kRows, " == 0, got ", w.rows);
   if (epi != Epilogue::QKV && !a.y) LMF_FAIL("cuda gemv: missing output");
@@ -161,10 +155,6 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.qkv = a.qkv;
   p.xq = a.xq;
   p.xq_cnt = a.xq_counters;
-  p.xq_out = a.xq_out;
-  p.xq_ss = a.xq_ss;
-  p.gamma_next = a.gamma_next;
-  p.rg_per_block = epi == Epilogue::ResidualQ ? 32 / dev::kRows : 0;
   p.tl = a.tl;  // ignored by the Epilogue::QKV instances
   const bool wide = a.wide == Tri::Auto ? gemv_wide() : a.wide == Tri::On;  // integer-dot types only
   bool ok = false;

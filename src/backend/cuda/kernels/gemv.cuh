@@ -114,12 +114,8 @@ struct GemvParams {
   QkvParams qkv;
   int ksplit;  // warps per row group: 1, 2, 4 or 8 (gemv_ksplit)
   unsigned long long* tl;  // launch timeline slot or null
-  uint8_t* xq;             // SiluMulQ: written; Int8 / NormQ prologue: read
+  uint8_t* xq;             // SiluMulQ: written; Int8 prologue: read
   unsigned* xq_cnt;        // SiluMulQ: per 32-block of y
-  uint8_t* xq_out;         // ResidualQ: written
-  float* xq_ss;            // ResidualQ: written; NormQ: read
-  const float* gamma_next; // ResidualQ
-  int rg_per_block;        // 0: row groups dealt round-robin; else block b owns [b*n, (b+1)*n)
 };
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a
@@ -329,19 +325,9 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   // first use of each load). 8 consecutive lanes hold one 32-element block, so its max / sum is
   // 3 shuffles. Values and summation order are those of the one-slice-at-a-time loop.
   constexpr int NT = kGemvThreads<T, W>;
-  if constexpr (PRO == Prologue::Int8 || PRO == Prologue::NormQ) {
+  if constexpr (PRO == Prologue::Int8) {
     // x quantized by its producer, already in this layout: a copy (40 bytes per 32 columns).
     const int nblk = p.cols >> 5;
-    if constexpr (PRO == Prologue::NormQ) {
-      // The norm's scale from the producer's sums of squares per 32-block, in block order
-      // (lane l adds blocks l, l+32, ..., then the warp tree): warp 0, into red[0].
-      if (threadIdx.x < 32) {
-        float ss = 0.f;
-        for (int c = int(threadIdx.x); c < nblk; c += 32) ss += __ldcg(p.xq_ss + c);
-        ss = warp_sum(ss);
-        if (threadIdx.x == 0) red[0] = rms_scale(ss, p.cols, p.eps);
-      }
-    }
     const uint4* src = reinterpret_cast<const uint4*>(p.xq);
     uint4* dst = reinterpret_cast<uint4*>(xs4);
 #pragma unroll 4
@@ -465,11 +451,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   const int ngroups = (nblk + 31) / 32;
   const int ks = p.ksplit;
   const int sub = warp % ks, slot = warp / ks;
-  // Row groups: round-robin over the grid, or block-major (ResidualQ, rg_per_block: block b owns
-  // row groups [b*n, (b+1)*n), warps take them in slot order).
-  constexpr bool bmaj = EPI == Epilogue::ResidualQ;
-  const int rg_step = bmaj ? kGemvWarps<T, W> / ks : gridDim.x * (kGemvWarps<T, W> / ks);
-  const int rg_end = bmaj ? min(n_rg, (int(blockIdx.x) + 1) * p.rg_per_block) : n_rg;
+  const int rg_step = gridDim.x * (kGemvWarps<T, W> / ks);
 
   const uint64_t pol = evict_first_policy();
   constexpr int U = kSteps<T>;
@@ -486,11 +468,11 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     }
     return q;
   };
-  Pos a{bmaj ? int(blockIdx.x) * p.rg_per_block + slot : int(blockIdx.x) + int(gridDim.x) * slot, g0};
+  Pos a{int(blockIdx.x) + int(gridDim.x) * slot, g0};
   Pos b = next_pos(a);
   Frag<T> cur[U], nxt[U];
   auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
-    if (at.rg < rg_end)
+    if (at.rg < n_rg)
 #pragma unroll
       for (int u = 0; u < U; ++u)
         if (at.g + u < ngroups) buf[u].load(p, at.rg, at.g + u, nblk, lane, pol);
@@ -516,19 +498,15 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // does not wait for L2 after the reduction.
   float yres = 0.f;
   auto load_yres = [&](int rg) {
-    if constexpr (EPI == Epilogue::Residual || EPI == Epilogue::ResidualQ) {
+    if constexpr (EPI == Epilogue::Residual) {
       const int row = rg * kRows + lane;
-      if (lane < kRows && rg < rg_end && row < p.rows) yres = p.y_residual[row];
+      if (lane < kRows && rg < n_rg && row < p.rows) yres = p.y_residual[row];
     }
   };
   load_yres(a.rg);
 
   gemv_stage_x<T, PRO, W>(p, xs4, red);
   __syncthreads();
-  [[maybe_unused]] float rnq = 1.f;
-  if constexpr (PRO == Prologue::NormQ) rnq = red[0];
-  // ResidualQ: the block's 32 outputs (its own 32-block), for the quantization after the loop.
-  [[maybe_unused]] __shared__ float4 hq4[8];
   if constexpr (kTl) tl_phase(p.tl, &tl_w);
 
   float acc[kRows];
@@ -565,25 +543,21 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
           kpar ^= 1;
         }
         const int row0 = rg * kRows;
-        if constexpr (PRO == Prologue::NormQ)
-  #pragma unroll
-          for (int r = 0; r < kRows; ++r) v[r] = __fmul_rn(v[r], rnq);
         if (sub == 0) {
         if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual ||
-                      EPI == Epilogue::QKV || EPI == Epilogue::ResidualQ) {
+                      EPI == Epilogue::QKV) {
   #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             const int row = row0 + r;
             if (lane == r && row < p.rows) {
               float o = v[r];
-              if constexpr (EPI == Epilogue::Residual || EPI == Epilogue::ResidualQ) o += yres;
-              if constexpr (EPI != Epilogue::Residual && EPI != Epilogue::ResidualQ)
+              if constexpr (EPI == Epilogue::Residual) o += yres;
+              if constexpr (EPI != Epilogue::Residual)
                 if (p.bias) o += p.bias[row];
               if constexpr (EPI == Epilogue::QKV)
                 p.qkv.raw[row] = o;
               else
                 p.y[row] = o;
-              if constexpr (EPI == Epilogue::ResidualQ) reinterpret_cast<float*>(hq4)[row & 31] = o;
             }
           }
         } else if constexpr (EPI == Epilogue::SiluMul || EPI == Epilogue::SiluMulQ) {
@@ -615,11 +589,11 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // there). cur holds position a, nxt position b = next(a); each is refilled, two batches ahead,
   // right after it is consumed.
   for (;;) {
-    if (a.rg >= rg_end) break;
+    if (a.rg >= n_rg) break;
     step(cur, a, b);
     const Pos a2 = next_pos(b);
     load_batch(cur, a2);
-    if (b.rg >= rg_end) break;
+    if (b.rg >= n_rg) break;
     step(nxt, b, a2);
     const Pos b2 = next_pos(a2);
     load_batch(nxt, b2);
@@ -649,27 +623,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
           if (lane == 0) p.xq_cnt[hb] = 0;
         }
       }
-    }
-  }
-  if constexpr (EPI == Epilogue::ResidualQ) {
-    // The block's 32-block of y (all its row groups stored above): codes of y * gamma_next and
-    // the sum of y^2, by lanes 0-7 of warp 0 holding 4 values each (quant_x4's layout).
-    __syncthreads();
-    const int chunk = int(blockIdx.x);
-    if (warp == 0 && chunk * 32 < p.rows) {
-      float4 h = make_float4(0.f, 0.f, 0.f, 0.f), g = h;
-      if (lane < 8) {
-        h = hq4[lane];
-        g = __ldg(reinterpret_cast<const float4*>(p.gamma_next) + chunk * 8 + lane);
-      }
-      const float4 hg = make_float4(__fmul_rn(h.x, g.x), __fmul_rn(h.y, g.y), __fmul_rn(h.z, g.z), __fmul_rn(h.w, g.w));
-      const QuantWord qw = quant_x4(hg);
-      float ss = sumsq4(h, 0.f);
-      ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-      ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-      ss += __shfl_xor_sync(0xffffffffu, ss, 4);
-      if (lane < 8) store_quant_word(reinterpret_cast<float4*>(p.xq_out), p.rows >> 5, chunk, lane, qw);
-      if (lane == 0) p.xq_ss[chunk] = ss;
     }
   }
   if constexpr (kTl) tl_end(p.tl);

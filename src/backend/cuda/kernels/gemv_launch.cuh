@@ -14,12 +14,6 @@
 // launch_gemv_instance instantiates nothing for F16/BF16).
 #define LMF_GEMV_ALLOW_LIST_XQ(X) \
   X(Int8, Residual)               \
-  X(Int8, Store)                  \
-  X(Int8, SiluMul)                \
-  X(Int8, ResidualQ)              \
-  X(None, ResidualQ)              \
-  X(NormQ, Store)                 \
-  X(NormQ, SiluMul)               \
   X(None, SiluMulQ)               \
   X(Norm, SiluMulQ)               \
   X(AddNorm, SiluMulQ)
@@ -56,8 +50,7 @@ void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   // Column batches of one row group (a batch is kSteps<T> groups of 32 blocks; gemv_grid).
   const int rg_batches = ((p.cols / 32 + 31) / 32 + kSteps<T> - 1) / kSteps<T>;
   constexpr int threads = kGemvThreads<T, W>;
-  const int grid = p.rg_per_block > 0 ? (p.rows / kRows + p.rg_per_block - 1) / p.rg_per_block
-                                      : gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, rg_batches);
+  const int grid = gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, rg_batches);
   GemvParams q = p;
   // Split-K (set_gemv_split_k): Auto = the deep shapes only (more than two batches per row group).
   const Tri sk = gemv_split_k_mode();
@@ -72,8 +65,7 @@ void launch_gemv_instance(const GemvParams& p, bool wide, cudaStream_t s) {
   if constexpr (kInt8x<T>) {
     if (wide) return launch_gemv_width<T, PRO, EPI, kWideWarps>(p, s);
     launch_gemv_width<T, PRO, EPI, kNarrowWarps>(p, s);
-  } else if constexpr (PRO != Prologue::Int8 && PRO != Prologue::NormQ && EPI != Epilogue::SiluMulQ &&
-                       EPI != Epilogue::ResidualQ) {
+  } else if constexpr (PRO != Prologue::Int8 && EPI != Epilogue::SiluMulQ) {
     launch_gemv_width<T, PRO, EPI, kNarrowWarps>(p, s);
   }  // (else unreachable: gemv_supported refuses the pair first)
 }

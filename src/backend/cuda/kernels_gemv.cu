@@ -1,6 +1,5 @@
 // GEMV dispatch: argument validation, grid sizing, and the per-type instance launchers.
 #include <atomic>
-#include <cstdlib>
 #include <mutex>
 #include <map>
 #include <utility>
@@ -157,10 +156,6 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.xq = a.xq;
   p.xq_cnt = a.xq_counters;
   p.tl = a.tl;  // ignored by the Epilogue::QKV instances
-  {  // EXPERIMENT S26-6 (temporary): LMFUSE_EXP_LATE_SECOND=1 for the Norm + Store GEMVs (qkv, logits)
-    static const bool late = std::getenv("LMFUSE_EXP_LATE_SECOND") && std::getenv("LMFUSE_EXP_LATE_SECOND")[0] == '1';
-    p.late_second = late && pro == Prologue::Norm && epi == Epilogue::Store;
-  }
   const bool wide = a.wide == Tri::Auto ? gemv_wide() : a.wide == Tri::On;  // integer-dot types only
   bool ok = false;
   switch (w.type) {

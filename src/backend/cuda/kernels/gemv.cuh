@@ -116,7 +116,6 @@ struct GemvParams {
   unsigned long long* tl;  // launch timeline slot or null
   uint8_t* xq;             // SiluMulQ: written; Int8 prologue: read
   unsigned* xq_cnt;        // SiluMulQ: per 32-block of y
-  int late_second;         // EXPERIMENT S26-6: x's lines into L1 after the wait, then the second batch
 };
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a
@@ -480,7 +479,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   };
   // Two batches in flight while x is staged (for the 8B shapes that is a whole row group).
   load_batch(cur, a);
-  if (!p.late_second) load_batch(nxt, b);
+  load_batch(nxt, b);
   // The Norm prologue's second pass reads gamma after the block reduction: its lines are
   // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
   if constexpr (PRO == Prologue::Norm || PRO == Prologue::AddNorm)
@@ -488,10 +487,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // Everything above reads only weights; from here on inputs of the previous kernel are read
   // and outputs written (PDL, see pdl_launch.cuh).
   pdl_wait_trigger(false);
-  if (p.late_second) {  // EXPERIMENT S26-6: x ahead of the second batch in the SM's load queue
-    for (int line = int(threadIdx.x); line * 32 < p.cols; line += kGemvThreads<T, W>) prefetch_l1(p.in + line * 32);
-    load_batch(nxt, b);
-  }
   __shared__ unsigned long long tl_w;  // thread 0's wait return (timeline)
   if constexpr (kTl) {
     const unsigned long long t = tl_waited(p.tl);

@@ -8,7 +8,8 @@
 //  (b) the GEMV's own load pattern without its arithmetic: warps own row groups of 4 rows dealt
 //      round-robin over the grid (as gemv_kernel), lane l reads one 16-byte piece per row per
 //      step (512 contiguous bytes per row), batches of 2 steps, the next batch in flight while
-//      one is used (ping-pong);
+//      one is used (ping-pong); with no scales, and with the Q4_0 scales in two layouts
+//      (`--rows` runs only these);
 //  (c) per-warp bulk copies (cp.async.bulk into a shared-memory ring of S slots of C bytes, one
 //      mbarrier per slot, lane 0 refilling a slot as soon as the warp has read it), one block of
 //      W warps per SM.
@@ -76,8 +77,8 @@ __global__ void __launch_bounds__(256) ldg_stream(const uint4* __restrict__ p, s
 // (b): rows x row_bytes (a multiple of 512), 8 warps per block. SC = the Q4_0 scales as well
 // (fp16 d per 32 elements, 1/8 of the quant bytes, placed after them): 0 none; 1 the engine's
 // layout, [rows][nblk] (per step a lane loads 2 bytes for each of its 4 rows: four 64-byte pieces
-// per warp instruction group, 1 KB apart); 2 interleaved per row group, [rg][nblk][4] (per step
-// one 8-byte load per lane: 256 contiguous bytes per warp).
+// per warp, one row's scales apart, 256 bytes at K = 4096); 2 interleaved per row group,
+// [rg][nblk][4] (per step one 8-byte load per lane: 256 contiguous bytes per warp). PERF.md S26-1.
 __device__ __forceinline__ uint32_t ld2(const void* p, uint64_t pol) {
   unsigned short v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(pol));

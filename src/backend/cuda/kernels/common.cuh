@@ -178,6 +178,15 @@ __device__ __forceinline__ void tl_mark(unsigned long long* slot, int k) {
     if (k == 0) atomicMin(w + 9, t);
   }
 }
+// tl_mark once dep has arrived: thread 0 stores dep to a volatile shared word first, and a warp
+// issues in order, so the clock is read only after the value (a load in flight, a reduction) exists.
+__device__ __forceinline__ void tl_mark_after(unsigned long long* slot, int k, float dep) {
+  __shared__ volatile float tl_sink;
+  if (slot && threadIdx.x == 0) {
+    tl_sink = dep;
+    tl_mark(slot, k);
+  }
+}
 __device__ __forceinline__ void tl_end(unsigned long long* slot) {
   if (slot && (threadIdx.x & 31) == 0) atomicMax(tl_way(slot) + 2, global_ns());
 }

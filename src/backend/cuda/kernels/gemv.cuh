@@ -385,12 +385,21 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
         }
       }
     }
+#if LMFUSE_GEMV_STAGE_MARKS  // (off: any mark here spills in the narrow Norm + SiluMul instance)
+    tl_mark_after(p.tl, 0, ss);  // timeline: h arrived and summed (thread 0)
+#endif
     // (block_sum over a wider block adds the extra warps' zeros: the same tree, the same sum)
     rn = rms_scale(block_sum(ss, red), p.cols, p.eps);
+#if LMFUSE_GEMV_STAGE_MARKS
+    tl_mark_after(p.tl, 1, rn);  // timeline: the block's norm scale known
+#endif
   }
+  float qdep = 0.f;  // timeline (Prologue::None): the last slice's quantization done
   for (int base = 0; base < n4; base += kXBatch * NT) {  // uniform trip count: shuffles are safe
     float4 h[kXBatch], gm[kXBatch];
     load_h(base, h, NT);
+    if constexpr (PRO == Prologue::None)
+      if (base == 0) tl_mark_after(p.tl, 0, h[0].x);  // timeline: the first slice arrived
     if constexpr (PRO != Prologue::None) {
 #pragma unroll
       for (int j = 0; j < kXBatch; ++j) {
@@ -420,6 +429,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
         sq += __shfl_xor_sync(0xffffffffu, sq, 1);
         sq += __shfl_xor_sync(0xffffffffu, sq, 2);
         sq += __shfl_xor_sync(0xffffffffu, sq, 4);
+        qdep = float(sq);
         if (ok) {
           uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
           xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = code_word(b0, b1, b2, b3);
@@ -431,6 +441,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
       }
     }
   }
+  if constexpr (PRO == Prologue::None) tl_mark_after(p.tl, 1, qdep);  // timeline: staged (thread 0)
 }
 
 template <DType T, Prologue PRO, Epilogue EPI, int W>

@@ -385,13 +385,15 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
         }
       }
     }
-#if LMFUSE_GEMV_STAGE_MARKS  // (off: any mark here spills in the narrow Norm + SiluMul instance)
+#if LMFUSE_GEMV_STAGE_MARKS == 1  // (off: any mark here spills in the narrow Norm + SiluMul instance)
     tl_mark_after(p.tl, 0, ss);  // timeline: h arrived and summed (thread 0)
 #endif
     // (block_sum over a wider block adds the extra warps' zeros: the same tree, the same sum)
     rn = rms_scale(block_sum(ss, red), p.cols, p.eps);
-#if LMFUSE_GEMV_STAGE_MARKS
+#if LMFUSE_GEMV_STAGE_MARKS == 1
     tl_mark_after(p.tl, 1, rn);  // timeline: the block's norm scale known
+#elif LMFUSE_GEMV_STAGE_MARKS == 2
+    tl_mark_after(p.tl, 0, rn);  // (marks set 2) the norm scale known; mark 1: pass 2's loads arrived
 #endif
   }
   float qdep = 0.f;  // timeline (Prologue::None): the last slice's quantization done
@@ -406,6 +408,9 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
         const int i4 = base + j * NT + int(threadIdx.x);
         gm[j] = i4 < n4 ? __ldg(gam4 + i4) : zero;
       }
+#if LMFUSE_GEMV_STAGE_MARKS == 2
+      if (base == 0) tl_mark_after(p.tl, 1, h[0].x + gm[0].x);
+#endif
     }
 #pragma unroll
     for (int j = 0; j < kXBatch; ++j) {

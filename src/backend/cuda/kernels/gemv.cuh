@@ -46,6 +46,12 @@
 #include "backend/cuda/kernels/pdl_launch.cuh"
 #include "util/round_fadd.h"
 
+// The one-float4-per-thread staging (gemv_stage_x); 0 builds the batched form for every shape
+// (an A/B build for docs/PERF.md S27-3).
+#ifndef LMFUSE_GEMV_COMPACT_STAGE
+#define LMFUSE_GEMV_COMPACT_STAGE 1
+#endif
+
 namespace lmf::cuda::dev {
 
 constexpr int kRows = 4;  // rows per warp (row group)
@@ -365,6 +371,61 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
         h[j] = make_float4(h[j].x + r[j].x, h[j].y + r[j].y, h[j].z + r[j].z, h[j].w + r[j].w);
     }
   };
+  // Stages float4 i4 of x (value v; ok = i4 < n4). Called by every thread in uniform control flow
+  // (the shuffles): lanes 8k..8k+7 hold one 32-block.
+  auto stage4 = [&](float4 v, int i4, bool ok) {
+    const int c = i4 >> 3, f = i4 & 7;
+    if constexpr (kInt8x<T>) {
+      // The normalized vector is quantized, exactly as the unfused path quantizes the output
+      // of rmsnorm_rows.
+      float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
+      const float id = am > 0.f ? 127.f / am : 0.f;
+      const uint32_t b0 = round_fadd_bits(__fmul_rn(v.x, id)), b1 = round_fadd_bits(__fmul_rn(v.y, id)),
+                     b2 = round_fadd_bits(__fmul_rn(v.z, id)), b3 = round_fadd_bits(__fmul_rn(v.w, id));
+      int sq = int(((b0 + b1) + (b2 + b3)) - 4u * kRoundFaddBias);
+      sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+      sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+      sq += __shfl_xor_sync(0xffffffffu, sq, 4);
+      if (ok) {
+        uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
+        xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = code_word(b0, b1, b2, b3);
+        if (f == 0)
+          reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk))[c] = make_int2(__float_as_int(am / 127.f), sq);
+      }
+      return float(sq);
+    } else {
+      if (ok) xs4[c * 8 + (f ^ (c & 7))] = v;
+      return v.x;
+    }
+  };
+#if LMFUSE_GEMV_COMPACT_STAGE
+  // One float4 per thread (0.6B's hidden size 1024 in a narrow block): one load of h (and gamma,
+  // issued beside it), no batches of predicated slices. The batched form below issues ~290
+  // instructions per warp after the wait for this case (ncu, 0.6B gate/up: 16 warps per SM, so
+  // ~1,150 issue cycles per scheduler); this one about half. Same values, same order: thread t
+  // sums float4 t alone in both forms (n4 <= kNormThreads), then the same block_sum.
+  if (n4 <= (PRO == Prologue::None ? NT : kNormThreads)) {  // uniform
+    const int i4 = int(threadIdx.x);
+    const bool ok = i4 < n4;
+    float4 v = ok ? __ldg(in4 + i4) : zero;
+    if constexpr (PRO != Prologue::None) {
+      const float4 g = ok ? __ldg(gam4 + i4) : zero;
+      if constexpr (PRO == Prologue::AddNorm) {
+        const float4 r = ok ? __ldg(res4 + i4) : zero;
+        v = make_float4(v.x + r.x, v.y + r.y, v.z + r.z, v.w + r.w);
+        if (blockIdx.x == 0 && ok) reinterpret_cast<float4*>(p.residual_out)[i4] = v;
+      }
+      const float ss = ok ? sumsq4(v, 0.f) : 0.f;
+      v = norm_apply4(v, rms_scale(block_sum(ss, red), p.cols, p.eps), g);
+    }
+    const float qd = stage4(v, i4, ok);
+    if constexpr (PRO == Prologue::None) tl_mark_after(p.tl, 1, qd);  // timeline: staged (thread 0)
+    return;
+  }
+#endif
   float rn = 1.f;
   if constexpr (PRO != Prologue::None) {
     // Pass 1: sum of squares in rmsnorm_rows' order (thread t: float4 t, t+256, ...).
@@ -419,31 +480,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
       const bool ok = i4 < n4;
       float4 v = h[j];
       if constexpr (PRO != Prologue::None) v = norm_apply4(v, rn, gm[j]);
-      const int c = i4 >> 3, f = i4 & 7;
-      if constexpr (kInt8x<T>) {
-        // The normalized vector is quantized, exactly as the unfused path quantizes the output
-        // of rmsnorm_rows.
-        float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
-        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
-        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
-        const float id = am > 0.f ? 127.f / am : 0.f;
-        const uint32_t b0 = round_fadd_bits(__fmul_rn(v.x, id)), b1 = round_fadd_bits(__fmul_rn(v.y, id)),
-                       b2 = round_fadd_bits(__fmul_rn(v.z, id)), b3 = round_fadd_bits(__fmul_rn(v.w, id));
-        int sq = int(((b0 + b1) + (b2 + b3)) - 4u * kRoundFaddBias);
-        sq += __shfl_xor_sync(0xffffffffu, sq, 1);
-        sq += __shfl_xor_sync(0xffffffffu, sq, 2);
-        sq += __shfl_xor_sync(0xffffffffu, sq, 4);
-        qdep = float(sq);
-        if (ok) {
-          uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
-          xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = code_word(b0, b1, b2, b3);
-          if (f == 0)
-            reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk))[c] = make_int2(__float_as_int(am / 127.f), sq);
-        }
-      } else {
-        if (ok) xs4[c * 8 + (f ^ (c & 7))] = v;
-      }
+      qdep = stage4(v, i4, ok);
     }
   }
   if constexpr (PRO == Prologue::None) tl_mark_after(p.tl, 1, qdep);  // timeline: staged (thread 0)

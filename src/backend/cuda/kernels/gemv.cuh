@@ -407,7 +407,9 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   // instructions per warp after the wait for this case (ncu, 0.6B gate/up: 16 warps per SM, so
   // ~1,150 issue cycles per scheduler); this one about half. Same values, same order: thread t
   // sums float4 t alone in both forms (n4 <= kNormThreads), then the same block_sum.
-  if (n4 <= (PRO == Prologue::None ? NT : kNormThreads)) {  // uniform
+  // Narrow blocks only: compiled into the wide instances too, this form cost 8B 2.7 % (S27-3),
+  // although 8B never takes it.
+  if (W == kNarrowWarps && n4 <= (PRO == Prologue::None ? NT : kNormThreads)) {  // uniform
     const int i4 = int(threadIdx.x);
     const bool ok = i4 < n4;
     float4 v = ok ? __ldg(in4 + i4) : zero;

@@ -51,6 +51,11 @@
 #ifndef LMFUSE_GEMV_COMPACT_STAGE
 #define LMFUSE_GEMV_COMPACT_STAGE 1
 #endif
+// Replicas of x (GemvArgs::in_copies / y_copies) in the narrow instances: an experiment build
+// (docs/PERF.md S27-5); without it the kernels ignore the copies.
+#ifndef LMFUSE_GEMV_XCOPIES
+#define LMFUSE_GEMV_XCOPIES 0
+#endif
 
 namespace lmf::cuda::dev {
 
@@ -122,6 +127,8 @@ struct GemvParams {
   unsigned long long* tl;  // launch timeline slot or null
   uint8_t* xq;             // SiluMulQ: written; Int8 prologue: read
   unsigned* xq_cnt;        // SiluMulQ: per 32-block of y
+  int in_copies, y_copies;  // GemvArgs (replicas of x; narrow blocks only)
+  int in_copy_stride, y_copy_stride;
 };
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a
@@ -353,6 +360,12 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   const int nblk = p.cols >> 5;
   const int n4 = p.cols >> 2;
   const float4* in4 = reinterpret_cast<const float4*>(p.in);
+  // This block's replica of x (GemvArgs::in_copies), in float4s from p.in.
+  int coff = 0;
+#if LMFUSE_GEMV_XCOPIES
+  if constexpr (W == kNarrowWarps && PRO != Prologue::AddNorm)
+    coff = int(blockIdx.x % unsigned(p.in_copies)) * (p.in_copy_stride >> 2);
+#endif
   const float4* res4 = reinterpret_cast<const float4*>(p.residual);
   const float4* gam4 = reinterpret_cast<const float4*>(p.gamma);
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -362,7 +375,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
 #pragma unroll
     for (int j = 0; j < kXBatch; ++j) {
       const int i4 = base + j * stride + int(threadIdx.x);
-      h[j] = i4 < n4 ? __ldg(in4 + i4) : zero;
+      h[j] = i4 < n4 ? __ldg(in4 + coff + i4) : zero;
       if constexpr (PRO == Prologue::AddNorm) r[j] = i4 < n4 ? __ldg(res4 + i4) : zero;
     }
     if constexpr (PRO == Prologue::AddNorm) {
@@ -412,7 +425,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   if (W == kNarrowWarps && n4 <= (PRO == Prologue::None ? NT : kNormThreads)) {  // uniform
     const int i4 = int(threadIdx.x);
     const bool ok = i4 < n4;
-    float4 v = ok ? __ldg(in4 + i4) : zero;
+    float4 v = ok ? __ldg(in4 + coff + i4) : zero;
     if constexpr (PRO != Prologue::None) {
       const float4 g = ok ? __ldg(gam4 + i4) : zero;
       if constexpr (PRO == Prologue::AddNorm) {
@@ -609,16 +622,32 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
               if constexpr (EPI == Epilogue::Residual) o += yres;
               if constexpr (EPI != Epilogue::Residual)
                 if (p.bias) o += p.bias[row];
-              if constexpr (EPI == Epilogue::QKV)
+              if constexpr (EPI == Epilogue::QKV) {
                 p.qkv.raw[row] = o;
-              else
+              } else {
                 p.y[row] = o;
+#if LMFUSE_GEMV_XCOPIES
+                if constexpr (W == kNarrowWarps)
+#pragma unroll
+                  for (int k = 1; k < 4; ++k)
+                    if (k < p.y_copies) p.y[row + k * p.y_copy_stride] = o;
+#endif
+              }
             }
           }
         } else if constexpr (EPI == Epilogue::SiluMul || EPI == Epilogue::SiluMulQ) {
   #pragma unroll
           for (int r = 0; r < kRows; r += 2)
-            if (lane == r / 2) p.y[row0 / 2 + r / 2] = silu(v[r]) * v[r + 1];
+            if (lane == r / 2) {
+              const float o = silu(v[r]) * v[r + 1];
+              p.y[row0 / 2 + r / 2] = o;
+#if LMFUSE_GEMV_XCOPIES
+              if constexpr (W == kNarrowWarps && EPI == Epilogue::SiluMul)
+#pragma unroll
+                for (int k = 1; k < 4; ++k)
+                  if (k < p.y_copies) p.y[row0 / 2 + r / 2 + k * p.y_copy_stride] = o;
+#endif
+            }
         }
         if constexpr (EPI == Epilogue::QKV) {
           // Last-arriver pattern: publish this row group, count it; the warp completing a head

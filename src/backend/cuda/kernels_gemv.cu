@@ -142,7 +142,8 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   if (a.in_copies < 1 || a.in_copies > 4 || a.y_copies < 1 || a.y_copies > 4 ||
       a.in_copy_stride > (1 << 24) || a.y_copy_stride > (1 << 24) ||
       (a.in_copies > 1 && (a.in_copy_stride < w.cols || a.in_copy_stride % 4 != 0)) ||
-      (a.y_copies > 1 && (a.y_copy_stride < w.rows || a.y_copy_stride % 4 != 0)))
+      (a.y_copies > 1 && (a.y_copy_stride < (epi == Epilogue::SiluMul ? w.rows / 2 : w.rows) ||
+                          a.y_copy_stride % 4 != 0)))
     LMF_FAIL("cuda gemv: copies must be 1..4 with a stride >= the vector, a multiple of 4 floats");
   dev::GemvParams p{};
   p.q = w.q;

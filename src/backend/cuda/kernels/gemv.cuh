@@ -332,8 +332,6 @@ __device__ __forceinline__ void xq_quantize_block(const GemvParams& p, int hb, i
   if (lane < 8) store_quant_word(reinterpret_cast<float4*>(p.xq), nblk, hb, lane, w);
 }
 
-// Stages x (after the prologue) in shared memory: the layout of the header comment. All
-// kGemvThreads<T, W> threads of the block call it; the caller synchronizes before reading xs4.
 // Dynamic shared memory per block: the staged x (layouts in the header comment), rounded to 16
 // bytes, then (LMFUSE_GEMV_GAMMA_SMEM, Norm/AddNorm) gamma as cols floats.
 template <DType T>
@@ -347,6 +345,8 @@ inline size_t gemv_smem_bytes_pro(int cols) {
   return gemv_smem_bytes<T>(cols) + (kGammaSmem<PRO> ? size_t(cols) * 4 : 0);
 }
 
+// Stages x (after the prologue) in shared memory: the layout of the header comment. All
+// kGemvThreads<T, W> threads of the block call it; the caller synchronizes before reading xs4.
 template <DType T, Prologue PRO, int W>
 __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red, const float4* gsm) {
   // Thread t takes float4 t of each 1024-element slice. The loads of kXBatch slices are issued

@@ -445,18 +445,23 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
     const bool ok = i4 < n4;
     float4 v = ok ? __ldg(in4 + coff + i4) : zero;
     if constexpr (PRO != Prologue::None) {
-      float4 g = zero;
-      if constexpr (!kGammaSmem<PRO>) g = ok ? __ldg(gam4 + i4) : zero;
+#if !LMFUSE_GEMV_GAMMA_SMEM
+      const float4 g = ok ? __ldg(gam4 + i4) : zero;
+#endif
       if constexpr (PRO == Prologue::AddNorm) {
         const float4 r = ok ? __ldg(res4 + i4) : zero;
         v = make_float4(v.x + r.x, v.y + r.y, v.z + r.z, v.w + r.w);
         if (blockIdx.x == 0 && ok) reinterpret_cast<float4*>(p.residual_out)[i4] = v;
       }
       const float ss = ok ? sumsq4(v, 0.f) : 0.f;
-      if constexpr (kGammaSmem<PRO>) cp_async_wait<0>();  // gamma's copies, published by block_sum
+#if LMFUSE_GEMV_GAMMA_SMEM
+      cp_async_wait<0>();  // gamma's copies, published by block_sum
       const float rn1 = rms_scale(block_sum(ss, red), p.cols, p.eps);
-      if constexpr (kGammaSmem<PRO>) g = ok ? gsm[i4] : zero;
+      const float4 g = ok ? gsm[i4] : zero;
       v = norm_apply4(v, rn1, g);
+#else
+      v = norm_apply4(v, rms_scale(block_sum(ss, red), p.cols, p.eps), g);
+#endif
     }
     const float qd = stage4(v, i4, ok);
     if constexpr (PRO == Prologue::None) tl_mark_after(p.tl, 1, qd);  // timeline: staged (thread 0)

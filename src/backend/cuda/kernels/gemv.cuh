@@ -348,7 +348,8 @@ inline size_t gemv_smem_bytes_pro(int cols) {
 // Stages x (after the prologue) in shared memory: the layout of the header comment. All
 // kGemvThreads<T, W> threads of the block call it; the caller synchronizes before reading xs4.
 template <DType T, Prologue PRO, int W>
-__device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red, const float4* gsm) {
+__device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red,
+                                             const float4* gsm = nullptr) {
   // Thread t takes float4 t of each 1024-element slice. The loads of kXBatch slices are issued
   // together into registers before any of them is used: x was just written by the previous
   // kernel, so each load is an L2 round trip, and a load-use chain per slice cost one round trip

@@ -146,18 +146,12 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
     CUDA_CHECK(cudaMemset(L[l].vc, 0, cn * 2));
   }
   const size_t kv_bytes = size_t(m.n_layer) * 2 * m.n_kv * (pos + 1) * m.hd * 2;
-  // Experiment (S27-5, bench only): LMFUSE_CHAIN_XCOPIES=R keeps R replicas of the hidden state
-  // and of the ffn activation (written by their producers' epilogues, each block of a narrow
-  // consumer reading replica blockIdx % R).
-  const char* xc_env = std::getenv("LMFUSE_CHAIN_XCOPIES");
-  const int xcopies = xc_env ? std::max(1, std::min(4, std::atoi(xc_env))) : 1;
-  const int64_t h_stride = (m.hidden + 64 + 3) / 4 * 4, a_stride = (m.ffn + 64 + 3) / 4 * 4;
-  float* hidden = dev_floats(size_t(h_stride) * xcopies);
+  float* hidden = dev_floats(m.hidden);
   float* gamma = dev_floats(m.hidden, 1.f);
   float* hn = dev_floats(m.hd, 1.f);
   float* q = dev_floats(m.n_head * m.hd);
   float* att = dev_floats(m.n_head * m.hd);
-  float* act = dev_floats(size_t(a_stride) * xcopies);
+  float* act = dev_floats(m.ffn);
   const bool xq = kn.gemv_xq == Tri::On;
   uint8_t* xq_buf = nullptr;
   unsigned* xq_cnt = nullptr;
@@ -200,8 +194,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       a.y = raw;
       a.tl = slot(l, 0);
       a.wide = width("qkv");
-      a.in_copies = xcopies;
-      a.in_copy_stride = h_stride;
       gemv(Prologue::Norm, Epilogue::Store, a, s);
       QkvPostArgs pa;
       pa.raw = raw;
@@ -244,8 +236,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       o.y_residual = hidden;
       o.tl = slot(l, 4);
       o.wide = width("o");
-      o.y_copies = xcopies;
-      o.y_copy_stride = h_stride;
       gemv(xq_o ? Prologue::Int8 : Prologue::None, Epilogue::Residual, o, s);
       GemvArgs gu;
       gu.w = &L[l].gu;
@@ -256,12 +246,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       gu.wide = width("gu");
       gu.xq = xq_buf;
       gu.xq_counters = xq_cnt;
-      gu.in_copies = xcopies;
-      gu.in_copy_stride = h_stride;
-      if (!xq) {
-        gu.y_copies = xcopies;
-        gu.y_copy_stride = a_stride;
-      }
       gemv(Prologue::Norm, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, gu, s);
       GemvArgs d;
       d.w = &L[l].down;
@@ -271,12 +255,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       d.y_residual = hidden;
       d.tl = slot(l, 6);
       d.wide = width("down");
-      d.y_copies = xcopies;
-      d.y_copy_stride = h_stride;
-      if (!xq) {
-        d.in_copies = xcopies;
-        d.in_copy_stride = a_stride;
-      }
       gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, d, s);
     }
   };

@@ -144,12 +144,6 @@ struct GemvArgs {
   unsigned* xq_counters = nullptr;  // SiluMulQ: per 32-block of y, see gemv_xq_counters_alloc
   // Integer-dot types: one 16-warp block per SM (On) or 8-warp blocks (Off); Auto = set_gemv_wide.
   Tri wide = Tri::Auto;
-  // Replicas of a broadcast vector (experiment, docs/PERF.md S27-5; narrow blocks only): the
-  // Store/Residual/SiluMul epilogue also writes its y at y + k * y_copy_stride, k < y_copies, and
-  // the None/Norm prologue of block b reads in + (b % in_copies) * in_copy_stride, so fewer
-  // blocks read each L2 line of x. Up to 4 copies; strides in floats, multiples of 4.
-  int in_copies = 1, y_copies = 1;
-  int64_t in_copy_stride = 0, y_copy_stride = 0;
 };
 
 // Validates the arguments (throws lmf::Error naming what is wrong) and launches. Grid sizes come

@@ -139,12 +139,6 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
     if (!q.pos || !q.q_out || !q.k_cache || !q.v_cache || !q.raw || !q.counters || q.n_ctx <= 0)
       LMF_FAIL("cuda gemv QKV: missing pos/q_out/cache/scratch pointer");
   }
-  if (a.in_copies < 1 || a.in_copies > 4 || a.y_copies < 1 || a.y_copies > 4 ||
-      a.in_copy_stride > (1 << 24) || a.y_copy_stride > (1 << 24) ||
-      (a.in_copies > 1 && (a.in_copy_stride < w.cols || a.in_copy_stride % 4 != 0)) ||
-      (a.y_copies > 1 && (a.y_copy_stride < (epi == Epilogue::SiluMul ? w.rows / 2 : w.rows) ||
-                          a.y_copy_stride % 4 != 0)))
-    LMF_FAIL("cuda gemv: copies must be 1..4 with a stride >= the vector, a multiple of 4 floats");
   dev::GemvParams p{};
   p.q = w.q;
   p.scales = w.scales;
@@ -162,10 +156,6 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.xq = a.xq;
   p.xq_cnt = a.xq_counters;
   p.tl = a.tl;  // ignored by the Epilogue::QKV instances
-  p.in_copies = a.in_copies;
-  p.y_copies = a.y_copies;
-  p.in_copy_stride = int(a.in_copy_stride);
-  p.y_copy_stride = int(a.y_copy_stride);
   const bool wide = a.wide == Tri::Auto ? gemv_wide() : a.wide == Tri::On;  // integer-dot types only
   bool ok = false;
   switch (w.type) {

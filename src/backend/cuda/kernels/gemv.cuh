@@ -51,16 +51,6 @@
 #ifndef LMFUSE_GEMV_COMPACT_STAGE
 #define LMFUSE_GEMV_COMPACT_STAGE 1
 #endif
-// Replicas of x (GemvArgs::in_copies / y_copies) in the narrow instances: an experiment build
-// (docs/PERF.md S27-5); without it the kernels ignore the copies.
-#ifndef LMFUSE_GEMV_XCOPIES
-#define LMFUSE_GEMV_XCOPIES 0
-#endif
-// gamma copied into shared memory by cp.async before the PDL wait, ahead of the weight loads
-// (instead of an L1 prefetch after them): an experiment build (docs/PERF.md S27-6).
-#ifndef LMFUSE_GEMV_GAMMA_SMEM
-#define LMFUSE_GEMV_GAMMA_SMEM 0
-#endif
 
 namespace lmf::cuda::dev {
 
@@ -132,8 +122,6 @@ struct GemvParams {
   unsigned long long* tl;  // launch timeline slot or null
   uint8_t* xq;             // SiluMulQ: written; Int8 prologue: read
   unsigned* xq_cnt;        // SiluMulQ: per 32-block of y
-  int in_copies, y_copies;  // GemvArgs (replicas of x; narrow blocks only)
-  int in_copy_stride, y_copy_stride;
 };
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a
@@ -332,24 +320,10 @@ __device__ __forceinline__ void xq_quantize_block(const GemvParams& p, int hb, i
   if (lane < 8) store_quant_word(reinterpret_cast<float4*>(p.xq), nblk, hb, lane, w);
 }
 
-// Dynamic shared memory per block: the staged x (layouts in the header comment), rounded to 16
-// bytes, then (LMFUSE_GEMV_GAMMA_SMEM, Norm/AddNorm) gamma as cols floats.
-template <DType T>
-inline __host__ __device__ size_t gemv_smem_bytes(int cols) {
-  return kInt8x<T> ? (size_t(cols / 32) * (32 + 8) + 15) / 16 * 16 : size_t(cols / 32) * (8 * 16);
-}
-template <Prologue PRO>
-constexpr bool kGammaSmem = LMFUSE_GEMV_GAMMA_SMEM && (PRO == Prologue::Norm || PRO == Prologue::AddNorm);
-template <DType T, Prologue PRO>
-inline size_t gemv_smem_bytes_pro(int cols) {
-  return gemv_smem_bytes<T>(cols) + (kGammaSmem<PRO> ? size_t(cols) * 4 : 0);
-}
-
 // Stages x (after the prologue) in shared memory: the layout of the header comment. All
 // kGemvThreads<T, W> threads of the block call it; the caller synchronizes before reading xs4.
 template <DType T, Prologue PRO, int W>
-__device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red,
-                                             const float4* gsm = nullptr) {
+__device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red) {
   // Thread t takes float4 t of each 1024-element slice. The loads of kXBatch slices are issued
   // together into registers before any of them is used: x was just written by the previous
   // kernel, so each load is an L2 round trip, and a load-use chain per slice cost one round trip
@@ -379,12 +353,6 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   const int nblk = p.cols >> 5;
   const int n4 = p.cols >> 2;
   const float4* in4 = reinterpret_cast<const float4*>(p.in);
-  // This block's replica of x (GemvArgs::in_copies), in float4s from p.in.
-  int coff = 0;
-#if LMFUSE_GEMV_XCOPIES
-  if constexpr (W == kNarrowWarps && PRO != Prologue::AddNorm)
-    coff = int(blockIdx.x % unsigned(p.in_copies)) * (p.in_copy_stride >> 2);
-#endif
   const float4* res4 = reinterpret_cast<const float4*>(p.residual);
   const float4* gam4 = reinterpret_cast<const float4*>(p.gamma);
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -394,7 +362,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
 #pragma unroll
     for (int j = 0; j < kXBatch; ++j) {
       const int i4 = base + j * stride + int(threadIdx.x);
-      h[j] = i4 < n4 ? __ldg(in4 + coff + i4) : zero;
+      h[j] = i4 < n4 ? __ldg(in4 + i4) : zero;
       if constexpr (PRO == Prologue::AddNorm) r[j] = i4 < n4 ? __ldg(res4 + i4) : zero;
     }
     if constexpr (PRO == Prologue::AddNorm) {
@@ -444,25 +412,16 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   if (W == kNarrowWarps && n4 <= (PRO == Prologue::None ? NT : kNormThreads)) {  // uniform
     const int i4 = int(threadIdx.x);
     const bool ok = i4 < n4;
-    float4 v = ok ? __ldg(in4 + coff + i4) : zero;
+    float4 v = ok ? __ldg(in4 + i4) : zero;
     if constexpr (PRO != Prologue::None) {
-#if !LMFUSE_GEMV_GAMMA_SMEM
       const float4 g = ok ? __ldg(gam4 + i4) : zero;
-#endif
       if constexpr (PRO == Prologue::AddNorm) {
         const float4 r = ok ? __ldg(res4 + i4) : zero;
         v = make_float4(v.x + r.x, v.y + r.y, v.z + r.z, v.w + r.w);
         if (blockIdx.x == 0 && ok) reinterpret_cast<float4*>(p.residual_out)[i4] = v;
       }
       const float ss = ok ? sumsq4(v, 0.f) : 0.f;
-#if LMFUSE_GEMV_GAMMA_SMEM
-      cp_async_wait<0>();  // gamma's copies, published by block_sum
-      const float rn1 = rms_scale(block_sum(ss, red), p.cols, p.eps);
-      const float4 g = ok ? gsm[i4] : zero;
-      v = norm_apply4(v, rn1, g);
-#else
       v = norm_apply4(v, rms_scale(block_sum(ss, red), p.cols, p.eps), g);
-#endif
     }
     const float qd = stage4(v, i4, ok);
     if constexpr (PRO == Prologue::None) tl_mark_after(p.tl, 1, qd);  // timeline: staged (thread 0)
@@ -492,7 +451,6 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
 #if LMFUSE_GEMV_STAGE_MARKS == 1  // (off: any mark here spills in the narrow Norm + SiluMul instance)
     tl_mark_after(p.tl, 0, ss);  // timeline: h arrived and summed (thread 0)
 #endif
-    if constexpr (kGammaSmem<PRO>) cp_async_wait<0>();  // gamma's copies, published by block_sum
     // (block_sum over a wider block adds the extra warps' zeros: the same tree, the same sum)
     rn = rms_scale(block_sum(ss, red), p.cols, p.eps);
 #if LMFUSE_GEMV_STAGE_MARKS == 1
@@ -511,10 +469,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
 #pragma unroll
       for (int j = 0; j < kXBatch; ++j) {
         const int i4 = base + j * NT + int(threadIdx.x);
-        if constexpr (kGammaSmem<PRO>)
-          gm[j] = i4 < n4 ? gsm[i4] : zero;
-        else
-          gm[j] = i4 < n4 ? __ldg(gam4 + i4) : zero;
+        gm[j] = i4 < n4 ? __ldg(gam4 + i4) : zero;
       }
 #if LMFUSE_GEMV_STAGE_MARKS == 2
       if (base == 0) tl_mark_after(p.tl, 1, h[0].x + gm[0].x);
@@ -577,20 +532,12 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
       for (int u = 0; u < U; ++u)
         if (at.g + u < ngroups) buf[u].load(p, at.rg, at.g + u, nblk, lane, pol);
   };
-  float4* gsm = nullptr;  // gamma in shared memory (kGammaSmem)
-  if constexpr (kGammaSmem<PRO>) {
-    // Copied first, ahead of the weight loads, so the staging's pass 2 finds it in shared memory.
-    gsm = xs4 + gemv_smem_bytes<T>(p.cols) / 16;
-    const float4* g4 = reinterpret_cast<const float4*>(p.gamma);
-    for (int i = int(threadIdx.x); i < (p.cols >> 2); i += kGemvThreads<T, W>) cp_async16(gsm + i, g4 + i);
-    cp_async_commit();
-  }
   // Two batches in flight while x is staged (for the 8B shapes that is a whole row group).
   load_batch(cur, a);
   load_batch(nxt, b);
   // The Norm prologue's second pass reads gamma after the block reduction: its lines are
   // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
-  if constexpr ((PRO == Prologue::Norm || PRO == Prologue::AddNorm) && !kGammaSmem<PRO>)
+  if constexpr (PRO == Prologue::Norm || PRO == Prologue::AddNorm)
     for (int line = int(threadIdx.x); line * 32 < p.cols; line += kGemvThreads<T, W>) prefetch_l1(p.gamma + line * 32);
   // Everything above reads only weights; from here on inputs of the previous kernel are read
   // and outputs written (PDL, see pdl_launch.cuh).
@@ -613,7 +560,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   };
   load_yres(a.rg);
 
-  gemv_stage_x<T, PRO, W>(p, xs4, red, gsm);
+  gemv_stage_x<T, PRO, W>(p, xs4, red);
   __syncthreads();
   if constexpr (kTl) tl_phase(p.tl, &tl_w);
 
@@ -662,32 +609,16 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
               if constexpr (EPI == Epilogue::Residual) o += yres;
               if constexpr (EPI != Epilogue::Residual)
                 if (p.bias) o += p.bias[row];
-              if constexpr (EPI == Epilogue::QKV) {
+              if constexpr (EPI == Epilogue::QKV)
                 p.qkv.raw[row] = o;
-              } else {
+              else
                 p.y[row] = o;
-#if LMFUSE_GEMV_XCOPIES
-                if constexpr (W == kNarrowWarps)
-#pragma unroll
-                  for (int k = 1; k < 4; ++k)
-                    if (k < p.y_copies) p.y[row + k * p.y_copy_stride] = o;
-#endif
-              }
             }
           }
         } else if constexpr (EPI == Epilogue::SiluMul || EPI == Epilogue::SiluMulQ) {
   #pragma unroll
           for (int r = 0; r < kRows; r += 2)
-            if (lane == r / 2) {
-              const float o = silu(v[r]) * v[r + 1];
-              p.y[row0 / 2 + r / 2] = o;
-#if LMFUSE_GEMV_XCOPIES
-              if constexpr (W == kNarrowWarps && EPI == Epilogue::SiluMul)
-#pragma unroll
-                for (int k = 1; k < 4; ++k)
-                  if (k < p.y_copies) p.y[row0 / 2 + r / 2 + k * p.y_copy_stride] = o;
-#endif
-            }
+            if (lane == r / 2) p.y[row0 / 2 + r / 2] = silu(v[r]) * v[r + 1];
         }
         if constexpr (EPI == Epilogue::QKV) {
           // Last-arriver pattern: publish this row group, count it; the warp completing a head
@@ -750,6 +681,12 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     }
   }
   if constexpr (kTl) tl_end(p.tl);
+}
+
+// Dynamic shared memory per block: the staged x (layouts in the header comment).
+template <DType T>
+inline size_t gemv_smem_bytes(int cols) {
+  return kInt8x<T> ? size_t(cols / 32) * (32 + 8) : size_t(cols / 32) * (8 * 16);
 }
 
 }  // namespace lmf::cuda::dev

@@ -39,7 +39,7 @@ constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared 
 template <DType T, Prologue PRO, Epilogue EPI, int W>
 void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   auto* k = &gemv_kernel<T, PRO, EPI, W>;
-  const size_t smem = gemv_smem_bytes_pro<T, PRO>(p.cols);
+  const size_t smem = gemv_smem_bytes<T>(p.cols);
   // First call per instance happens before any graph capture. Always opted in: the 48 KB default
   // limit counts the static shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
   static const bool attr_set = [&] {

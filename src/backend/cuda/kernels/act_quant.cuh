@@ -11,8 +11,10 @@
 
 namespace lmf::cuda::dev {
 
-// (gemv_stage_x keeps its own copy of these lines: through this helper its register allocation
-// changed and two of its instances spilled 8-16 bytes more; inline it is session 9's SASS.)
+// (gemv_stage_x keeps its own copy of these lines, its stage4 lambda: through this helper its
+// register allocation changed and two of its instances spilled 8-16 bytes more; inline it is
+// session 9's SASS. Re-checked in session 27 with cuobjdump: through the helper 26 of the 28 Q4_0
+// GEMV instances compile to different SASS.)
 // One 32-block of x quantized by the 8 consecutive lanes that hold it (the lane's float4 is
 // elements 4f..4f+3 of the block, f = lane & 7; all 32 lanes call it, the shuffles stay inside
 // each group of 8): the word of the lane's 4 codes (byte k = code of element 4f+k), the block's

@@ -18,7 +18,6 @@
 #include <memory>
 #include <span>
 #include <cstdio>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -184,27 +183,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   const char* nenv = std::getenv("LMFUSE_CHAIN_NARROW");
   const std::string narrow = nenv ? std::string(",") + nenv + "," : "";
   auto width = [&](const char* g) { return narrow.find(std::string(",") + g + ",") != std::string::npos ? Tri::Off : Tri::Auto; };
-  // Experiment (bench only, builds with -DLMFUSE_GEMV_L2_AHEAD=1; docs/PERF.md S28-1):
-  // LMFUSE_CHAIN_L2_AHEAD=o=F,gu=F,down=F,qkv=F: the named GEMV asks L2 for the first fraction F
-  // of the next GEMV's rows before its PDL wait (o -> gate/up -> down -> next layer's qkv -> o).
-  std::map<std::string, double> ahead;
-  if (const char* e = std::getenv("LMFUSE_CHAIN_L2_AHEAD")) {
-    std::string v(e);
-    for (size_t at = 0; at < v.size();) {
-      size_t comma = v.find(',', at);
-      if (comma == std::string::npos) comma = v.size();
-      const std::string item = v.substr(at, comma - at);
-      const size_t eq = item.find('=');
-      if (eq != std::string::npos) ahead[item.substr(0, eq)] = std::atof(item.c_str() + eq + 1);
-      at = comma + 1;
-    }
-  }
-  auto set_ahead = [&](GemvArgs& g, const char* site, const DeviceWeight* next) {
-    const auto it = ahead.find(site);
-    if (it == ahead.end() || !next) return;
-    g.l2_next = next;
-    g.l2_next_rows = int64_t(it->second * double(next->rows) + 0.5);
-  };
   auto body = [&] {
     for (int l = 0; l < m.n_layer; ++l) {
       // The backend's default QKV path: a Store GEMV into raw q|k|v, then the epilogue kernel
@@ -216,7 +194,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       a.y = raw;
       a.tl = slot(l, 0);
       a.wide = width("qkv");
-      set_ahead(a, "qkv", &L[l].o);
       gemv(Prologue::Norm, Epilogue::Store, a, s);
       QkvPostArgs pa;
       pa.raw = raw;
@@ -259,7 +236,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       o.y_residual = hidden;
       o.tl = slot(l, 4);
       o.wide = width("o");
-      set_ahead(o, "o", &L[l].gu);
       gemv(xq_o ? Prologue::Int8 : Prologue::None, Epilogue::Residual, o, s);
       GemvArgs gu;
       gu.w = &L[l].gu;
@@ -268,7 +244,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       gu.y = act;
       gu.tl = slot(l, 5);
       gu.wide = width("gu");
-      set_ahead(gu, "gu", &L[l].down);
       gu.xq = xq_buf;
       gu.xq_counters = xq_cnt;
       gemv(Prologue::Norm, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, gu, s);
@@ -280,7 +255,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       d.y_residual = hidden;
       d.tl = slot(l, 6);
       d.wide = width("down");
-      set_ahead(d, "down", l + 1 < m.n_layer ? &L[l + 1].qkv : nullptr);
       gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, d, s);
     }
   };

@@ -144,10 +144,6 @@ struct GemvArgs {
   unsigned* xq_counters = nullptr;  // SiluMulQ: per 32-block of y, see gemv_xq_counters_alloc
   // Integer-dot types: one 16-warp block per SM (On) or 8-warp blocks (Off); Auto = set_gemv_wide.
   Tri wide = Tri::Auto;
-  // Experiment builds with LMFUSE_GEMV_L2_AHEAD (docs/PERF.md S28-1): before its PDL wait the
-  // launch asks L2 for the first l2_next_rows rows of l2_next (codes and scales). Ignored otherwise.
-  const DeviceWeight* l2_next = nullptr;
-  int64_t l2_next_rows = 0;
 };
 
 // Validates the arguments (throws lmf::Error naming what is wrong) and launches. Grid sizes come

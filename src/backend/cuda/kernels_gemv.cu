@@ -1,5 +1,4 @@
 // GEMV dispatch: argument validation, grid sizing, and the per-type instance launchers.
-#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <map>
@@ -157,14 +156,6 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.xq = a.xq;
   p.xq_cnt = a.xq_counters;
   p.tl = a.tl;  // ignored by the Epilogue::QKV instances
-  if (a.l2_next && a.l2_next_rows > 0 && a.l2_next->rows > 0) {
-    const DeviceWeight& n = *a.l2_next;
-    const int64_t r = std::min(a.l2_next_rows, n.rows);
-    p.pf_q = n.q;
-    p.pf_s = n.scales;
-    p.pf_q_lines = unsigned((n.q_bytes / size_t(n.rows) * size_t(r) + 127) / 128);
-    p.pf_s_lines = n.scales ? unsigned((n.scale_bytes / size_t(n.rows) * size_t(r) + 127) / 128) : 0u;
-  }
   const bool wide = a.wide == Tri::Auto ? gemv_wide() : a.wide == Tri::On;  // integer-dot types only
   bool ok = false;
   switch (w.type) {

@@ -213,6 +213,5 @@ __device__ __forceinline__ void cp_async_wait() {
 // Brings the 128-byte line holding p into this SM's L1 (no register, no wait): for data that
 // does not depend on the previous kernel, issued before pdl_wait so later loads hit L1.
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 }  // namespace lmf::cuda::dev

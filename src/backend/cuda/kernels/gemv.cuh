@@ -51,10 +51,6 @@
 #ifndef LMFUSE_GEMV_COMPACT_STAGE
 #define LMFUSE_GEMV_COMPACT_STAGE 1
 #endif
-// 1: GEMVs issue the L2 prefetches of GemvParams::pf_* (an experiment build, docs/PERF.md S28-1).
-#ifndef LMFUSE_GEMV_L2_AHEAD
-#define LMFUSE_GEMV_L2_AHEAD 0
-#endif
 
 namespace lmf::cuda::dev {
 
@@ -126,12 +122,6 @@ struct GemvParams {
   unsigned long long* tl;  // launch timeline slot or null
   uint8_t* xq;             // SiluMulQ: written; Int8 prologue: read
   unsigned* xq_cnt;        // SiluMulQ: per 32-block of y
-  // LMFUSE_GEMV_L2_AHEAD builds: 128-byte lines of the next GEMV's weights (codes, scales) this
-  // launch asks L2 to fetch before its PDL wait (docs/PERF.md S28-1). Last: the fields above
-  // keep their offsets.
-  const uint8_t* pf_q;
-  const uint8_t* pf_s;
-  unsigned pf_q_lines, pf_s_lines;
 };
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a
@@ -508,18 +498,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   __shared__ float kred[2][kGemvWarps<T, W>][kRows];  // split-K partials, double-buffered by row group
   // Launch timeline stamps (measurement; not in the in-GEMV QKV epilogue instances, whose
   // register budget they would spill, and which the timed chain does not use).
-#if LMFUSE_GEMV_L2_AHEAD
-  // The next GEMV's first rows into L2 while this block waits (fire and forget: no registers),
-  // issued first, before anything is live across the loops (ptxas: elsewhere they spill).
-  {
-    const size_t step = size_t(gridDim.x) * kGemvThreads<T, W> * 128;
-    const size_t t0 = (size_t(blockIdx.x) * kGemvThreads<T, W> + threadIdx.x) * 128;
-#pragma unroll 1
-    for (const uint8_t *a = p.pf_q + t0, *e = p.pf_q + size_t(p.pf_q_lines) * 128; a < e; a += step) prefetch_l2(a);
-#pragma unroll 1
-    for (const uint8_t *a = p.pf_s + t0, *e = p.pf_s + size_t(p.pf_s_lines) * 128; a < e; a += step) prefetch_l2(a);
-  }
-#endif
   constexpr bool kTl = EPI != Epilogue::QKV;
   if constexpr (kTl) tl_start(p.tl);
   const int nblk = p.cols >> 5;

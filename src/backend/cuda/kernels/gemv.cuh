@@ -424,7 +424,9 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
       v = norm_apply4(v, rms_scale(block_sum(ss, red), p.cols, p.eps), g);
     }
     const float qd = stage4(v, i4, ok);
+#if LMFUSE_GEMV_STAGE_MARKS != 3
     if constexpr (PRO == Prologue::None) tl_mark_after(p.tl, 1, qd);  // timeline: staged (thread 0)
+#endif
     return;
   }
 #endif
@@ -463,8 +465,10 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   for (int base = 0; base < n4; base += kXBatch * NT) {  // uniform trip count: shuffles are safe
     float4 h[kXBatch], gm[kXBatch];
     load_h(base, h, NT);
+#if LMFUSE_GEMV_STAGE_MARKS != 3
     if constexpr (PRO == Prologue::None)
       if (base == 0) tl_mark_after(p.tl, 0, h[0].x);  // timeline: the first slice arrived
+#endif
     if constexpr (PRO != Prologue::None) {
 #pragma unroll
       for (int j = 0; j < kXBatch; ++j) {
@@ -485,7 +489,9 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
       qdep = stage4(v, i4, ok);
     }
   }
+#if LMFUSE_GEMV_STAGE_MARKS != 3
   if constexpr (PRO == Prologue::None) tl_mark_after(p.tl, 1, qdep);  // timeline: staged (thread 0)
+#endif
 }
 
 template <DType T, Prologue PRO, Epilogue EPI, int W>
@@ -568,6 +574,12 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
   int kpar = 0;
+#if LMFUSE_GEMV_STAGE_MARKS == 3
+  // (marks set 3, every instance but QKV: mark 0 = warp 0's first batch accumulated, i.e. its
+  // weights arrived; mark 1 = warp 0's last epilogue done; thread 0 stamps both)
+  float mdep = 0.f, mlast = 0.f;
+  bool marked = false;
+#endif
 
   // One batch: accumulate the fragments in buf (position at); when the batch after it (after)
   // starts the next row group, reduce and run the epilogue.
@@ -576,6 +588,9 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   #pragma unroll
       for (int u = 0; u < U; ++u)
         if (at.g + u < ngroups) buf[u].accumulate(acc, xs4, at.g + u, nblk, lane);
+#if LMFUSE_GEMV_STAGE_MARKS == 3
+      mdep = acc[0];
+#endif
       if (after.g == g0) {  // this warp's share of row group rg complete
         float v[kRows];
   #pragma unroll
@@ -598,6 +613,9 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
           kpar ^= 1;
         }
         const int row0 = rg * kRows;
+#if LMFUSE_GEMV_STAGE_MARKS == 3
+        mlast = v[0];
+#endif
         if (sub == 0) {
         if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual ||
                       EPI == Epilogue::QKV) {
@@ -646,6 +664,13 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   for (;;) {
     if (a.rg >= n_rg) break;
     step(cur, a, b);
+#if LMFUSE_GEMV_STAGE_MARKS == 3
+    if constexpr (kTl)
+      if (!marked) {
+        tl_mark_after(p.tl, 0, mdep);
+        marked = true;
+      }
+#endif
     const Pos a2 = next_pos(b);
     load_batch(cur, a2);
     if (b.rg >= n_rg) break;
@@ -655,6 +680,9 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     a = a2;
     b = b2;
   }
+#if LMFUSE_GEMV_STAGE_MARKS == 3
+  if constexpr (kTl) tl_mark_after(p.tl, 1, mlast);
+#endif
   if constexpr (EPI == Epilogue::SiluMulQ) {
     // Last arriver per 32-block of y (16 row groups): counted once the warp's loop is over (a
     // fence inside the loop waits for the weight loads in flight too: S12-8, -10 %). One lane

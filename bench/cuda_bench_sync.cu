@@ -15,6 +15,12 @@
 //      would use: block r reads block r+1's value of the previous phase from its shared memory
 //      (distributed shared memory), then the cluster barrier; and how many such clusters the GPU
 //      holds at once (cudaOccupancyMaxActiveClusters).
+//  (d) (session 28) a broadcast hand-over, the way a 0.6B GEMV gets its x: kernel i (one block of
+//      256 threads per SM, PDL as in (a)) waits, then every block reads the whole vector of n
+//      floats that kernel i-1 wrote (float4 t, t + 256, ... per thread, as gemv_stage_x), and
+//      writes its slice of the next vector. With R > 1 the writers store R copies and block b
+//      reads copy b % R: if the 132 readers of each L2 line are what makes the x staging arrive
+//      late (docs/PERF.md S27-1/S27-5), R copies shorten the joint.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -99,6 +105,26 @@ __global__ void cluster_kernel(unsigned* out, int phases) {
   if (threadIdx.x == 0) out[blockIdx.x] = v[phases & 1];
 }
 
+// (d): vec holds 2 x R copies of n floats (phase parity x copy).
+__global__ void broadcast_kernel(float* vec, int n, int R, int phase) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const int G = int(gridDim.x), b = int(blockIdx.x), t = int(threadIdx.x), n4 = n / 4;
+  const float4* src = reinterpret_cast<const float4*>(vec + (size_t(phase & 1) * R + b % R) * n);
+  float acc = 0.f;
+  for (int i = t; i < n4; i += int(blockDim.x)) {
+    const float4 v = __ldcg(src + i);
+    acc += (v.x + v.y) + (v.z + v.w);
+  }
+  // The block's slice of the next vector: float4s [b * chunk, (b + 1) * chunk), to every copy.
+  const int chunk = (n4 + G - 1) / G, i4 = b * chunk + t;
+  if (t < chunk && i4 < n4) {
+    const float4 w = make_float4(acc * 1e-9f, 1.f, 1.f, 1.f);
+    for (int r = 0; r < R; ++r)
+      reinterpret_cast<float4*>(vec + (size_t((phase + 1) & 1) * R + r) * n)[i4] = w;
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -178,6 +204,34 @@ int main() {
     const double us = 1e3 * time_graph(s, clus, reps);
     std::printf("cluster barrier, %2d blocks per cluster, %2d clusters co-resident (%3d SMs): %7.3f us per joint\n", C,
                 nc, nc * C, us / N);
+  }
+  // (d) broadcast hand-overs: one 256-thread block per SM, n floats, R copies.
+  {
+    const int G = sms, T = 256, Rmax = 8, nmax = 3072;
+    float* vec;
+    CUDA_CHECK(cudaMalloc(&vec, size_t(2) * Rmax * nmax * sizeof(float)));
+    CUDA_CHECK(cudaMemset(vec, 0, size_t(2) * Rmax * nmax * sizeof(float)));
+    for (int n : {256, 1024, 3072})
+      for (int R : {1, 2, 4, 8}) {
+        auto chain = [&] {
+          for (int i = 0; i < N; ++i) {
+            cudaLaunchConfig_t cfg{};
+            cfg.gridDim = dim3(G);
+            cfg.blockDim = dim3(T);
+            cfg.stream = s;
+            cudaLaunchAttribute at[1];
+            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            at[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = at;
+            cfg.numAttrs = 1;
+            CUDA_CHECK(cudaLaunchKernelEx(&cfg, broadcast_kernel, vec, n, R, i));
+          }
+        };
+        const double us = 1e3 * time_graph(s, chain, reps);
+        std::printf("broadcast hand-over (PDL), %4d blocks x %3d threads, %5d floats, %d copies: %7.3f us per joint\n",
+                    G, T, n, R, us / N);
+      }
+    CUDA_CHECK(cudaFree(vec));
   }
   CUDA_CHECK(cudaFree(vals));
   CUDA_CHECK(cudaFree(count));

@@ -125,6 +125,21 @@ __global__ void broadcast_kernel(float* vec, int n, int R, int phase) {
   }
 }
 
+// Launches kernel<<<G, T>>> on s, as a programmatic dependent of the previous launch when pdl.
+template <typename... P, typename... A>
+void launch_chained(void (*kernel)(P...), int G, int T, cudaStream_t s, bool pdl, A... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(G);
+  cfg.blockDim = dim3(T);
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
 }  // namespace
 
 int main() {
@@ -142,18 +157,7 @@ int main() {
     const int G = sms * per_sm, T = per_sm == 1 ? 512 : 256;
     for (bool pdl : {true, false}) {
       auto chain = [&] {
-        for (int i = 0; i < N; ++i) {
-          cudaLaunchConfig_t cfg{};
-          cfg.gridDim = dim3(G);
-          cfg.blockDim = dim3(T);
-          cfg.stream = s;
-          cudaLaunchAttribute at[1];
-          at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-          at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-          cfg.attrs = at;
-          cfg.numAttrs = 1;
-          CUDA_CHECK(cudaLaunchKernelEx(&cfg, chain_kernel, vals, i));
-        }
+        for (int i = 0; i < N; ++i) launch_chained(chain_kernel, G, T, s, pdl, vals, i);
       };
       const double us = 1e3 * time_graph(s, chain, reps);
       std::printf("kernel chain (%s), %4d blocks x %3d threads: %7.3f us per joint\n", pdl ? "PDL  " : "plain", G, T,
@@ -214,18 +218,7 @@ int main() {
     for (int n : {256, 1024, 3072})
       for (int R : {1, 2, 4, 8}) {
         auto chain = [&] {
-          for (int i = 0; i < N; ++i) {
-            cudaLaunchConfig_t cfg{};
-            cfg.gridDim = dim3(G);
-            cfg.blockDim = dim3(T);
-            cfg.stream = s;
-            cudaLaunchAttribute at[1];
-            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            at[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = at;
-            cfg.numAttrs = 1;
-            CUDA_CHECK(cudaLaunchKernelEx(&cfg, broadcast_kernel, vec, n, R, i));
-          }
+          for (int i = 0; i < N; ++i) launch_chained(broadcast_kernel, G, T, s, true, vec, n, R, i);
         };
         const double us = 1e3 * time_graph(s, chain, reps);
         std::printf("broadcast hand-over (PDL), %4d blocks x %3d threads, %5d floats, %d copies: %7.3f us per joint\n",

@@ -424,7 +424,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
       v = norm_apply4(v, rms_scale(block_sum(ss, red), p.cols, p.eps), g);
     }
     const float qd = stage4(v, i4, ok);
-#if LMFUSE_GEMV_STAGE_MARKS != 3
+#if LMFUSE_GEMV_STAGE_MARKS < 3
     if constexpr (PRO == Prologue::None) tl_mark_after(p.tl, 1, qd);  // timeline: staged (thread 0)
 #endif
     return;
@@ -465,7 +465,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   for (int base = 0; base < n4; base += kXBatch * NT) {  // uniform trip count: shuffles are safe
     float4 h[kXBatch], gm[kXBatch];
     load_h(base, h, NT);
-#if LMFUSE_GEMV_STAGE_MARKS != 3
+#if LMFUSE_GEMV_STAGE_MARKS < 3
     if constexpr (PRO == Prologue::None)
       if (base == 0) tl_mark_after(p.tl, 0, h[0].x);  // timeline: the first slice arrived
 #endif
@@ -489,7 +489,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
       qdep = stage4(v, i4, ok);
     }
   }
-#if LMFUSE_GEMV_STAGE_MARKS != 3
+#if LMFUSE_GEMV_STAGE_MARKS < 3
   if constexpr (PRO == Prologue::None) tl_mark_after(p.tl, 1, qdep);  // timeline: staged (thread 0)
 #endif
 }
@@ -569,12 +569,17 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   gemv_stage_x<T, PRO, W>(p, xs4, red);
   __syncthreads();
   if constexpr (kTl) tl_phase(p.tl, &tl_w);
+#if LMFUSE_GEMV_STAGE_MARKS == 4
+  // (marks set 4: mark 0 = warp 0's first weights usable once x is staged, mark 1 = its first
+  // batch accumulated)
+  if constexpr (kTl) tl_mark_after(p.tl, 0, __uint_as_float(cur[0].w[0][0].x & 0x3fffffffu));
+#endif
 
   float acc[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
   int kpar = 0;
-#if LMFUSE_GEMV_STAGE_MARKS == 3
+#if LMFUSE_GEMV_STAGE_MARKS >= 3
   // (marks set 3, every instance but QKV: mark 0 = warp 0's first batch accumulated, i.e. its
   // weights arrived; mark 1 = warp 0's last epilogue done; thread 0 stamps both)
   float mdep = 0.f, mlast = 0.f;
@@ -588,7 +593,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   #pragma unroll
       for (int u = 0; u < U; ++u)
         if (at.g + u < ngroups) buf[u].accumulate(acc, xs4, at.g + u, nblk, lane);
-#if LMFUSE_GEMV_STAGE_MARKS == 3
+#if LMFUSE_GEMV_STAGE_MARKS >= 3
       mdep = acc[0];
 #endif
       if (after.g == g0) {  // this warp's share of row group rg complete
@@ -664,10 +669,10 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   for (;;) {
     if (a.rg >= n_rg) break;
     step(cur, a, b);
-#if LMFUSE_GEMV_STAGE_MARKS == 3
+#if LMFUSE_GEMV_STAGE_MARKS >= 3
     if constexpr (kTl)
       if (!marked) {
-        tl_mark_after(p.tl, 0, mdep);
+        tl_mark_after(p.tl, LMFUSE_GEMV_STAGE_MARKS - 3, mdep);
         marked = true;
       }
 #endif

@@ -570,9 +570,21 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   __syncthreads();
   if constexpr (kTl) tl_phase(p.tl, &tl_w);
 #if LMFUSE_GEMV_STAGE_MARKS == 4
-  // (marks set 4: mark 0 = warp 0's first weights usable once x is staged, mark 1 = its first
-  // batch accumulated)
-  if constexpr (kTl) tl_mark_after(p.tl, 0, __uint_as_float(cur[0].w[0][0].x & 0x3fffffffu));
+  // (marks set 4: mark 0 = all of thread 0's first batch usable once x is staged, mark 1 = its
+  // first batch accumulated)
+  if constexpr (kTl) {
+    uint32_t all = 0;  // every word of the first batch: the mark waits for the last to land
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        all ^= cur[u].sc[r];
+#pragma unroll
+        for (int pc = 0; pc < WTraits<T>::P; ++pc)
+          all ^= cur[u].w[r][pc].x ^ cur[u].w[r][pc].y ^ cur[u].w[r][pc].z ^ cur[u].w[r][pc].w;
+      }
+    tl_mark_after(p.tl, 0, __uint_as_float(all & 0x3fffffffu));
+  }
 #endif
 
   float acc[kRows];

@@ -46,6 +46,12 @@
 #include "backend/cuda/kernels/pdl_launch.cuh"
 #include "util/round_fadd.h"
 
+// Timeline marks inside a GEMV (measurement builds, -DLMFUSE_GEMV_STAGE_MARKS=N; the default
+// build stamps only the None prologue's staging: first slice arrived / staged). 1: the Norm
+// prologue's h summed / norm scale known (S27-1); 2: norm scale known / pass 2's loads arrived
+// (S27-2); 3: warp 0's first batch accumulated / last epilogue done (S28-2); 4: thread 0's whole
+// first batch usable after the staging / first batch accumulated (S28-4).
+
 // The one-float4-per-thread staging (gemv_stage_x); 0 builds the batched form for every shape
 // (an A/B build for docs/PERF.md S27-3).
 #ifndef LMFUSE_GEMV_COMPACT_STAGE
@@ -592,10 +598,13 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
   int kpar = 0;
 #if LMFUSE_GEMV_STAGE_MARKS >= 3
-  // (marks set 3, every instance but QKV: mark 0 = warp 0's first batch accumulated, i.e. its
-  // weights arrived; mark 1 = warp 0's last epilogue done; thread 0 stamps both)
-  float mdep = 0.f, mlast = 0.f;
+  // (marks sets 3 and 4, every instance but QKV: warp 0's first batch accumulated is mark 0 in
+  // set 3, mark 1 in set 4; set 3's mark 1 = warp 0's last epilogue done; thread 0 stamps)
+  float mdep = 0.f;
   bool marked = false;
+#endif
+#if LMFUSE_GEMV_STAGE_MARKS == 3
+  float mlast = 0.f;
 #endif
 
   // One batch: accumulate the fragments in buf (position at); when the batch after it (after)

@@ -21,10 +21,14 @@
 //      writes its slice of the next vector. With R > 1 the writers store R copies and block b
 //      reads copy b % R: if the 132 readers of each L2 line are what makes the x staging arrive
 //      late (docs/PERF.md S27-1/S27-5), R copies shorten the joint.
+//  (e) (session 29) the timeline's clock: how often %globaltimer advances as one thread reads it
+//      back to back (its smallest and typical step), against the SM clock over the same loop.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "cuda_bench_util.cuh"
@@ -140,6 +144,29 @@ void launch_chained(void (*kernel)(P...), int G, int T, cudaStream_t s, bool pdl
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
+// (e): thread 0 of one block reads %globaltimer n times and keeps each step between successive
+// distinct values; clocks[0..1] = globaltimer and clock64 at the start and the end.
+__global__ void globaltimer_kernel(unsigned long long* steps, int n, unsigned long long* clocks, int* n_steps) {
+  if (threadIdx.x != 0) return;
+  unsigned long long t0, prev;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  prev = t0;
+  int k = 0;
+  for (int i = 0; i < n; ++i) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t != prev) {
+      steps[k++] = t - prev;
+      prev = t;
+    }
+  }
+  const long long c1 = clock64();
+  clocks[0] = prev - t0;
+  clocks[1] = static_cast<unsigned long long>(c1 - c0);
+  *n_steps = k;
+}
+
 }  // namespace
 
 int main() {
@@ -225,6 +252,36 @@ int main() {
                     G, T, n, R, us / N);
       }
     CUDA_CHECK(cudaFree(vec));
+  }
+  // (e) the timeline clock's step.
+  {
+    const int n = 200000;
+    unsigned long long *steps, *clocks;
+    int* n_steps;
+    CUDA_CHECK(cudaMalloc(&steps, size_t(n) * sizeof(unsigned long long)));
+    CUDA_CHECK(cudaMalloc(&clocks, 2 * sizeof(unsigned long long)));
+    CUDA_CHECK(cudaMalloc(&n_steps, sizeof(int)));
+    for (int rep = 0; rep < 2; ++rep) {
+      globaltimer_kernel<<<1, 32, 0, s>>>(steps, n, clocks, n_steps);
+      CUDA_CHECK(cudaGetLastError());
+      CUDA_CHECK(cudaStreamSynchronize(s));
+    }
+    int k = 0;
+    unsigned long long c[2];
+    CUDA_CHECK(cudaMemcpy(&k, n_steps, sizeof(int), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(c, clocks, sizeof(c), cudaMemcpyDeviceToHost));
+    std::vector<unsigned long long> h(size_t(k > 0 ? k : 0));
+    if (k > 0) CUDA_CHECK(cudaMemcpy(h.data(), steps, size_t(k) * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    std::sort(h.begin(), h.end());
+    if (k > 0)
+      std::printf("globaltimer: %d reads, %d steps over %llu ns (%llu SM cycles, %.3f GHz): step min %llu ns, "
+                  "median %llu ns, max %llu ns\n",
+                  n, k, c[0], c[1], double(c[1]) / double(c[0] ? c[0] : 1), h.front(), h[h.size() / 2], h.back());
+    else
+      std::printf("globaltimer: %d reads, no step\n", n);
+    CUDA_CHECK(cudaFree(steps));
+    CUDA_CHECK(cudaFree(clocks));
+    CUDA_CHECK(cudaFree(n_steps));
   }
   CUDA_CHECK(cudaFree(vals));
   CUDA_CHECK(cudaFree(count));

@@ -187,6 +187,32 @@ __device__ __forceinline__ void tl_mark_after(unsigned long long* slot, int k, f
     tl_mark(slot, k);
   }
 }
+// Deferred stamps (GEMV marks set 5): thread 0 reads the clock where a stamp belongs (after dep
+// exists, as tl_mark_after) and keeps it in a register; the reductions are issued at the end of
+// the kernel, so none of them is in flight between the stamps (0 elsewhere or without a slot).
+__device__ __forceinline__ unsigned long long tl_clock_after(const unsigned long long* slot, float dep) {
+  __shared__ volatile float tl_sink5;
+  if (!slot || threadIdx.x != 0) return 0;
+  tl_sink5 = dep;
+  return global_ns();
+}
+__device__ __forceinline__ void tl_phase_at(unsigned long long* slot, unsigned long long t_wait,
+                                            unsigned long long t) {
+  if (slot && threadIdx.x == 0) {
+    unsigned long long* w = tl_way(slot);
+    atomicMin(w + 1, t_wait);
+    atomicMax(w + 3, t);
+    atomicAdd(w + 7, t - t_wait);
+    atomicAdd(w + 8, 1ull);
+  }
+}
+__device__ __forceinline__ void tl_mark_at(unsigned long long* slot, int k, unsigned long long t) {
+  if (slot && threadIdx.x == 0 && t != 0) {
+    unsigned long long* w = tl_way(slot);
+    atomicMax(w + 4 + k, t);
+    if (k == 0) atomicMin(w + 9, t);
+  }
+}
 __device__ __forceinline__ void tl_end(unsigned long long* slot) {
   if (slot && (threadIdx.x & 31) == 0) atomicMax(tl_way(slot) + 2, global_ns());
 }

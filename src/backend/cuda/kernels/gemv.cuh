@@ -50,7 +50,15 @@
 // build stamps only the None prologue's staging: first slice arrived / staged). 1: the Norm
 // prologue's h summed / norm scale known (S27-1); 2: norm scale known / pass 2's loads arrived
 // (S27-2); 3: warp 0's first batch accumulated / last epilogue done (S28-2); 4: thread 0's whole
-// first batch usable after the staging / first batch accumulated (S28-4).
+// first batch usable after the staging / first batch accumulated (S28-4); 5: set 4 with every
+// stamp of the window deferred (tl_clock_after: thread 0 keeps the times in registers and issues
+// the reductions at the end, so no reduction is in flight between the stamps; S29-1).
+// Upper-bound builds (results wrong; the timed chain only), -DLMFUSE_GEMV_NO_MATH=N: 1 = the
+// integer-dot types fold each row's weight words into acc instead of reading x and running the
+// dot products; 2 = also no warp reduction (S29-1).
+#ifndef LMFUSE_GEMV_NO_MATH
+#define LMFUSE_GEMV_NO_MATH 0
+#endif
 
 // The one-float4-per-thread staging (gemv_stage_x); 0 builds the batched form for every shape
 // (an A/B build for docs/PERF.md S27-3).
@@ -220,6 +228,16 @@ struct Frag {
     if (lane >= gb) return;
     const int c = 32 * g + lane;
     if constexpr (kInt8x<T>) {
+#if LMFUSE_GEMV_NO_MATH
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        uint32_t f = sc[r];
+#pragma unroll
+        for (int pc = 0; pc < P; ++pc) f ^= w[r][pc].x ^ w[r][pc].y ^ w[r][pc].z ^ w[r][pc].w;
+        acc[r] += __uint_as_float(f & 0x3effffffu);
+      }
+      return;
+#endif
       const uint4* xq = reinterpret_cast<const uint4*>(xs4);
       const uint4 xl = xq[c], xh = xq[nblk + c];
       const int2 xsc = reinterpret_cast<const int2*>(xq + 2 * size_t(nblk))[c];
@@ -555,10 +573,17 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // and outputs written (PDL, see pdl_launch.cuh).
   pdl_wait_trigger(false);
   __shared__ unsigned long long tl_w;  // thread 0's wait return (timeline)
+#if LMFUSE_GEMV_STAGE_MARKS == 5
+  // (marks set 5: deferred stamps, kept by thread 0 in shared memory: no registers held)
+  __shared__ unsigned long long t5[4];  // wait return, staged, mark 0, mark 1
+  if constexpr (kTl)
+    if (threadIdx.x == 0) t5[0] = tl_clock_after(p.tl, 0.f), t5[2] = t5[3] = 0;
+#else
   if constexpr (kTl) {
     const unsigned long long t = tl_waited(p.tl);
     if (p.tl && threadIdx.x == 0) tl_w = t;
   }
+#endif
 
   // Residual epilogue: lane r < kRows holds y_residual of row r of the warp's current row group,
   // loaded when the group starts (here for the first, in the epilogue for the next) so the add
@@ -574,8 +599,13 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 
   gemv_stage_x<T, PRO, W>(p, xs4, red);
   __syncthreads();
+#if LMFUSE_GEMV_STAGE_MARKS == 5
+  if constexpr (kTl)
+    if (threadIdx.x == 0) t5[1] = tl_clock_after(p.tl, 0.f);
+#else
   if constexpr (kTl) tl_phase(p.tl, &tl_w);
-#if LMFUSE_GEMV_STAGE_MARKS == 4
+#endif
+#if LMFUSE_GEMV_STAGE_MARKS >= 4
   // (marks set 4: mark 0 = all of thread 0's first batch usable once x is staged, mark 1 = its
   // first batch accumulated)
   if constexpr (kTl) {
@@ -589,7 +619,11 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         for (int pc = 0; pc < WTraits<T>::P; ++pc)
           all ^= cur[u].w[r][pc].x ^ cur[u].w[r][pc].y ^ cur[u].w[r][pc].z ^ cur[u].w[r][pc].w;
       }
+#if LMFUSE_GEMV_STAGE_MARKS == 5
+    if (threadIdx.x == 0) t5[2] = tl_clock_after(p.tl, __uint_as_float(all & 0x3fffffffu));
+#else
     tl_mark_after(p.tl, 0, __uint_as_float(all & 0x3fffffffu));
+#endif
   }
 #endif
 
@@ -621,7 +655,11 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         float v[kRows];
   #pragma unroll
         for (int r = 0; r < kRows; ++r) {
+#if LMFUSE_GEMV_NO_MATH == 2
+          v[r] = acc[r];
+#else
           v[r] = warp_sum(acc[r]);
+#endif
           acc[r] = 0.f;
         }
         if (ks > 1) {  // split-K: add the group's partials in sub order
@@ -693,7 +731,11 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #if LMFUSE_GEMV_STAGE_MARKS >= 3
     if constexpr (kTl)
       if (!marked) {
+#if LMFUSE_GEMV_STAGE_MARKS == 5
+        if (threadIdx.x == 0) t5[3] = tl_clock_after(p.tl, mdep);
+#else
         tl_mark_after(p.tl, LMFUSE_GEMV_STAGE_MARKS - 3, mdep);
+#endif
         marked = true;
       }
 #endif
@@ -734,6 +776,15 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
       }
     }
   }
+#if LMFUSE_GEMV_STAGE_MARKS == 5
+  if constexpr (kTl) {
+    if (threadIdx.x == 0) {
+      tl_phase_at(p.tl, t5[0], t5[1]);
+      tl_mark_at(p.tl, 0, t5[2]);
+      tl_mark_at(p.tl, 1, t5[3]);
+    }
+  }
+#endif
   if constexpr (kTl) tl_end(p.tl);
 }
 

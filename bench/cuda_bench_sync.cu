@@ -23,6 +23,10 @@
 //      late (docs/PERF.md S27-1/S27-5), R copies shorten the joint.
 //  (e) (session 29) the timeline's clock: how often %globaltimer advances as one thread reads it
 //      back to back (its smallest and typical step), against the SM clock over the same loop.
+//  (f) (session 29) cold code: PDL chains (as (a), 132 blocks of 128 threads) whose kernels run
+//      L straight-line instructions after the wait, cycling through D distinct kernels of the same
+//      length. D x L x 16 bytes beyond the SM's instruction caches makes every launch fetch its
+//      code again; the growth over D = 1 is what a kernel's cold code costs per launch.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -167,6 +171,28 @@ __global__ void globaltimer_kernel(unsigned long long* steps, int n, unsigned lo
   *n_steps = k;
 }
 
+// (f): L independent-ish ALU instructions (four interleaved chains), distinct per ID.
+template <int ID, int L>
+__global__ void code_kernel(unsigned* vals, int phase) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  // k is read after the wait (an unused word, zero): the chain cannot move above the wait, and
+  // ptxas cannot fold it
+  const unsigned k = __ldcg(vals + 6 * gridDim.x) | 1u;
+  unsigned v[4] = {threadIdx.x, threadIdx.x + 1u, threadIdx.x + 2u, threadIdx.x + 3u};
+#pragma unroll
+  for (int i = 0; i < L; ++i)
+    asm volatile("mad.lo.u32 %0, %0, %1, %2;" : "+r"(v[i & 3]) : "r"(k), "r"(unsigned(ID * 4096 + i)));
+  if ((v[0] ^ v[1] ^ v[2] ^ v[3]) == 0x9e3779b9u) vals[0] = 1u;  // keeps the chains
+  touch(vals, phase);
+}
+template <int L, int... IDs>
+constexpr void (*code_kernels[])(unsigned*, int) = {code_kernel<IDs, L>...};
+template <int L>
+constexpr auto& code_table() {
+  return code_kernels<L, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15>;
+}
+
 }  // namespace
 
 int main() {
@@ -253,6 +279,18 @@ int main() {
       }
     CUDA_CHECK(cudaFree(vec));
   }
+  // (f) cold code: D distinct kernels of L instructions, cycled through in a PDL chain.
+  for (int L : {256, 2048})
+    for (int D : {1, 2, 4, 8, 16}) {
+      auto* const* table = L == 256 ? code_table<256>() : code_table<2048>();
+      auto chain = [&] {
+        for (int i = 0; i < N; ++i) launch_chained(table[i % D], sms, 128, s, true, vals, i);
+      };
+      const double us = 1e3 * time_graph(s, chain, reps);
+      std::printf("cold code (PDL), %4d blocks x 128 threads, %4d instructions (%3d KB), %2d kernels (%4d KB): %7.3f us "
+                  "per joint\n",
+                  sms, L, L * 16 / 1024, D, D * L * 16 / 1024, us / N);
+    }
   // (e) the timeline clock's step.
   {
     const int n = 200000;

@@ -55,9 +55,17 @@
 // the reductions at the end, so no reduction is in flight between the stamps; S29-1).
 // Upper-bound builds (results wrong; the timed chain only), -DLMFUSE_GEMV_NO_MATH=N: 1 = the
 // integer-dot types fold each row's weight words into acc instead of reading x and running the
-// dot products; 2 = also no warp reduction (S29-1).
+// dot products; 2 = also no warp reduction (S29-1); 3 = 1 in a warp's first batch only; 4 = 1
+// in every batch but the first (S29-2).
 #ifndef LMFUSE_GEMV_NO_MATH
 #define LMFUSE_GEMV_NO_MATH 0
+#endif
+// Experiment build (S29-2): each step's fragment buffer is refilled (the loads of the batch two
+// ahead) right after that step's dot products, before the next step's and before the row group's
+// reduction and epilogue, instead of once the whole batch and its epilogue are done. Not in the
+// in-GEMV QKV epilogue (its fence would wait for the refill's loads).
+#ifndef LMFUSE_GEMV_STEP_REFILL
+#define LMFUSE_GEMV_STEP_REFILL 0
 #endif
 
 // The one-float4-per-thread staging (gemv_stage_x); 0 builds the batched form for every shape
@@ -223,12 +231,13 @@ struct Frag {
 
   // F16/BF16: xs = float x slots (swizzled). Quantized types: xs = the int8 planes and scales.
   __device__ __forceinline__ void accumulate(float (&acc)[kRows], const float4* xs4, int g, int nblk,
-                                             int lane) const {
+                                             int lane, bool fold = true) const {
     const int gb = min(32, nblk - 32 * g);
     if (lane >= gb) return;
     const int c = 32 * g + lane;
     if constexpr (kInt8x<T>) {
 #if LMFUSE_GEMV_NO_MATH
+      if (fold) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         uint32_t f = sc[r];
@@ -237,6 +246,9 @@ struct Frag {
         acc[r] += __uint_as_float(f & 0x3effffffu);
       }
       return;
+      }
+#else
+      (void)fold;
 #endif
       const uint4* xq = reinterpret_cast<const uint4*>(xs4);
       const uint4 xl = xq[c], xh = xq[nblk + c];
@@ -556,6 +568,10 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   Pos a{int(blockIdx.x) + int(gridDim.x) * slot, g0};
   Pos b = next_pos(a);
   Frag<T> cur[U], nxt[U];
+  auto load_step = [&](Frag<T>& f, const Pos& at, int u) {
+    if (at.rg < n_rg && at.g + u < ngroups) f.load(p, at.rg, at.g + u, nblk, lane, pol);
+  };
+  (void)load_step;
   auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
     if (at.rg < n_rg)
 #pragma unroll
@@ -643,11 +659,28 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 
   // One batch: accumulate the fragments in buf (position at); when the batch after it (after)
   // starts the next row group, reduce and run the epilogue.
-  auto step = [&](const Frag<T> (&buf)[U], const Pos& at, const Pos& after) {
+#if LMFUSE_GEMV_NO_MATH >= 3
+  bool nm_first = true;  // (NO_MATH 3/4: this warp's first batch)
+#endif
+  // refill: the position whose loads replace buf's (STEP_REFILL builds).
+  auto step = [&](Frag<T> (&buf)[U], const Pos& at, const Pos& after, const Pos& refill) {
       const int rg = at.rg;
+      (void)refill;
   #pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (at.g + u < ngroups) buf[u].accumulate(acc, xs4, at.g + u, nblk, lane);
+      for (int u = 0; u < U; ++u) {
+#if LMFUSE_GEMV_NO_MATH >= 3
+        const bool fold = LMFUSE_GEMV_NO_MATH == 3 ? nm_first : !nm_first;
+#else
+        const bool fold = true;
+#endif
+        if (at.g + u < ngroups) buf[u].accumulate(acc, xs4, at.g + u, nblk, lane, fold);
+#if LMFUSE_GEMV_STEP_REFILL
+        if constexpr (EPI != Epilogue::QKV) load_step(buf[u], refill, u);
+#endif
+      }
+#if LMFUSE_GEMV_NO_MATH >= 3
+      nm_first = false;
+#endif
 #if LMFUSE_GEMV_STAGE_MARKS >= 3
       mdep = acc[0];
 #endif
@@ -727,7 +760,13 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // right after it is consumed.
   for (;;) {
     if (a.rg >= n_rg) break;
-    step(cur, a, b);
+#if LMFUSE_GEMV_STEP_REFILL
+    const Pos a2 = next_pos(b);
+    step(cur, a, b, a2);
+#else
+    step(cur, a, b, a);  // (refill unused)
+    const Pos a2 = next_pos(b);
+#endif
 #if LMFUSE_GEMV_STAGE_MARKS >= 3
     if constexpr (kTl)
       if (!marked) {
@@ -739,12 +778,16 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         marked = true;
       }
 #endif
-    const Pos a2 = next_pos(b);
-    load_batch(cur, a2);
+    if (!LMFUSE_GEMV_STEP_REFILL || EPI == Epilogue::QKV) load_batch(cur, a2);
     if (b.rg >= n_rg) break;
-    step(nxt, b, a2);
+#if LMFUSE_GEMV_STEP_REFILL
     const Pos b2 = next_pos(a2);
-    load_batch(nxt, b2);
+    step(nxt, b, a2, b2);
+#else
+    step(nxt, b, a2, b);
+    const Pos b2 = next_pos(a2);
+#endif
+    if (!LMFUSE_GEMV_STEP_REFILL || EPI == Epilogue::QKV) load_batch(nxt, b2);
     a = a2;
     b = b2;
   }

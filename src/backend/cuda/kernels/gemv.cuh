@@ -56,16 +56,11 @@
 // Upper-bound builds (results wrong; the timed chain only), -DLMFUSE_GEMV_NO_MATH=N: 1 = the
 // integer-dot types fold each row's weight words into acc instead of reading x and running the
 // dot products; 2 = also no warp reduction (S29-1); 3 = 1 in a warp's first batch only; 4 = 1
-// in every batch but the first (S29-2).
+// in every batch but the first (S29-2); 5 = 1 everywhere behind a run-time test, so the dot
+// products' code stays in the kernel as in 3 and 4; 6 = the dot products everywhere, the fold's
+// code kept behind the same test (S29-3).
 #ifndef LMFUSE_GEMV_NO_MATH
 #define LMFUSE_GEMV_NO_MATH 0
-#endif
-// Experiment build (S29-2): each step's fragment buffer is refilled (the loads of the batch two
-// ahead) right after that step's dot products, before the next step's and before the row group's
-// reduction and epilogue, instead of once the whole batch and its epilogue are done. Not in the
-// in-GEMV QKV epilogue (its fence would wait for the refill's loads).
-#ifndef LMFUSE_GEMV_STEP_REFILL
-#define LMFUSE_GEMV_STEP_REFILL 0
 #endif
 
 // The one-float4-per-thread staging (gemv_stage_x); 0 builds the batched form for every shape
@@ -568,10 +563,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   Pos a{int(blockIdx.x) + int(gridDim.x) * slot, g0};
   Pos b = next_pos(a);
   Frag<T> cur[U], nxt[U];
-  auto load_step = [&](Frag<T>& f, const Pos& at, int u) {
-    if (at.rg < n_rg && at.g + u < ngroups) f.load(p, at.rg, at.g + u, nblk, lane, pol);
-  };
-  (void)load_step;
   auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
     if (at.rg < n_rg)
 #pragma unroll
@@ -662,21 +653,19 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #if LMFUSE_GEMV_NO_MATH >= 3
   bool nm_first = true;  // (NO_MATH 3/4: this warp's first batch)
 #endif
-  // refill: the position whose loads replace buf's (STEP_REFILL builds).
-  auto step = [&](Frag<T> (&buf)[U], const Pos& at, const Pos& after, const Pos& refill) {
+  auto step = [&](const Frag<T> (&buf)[U], const Pos& at, const Pos& after) {
       const int rg = at.rg;
-      (void)refill;
   #pragma unroll
       for (int u = 0; u < U; ++u) {
-#if LMFUSE_GEMV_NO_MATH >= 3
+#if LMFUSE_GEMV_NO_MATH == 5 || LMFUSE_GEMV_NO_MATH == 6
+        // 5: always, 6: never (the default's work with both paths' code), unknown to the compiler
+        const bool fold = LMFUSE_GEMV_NO_MATH == 5 ? p.rows >= 0 : p.rows < 0;
+#elif LMFUSE_GEMV_NO_MATH >= 3
         const bool fold = LMFUSE_GEMV_NO_MATH == 3 ? nm_first : !nm_first;
 #else
         const bool fold = true;
 #endif
         if (at.g + u < ngroups) buf[u].accumulate(acc, xs4, at.g + u, nblk, lane, fold);
-#if LMFUSE_GEMV_STEP_REFILL
-        if constexpr (EPI != Epilogue::QKV) load_step(buf[u], refill, u);
-#endif
       }
 #if LMFUSE_GEMV_NO_MATH >= 3
       nm_first = false;
@@ -760,13 +749,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // right after it is consumed.
   for (;;) {
     if (a.rg >= n_rg) break;
-#if LMFUSE_GEMV_STEP_REFILL
-    const Pos a2 = next_pos(b);
-    step(cur, a, b, a2);
-#else
-    step(cur, a, b, a);  // (refill unused)
-    const Pos a2 = next_pos(b);
-#endif
+    step(cur, a, b);
 #if LMFUSE_GEMV_STAGE_MARKS >= 3
     if constexpr (kTl)
       if (!marked) {
@@ -778,16 +761,12 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         marked = true;
       }
 #endif
-    if (!LMFUSE_GEMV_STEP_REFILL || EPI == Epilogue::QKV) load_batch(cur, a2);
+    const Pos a2 = next_pos(b);
+    load_batch(cur, a2);
     if (b.rg >= n_rg) break;
-#if LMFUSE_GEMV_STEP_REFILL
+    step(nxt, b, a2);
     const Pos b2 = next_pos(a2);
-    step(nxt, b, a2, b2);
-#else
-    step(nxt, b, a2, b);
-    const Pos b2 = next_pos(a2);
-#endif
-    if (!LMFUSE_GEMV_STEP_REFILL || EPI == Epilogue::QKV) load_batch(nxt, b2);
+    load_batch(nxt, b2);
     a = a2;
     b = b2;
   }

@@ -62,6 +62,12 @@
 #ifndef LMFUSE_GEMV_NO_MATH
 #define LMFUSE_GEMV_NO_MATH 0
 #endif
+// 1 builds the step as before session 29 (S29-4's A/B): every accumulate behind a branch on
+// `lane < gb && at.g + u < ngroups`; 0: the integer-dot types' first step of a batch runs with no
+// branch (see Frag::accumulate and the step).
+#ifndef LMFUSE_GEMV_BRANCHY_STEP
+#define LMFUSE_GEMV_BRANCHY_STEP 0
+#endif
 
 // The one-float4-per-thread staging (gemv_stage_x); 0 builds the batched form for every shape
 // (an A/B build for docs/PERF.md S27-3).
@@ -228,8 +234,18 @@ struct Frag {
   __device__ __forceinline__ void accumulate(float (&acc)[kRows], const float4* xs4, int g, int nblk,
                                              int lane, bool fold = true) const {
     const int gb = min(32, nblk - 32 * g);
+#if LMFUSE_GEMV_BRANCHY_STEP
     if (lane >= gb) return;
     const int c = 32 * g + lane;
+#else
+    // Integer-dot types: a lane past the group's last block holds a zero fragment (load: zero
+    // codes and scales), so it runs the same instructions on block 32g's x and adds
+    // fmaf(0, s, acc) = acc exactly (acc is never -0: it starts at +0). No branch, so no
+    // convergence barrier around the step and nothing to stop ptxas scheduling across steps
+    // (docs/PERF.md S29-3/S29-4).
+    if (!kInt8x<T> && lane >= gb) return;
+    const int c = 32 * g + (kInt8x<T> && lane >= gb ? 0 : lane);
+#endif
     if constexpr (kInt8x<T>) {
 #if LMFUSE_GEMV_NO_MATH
       if (fold) {
@@ -665,7 +681,10 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #else
         const bool fold = true;
 #endif
-        if (at.g + u < ngroups) buf[u].accumulate(acc, xs4, at.g + u, nblk, lane, fold);
+        // u = 0 is always inside the row (at.g < ngroups: gemv_ksplit gives every warp of a row
+        // group at least one column batch)
+        if ((!LMFUSE_GEMV_BRANCHY_STEP && kInt8x<T> && u == 0) || at.g + u < ngroups)
+          buf[u].accumulate(acc, xs4, at.g + u, nblk, lane, fold);
       }
 #if LMFUSE_GEMV_NO_MATH >= 3
       nm_first = false;

@@ -62,11 +62,11 @@
 #ifndef LMFUSE_GEMV_NO_MATH
 #define LMFUSE_GEMV_NO_MATH 0
 #endif
-// 1 builds the step as before session 29 (S29-4's A/B): every accumulate behind a branch on
-// `lane < gb && at.g + u < ngroups`; 0: the integer-dot types' first step of a batch runs with no
-// branch (see Frag::accumulate and the step).
-#ifndef LMFUSE_GEMV_BRANCHY_STEP
-#define LMFUSE_GEMV_BRANCHY_STEP 0
+// Experiment build (S29-4, not yet run on the GPU): 1 = the integer-dot types' first step of a
+// batch runs with no branch (see Frag::accumulate and the step); 0 (default) = every accumulate
+// behind a branch on `lane < gb && at.g + u < ngroups`, as in session 28 (same SASS).
+#ifndef LMFUSE_GEMV_BRANCHLESS_STEP
+#define LMFUSE_GEMV_BRANCHLESS_STEP 0
 #endif
 
 // The one-float4-per-thread staging (gemv_stage_x); 0 builds the batched form for every shape
@@ -234,7 +234,7 @@ struct Frag {
   __device__ __forceinline__ void accumulate(float (&acc)[kRows], const float4* xs4, int g, int nblk,
                                              int lane, bool fold = true) const {
     const int gb = min(32, nblk - 32 * g);
-#if LMFUSE_GEMV_BRANCHY_STEP
+#if !LMFUSE_GEMV_BRANCHLESS_STEP
     if (lane >= gb) return;
     const int c = 32 * g + lane;
 #else
@@ -683,7 +683,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #endif
         // u = 0 is always inside the row (at.g < ngroups: gemv_ksplit gives every warp of a row
         // group at least one column batch)
-        if ((!LMFUSE_GEMV_BRANCHY_STEP && kInt8x<T> && u == 0) || at.g + u < ngroups)
+        if ((LMFUSE_GEMV_BRANCHLESS_STEP && kInt8x<T> && u == 0) || at.g + u < ngroups)
           buf[u].accumulate(acc, xs4, at.g + u, nblk, lane, fold);
       }
 #if LMFUSE_GEMV_NO_MATH >= 3

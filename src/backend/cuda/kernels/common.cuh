@@ -188,8 +188,9 @@ __device__ __forceinline__ void tl_mark_after(unsigned long long* slot, int k, f
   }
 }
 // Deferred stamps (GEMV marks set 5): thread 0 reads the clock where a stamp belongs (after dep
-// exists, as tl_mark_after) and keeps it in a register; the reductions are issued at the end of
-// the kernel, so none of them is in flight between the stamps (0 elsewhere or without a slot).
+// exists, as tl_mark_after) and the caller keeps the time; tl_phase_at / tl_mark_at issue the
+// reductions at the end of the kernel, so none of them is in flight between the stamps.
+// tl_clock_after returns 0 in other threads or without a slot.
 __device__ __forceinline__ unsigned long long tl_clock_after(const unsigned long long* slot, float dep) {
   __shared__ volatile float tl_sink5;
   if (!slot || threadIdx.x != 0) return 0;

@@ -51,8 +51,8 @@
 // prologue's h summed / norm scale known (S27-1); 2: norm scale known / pass 2's loads arrived
 // (S27-2); 3: warp 0's first batch accumulated / last epilogue done (S28-2); 4: thread 0's whole
 // first batch usable after the staging / first batch accumulated (S28-4); 5: set 4 with every
-// stamp of the window deferred (tl_clock_after: thread 0 keeps the times in registers and issues
-// the reductions at the end, so no reduction is in flight between the stamps; S29-1).
+// stamp of the window deferred (tl_clock_after: thread 0 keeps the times in shared memory and
+// issues the reductions at the end, so no reduction is in flight between the stamps; S29-1).
 // Upper-bound builds (results wrong; the timed chain only), -DLMFUSE_GEMV_NO_MATH=N: 1 = the
 // integer-dot types fold each row's weight words into acc instead of reading x and running the
 // dot products; 2 = also no warp reduction (S29-1); 3 = 1 in a warp's first batch only; 4 = 1

@@ -35,10 +35,12 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/common.cuh"
 #include "cuda_bench_util.cuh"
 #include "grid_sync.cuh"
 
 using lmf::cuda::bench::time_graph;
+using lmf::cuda::dev::global_ns;
 using lmf::cuda::dev::ld_acquire;
 using lmf::cuda::dev::red_release;
 
@@ -152,14 +154,12 @@ void launch_chained(void (*kernel)(P...), int G, int T, cudaStream_t s, bool pdl
 // distinct values; clocks[0..1] = globaltimer and clock64 at the start and the end.
 __global__ void globaltimer_kernel(unsigned long long* steps, int n, unsigned long long* clocks, int* n_steps) {
   if (threadIdx.x != 0) return;
-  unsigned long long t0, prev;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const unsigned long long t0 = global_ns();
   const long long c0 = clock64();
-  prev = t0;
+  unsigned long long prev = t0;
   int k = 0;
   for (int i = 0; i < n; ++i) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    const unsigned long long t = global_ns();
     if (t != prev) {
       steps[k++] = t - prev;
       prev = t;

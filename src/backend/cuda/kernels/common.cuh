@@ -148,21 +148,35 @@ __device__ __forceinline__ void tl_start(unsigned long long* slot) {
     atomicMax(w + 6, t);
   }
 }
+// The reductions of each stamp, given its time t (thread 0 with a slot only). The stamps below
+// read the clock and reduce at once; GEMV marks set 5 keeps the times and reduces at its end.
+__device__ __forceinline__ void tl_waited_at(unsigned long long* slot, unsigned long long t) {
+  atomicMin(tl_way(slot) + 1, t);
+}
+__device__ __forceinline__ void tl_phase_at(unsigned long long* slot, unsigned long long t_wait,
+                                            unsigned long long t) {
+  unsigned long long* w = tl_way(slot);
+  atomicMax(w + 3, t);
+  atomicAdd(w + 7, t - t_wait);
+  atomicAdd(w + 8, 1ull);
+}
+__device__ __forceinline__ void tl_mark_at(unsigned long long* slot, int k, unsigned long long t) {
+  unsigned long long* w = tl_way(slot);
+  atomicMax(w + 4 + k, t);
+  if (k == 0) atomicMin(w + 9, t);
+}
 // Returns the time of the wait's return to thread 0 (0 elsewhere or without a slot), for tl_phase.
 __device__ __forceinline__ unsigned long long tl_waited(unsigned long long* slot) {
   if (!slot || threadIdx.x != 0) return 0;
   const unsigned long long t = global_ns();
-  atomicMin(tl_way(slot) + 1, t);
+  tl_waited_at(slot, t);
   return t;
 }
 // t_wait: where thread 0 keeps tl_waited's value (read only with a slot, by thread 0).
 __device__ __forceinline__ void tl_phase(unsigned long long* slot, const unsigned long long* t_wait) {
   if (slot && threadIdx.x == 0) {
-    const unsigned long long t = global_ns();
-    unsigned long long* w = tl_way(slot);
-    atomicMax(w + 3, t);
-    atomicAdd(w + 7, t - *t_wait);
-    atomicAdd(w + 8, 1ull);
+    const unsigned long long t = global_ns();  // the clock first, then t_wait's load
+    tl_phase_at(slot, *t_wait, t);
   }
 }
 // For kernels whose first phase is the wait itself (attention, the QKV epilogue kernel).
@@ -171,12 +185,7 @@ __device__ __forceinline__ void tl_waited_phase(unsigned long long* slot) {
   tl_phase(slot, &tw);
 }
 __device__ __forceinline__ void tl_mark(unsigned long long* slot, int k) {
-  if (slot && threadIdx.x == 0) {
-    const unsigned long long t = global_ns();
-    unsigned long long* w = tl_way(slot);
-    atomicMax(w + 4 + k, t);
-    if (k == 0) atomicMin(w + 9, t);
-  }
+  if (slot && threadIdx.x == 0) tl_mark_at(slot, k, global_ns());
 }
 // tl_mark once dep has arrived: thread 0 stores dep to a volatile shared word first, and a warp
 // issues in order, so the clock is read only after the value (a load in flight, a reduction) exists.
@@ -188,31 +197,14 @@ __device__ __forceinline__ void tl_mark_after(unsigned long long* slot, int k, f
   }
 }
 // Deferred stamps (GEMV marks set 5): thread 0 reads the clock where a stamp belongs (after dep
-// exists, as tl_mark_after) and the caller keeps the time; tl_phase_at / tl_mark_at issue the
-// reductions at the end of the kernel, so none of them is in flight between the stamps.
-// tl_clock_after returns 0 in other threads or without a slot.
+// exists, as tl_mark_after) and keeps the time; the *_at reductions above are issued at the end
+// of the kernel, so none of them is in flight between the stamps. Returns 0 in other threads or
+// without a slot.
 __device__ __forceinline__ unsigned long long tl_clock_after(const unsigned long long* slot, float dep) {
   __shared__ volatile float tl_sink5;
   if (!slot || threadIdx.x != 0) return 0;
   tl_sink5 = dep;
   return global_ns();
-}
-__device__ __forceinline__ void tl_phase_at(unsigned long long* slot, unsigned long long t_wait,
-                                            unsigned long long t) {
-  if (slot && threadIdx.x == 0) {
-    unsigned long long* w = tl_way(slot);
-    atomicMin(w + 1, t_wait);
-    atomicMax(w + 3, t);
-    atomicAdd(w + 7, t - t_wait);
-    atomicAdd(w + 8, 1ull);
-  }
-}
-__device__ __forceinline__ void tl_mark_at(unsigned long long* slot, int k, unsigned long long t) {
-  if (slot && threadIdx.x == 0 && t != 0) {
-    unsigned long long* w = tl_way(slot);
-    atomicMax(w + 4 + k, t);
-    if (k == 0) atomicMin(w + 9, t);
-  }
 }
 __device__ __forceinline__ void tl_end(unsigned long long* slot) {
   if (slot && (threadIdx.x & 31) == 0) atomicMax(tl_way(slot) + 2, global_ns());

@@ -55,10 +55,10 @@
 // issues the reductions at the end, so no reduction is in flight between the stamps; S29-1).
 // Upper-bound builds (results wrong; the timed chain only), -DLMFUSE_GEMV_NO_MATH=N: 1 = the
 // integer-dot types fold each row's weight words into acc instead of reading x and running the
-// dot products; 2 = also no warp reduction (S29-1); 3 = 1 in a warp's first batch only; 4 = 1
-// in every batch but the first (S29-2); 5 = 1 everywhere behind a run-time test, so the dot
-// products' code stays in the kernel as in 3 and 4; 6 = the dot products everywhere, the fold's
-// code kept behind the same test (S29-3).
+// dot products; 2 = also no warp reduction (S29-1); 5 = 1 everywhere behind a run-time test, so
+// the dot products' code stays in the kernel; 6 = the dot products everywhere, the fold's code
+// kept behind the same test (S29-3; 3 and 4, the fold in the first batch only / all but the
+// first, were removed after S29-2, code at 6510e8e).
 #ifndef LMFUSE_GEMV_NO_MATH
 #define LMFUSE_GEMV_NO_MATH 0
 #endif
@@ -666,9 +666,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 
   // One batch: accumulate the fragments in buf (position at); when the batch after it (after)
   // starts the next row group, reduce and run the epilogue.
-#if LMFUSE_GEMV_NO_MATH >= 3
-  bool nm_first = true;  // (NO_MATH 3/4: this warp's first batch)
-#endif
   auto step = [&](const Frag<T> (&buf)[U], const Pos& at, const Pos& after) {
       const int rg = at.rg;
   #pragma unroll
@@ -676,8 +673,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #if LMFUSE_GEMV_NO_MATH == 5 || LMFUSE_GEMV_NO_MATH == 6
         // 5: always, 6: never (the default's work with both paths' code), unknown to the compiler
         const bool fold = LMFUSE_GEMV_NO_MATH == 5 ? p.rows >= 0 : p.rows < 0;
-#elif LMFUSE_GEMV_NO_MATH >= 3
-        const bool fold = LMFUSE_GEMV_NO_MATH == 3 ? nm_first : !nm_first;
 #else
         const bool fold = true;
 #endif
@@ -686,9 +681,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         if ((LMFUSE_GEMV_BRANCHLESS_STEP && kInt8x<T> && u == 0) || at.g + u < ngroups)
           buf[u].accumulate(acc, xs4, at.g + u, nblk, lane, fold);
       }
-#if LMFUSE_GEMV_NO_MATH >= 3
-      nm_first = false;
-#endif
 #if LMFUSE_GEMV_STAGE_MARKS >= 3
       mdep = acc[0];
 #endif
@@ -819,10 +811,11 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   }
 #if LMFUSE_GEMV_STAGE_MARKS == 5
   if constexpr (kTl) {
-    if (threadIdx.x == 0) {
+    if (p.tl && threadIdx.x == 0) {
+      tl_waited_at(p.tl, t5[0]);
       tl_phase_at(p.tl, t5[0], t5[1]);
-      tl_mark_at(p.tl, 0, t5[2]);
-      tl_mark_at(p.tl, 1, t5[3]);
+      for (int k = 0; k < 2; ++k)
+        if (t5[2 + k] != 0) tl_mark_at(p.tl, k, t5[2 + k]);  // 0: the warp had no row group
     }
   }
 #endif

@@ -68,6 +68,17 @@
 #ifndef LMFUSE_GEMV_BRANCHLESS_STEP
 #define LMFUSE_GEMV_BRANCHLESS_STEP 0
 #endif
+// Experiment builds (S30-1, code size): LMFUSE_GEMV_LEAN_LOAD=1 addresses a fragment's rows from
+// one row-group base pointer plus the row stride (instead of each row's 64-bit products, ~100
+// instructions per fragment); LMFUSE_GEMV_LEAN_KSUM=1 moves the split-K partials as one float4 per
+// warp and adds them in a fixed loop of at most 7 (instead of a run-time loop per row that ptxas
+// unrolls and peels, ~290 instructions per copy of the step). Same values, same order.
+#ifndef LMFUSE_GEMV_LEAN_LOAD
+#define LMFUSE_GEMV_LEAN_LOAD 0
+#endif
+#ifndef LMFUSE_GEMV_LEAN_KSUM
+#define LMFUSE_GEMV_LEAN_KSUM 0
+#endif
 
 // The one-float4-per-thread staging (gemv_stage_x); 0 builds the batched form for every shape
 // (an A/B build for docs/PERF.md S27-3).
@@ -211,6 +222,33 @@ struct Frag {
     const int gb = min(32, nblk - 32 * g);
     const size_t row_stride = size_t(nblk) * P * 16;
     const int c = 32 * g + lane;
+#if LMFUSE_GEMV_LEAN_LOAD
+    // Row r of the group at wq + r * row_stride (piece pc at + pc * gb * 16), its scale at
+    // ws + r * nblk * scale_bytes: one 64-bit product per fragment, then adds.
+    constexpr int SB = WTraits<T>::scale_bytes;
+    const int row0 = rg * kRows;
+    const uint8_t* wq = p.q + size_t(row0) * row_stride + (size_t(g) * 32 * P + lane) * 16;
+    const uint8_t* ws = p.scales + (size_t(row0) * nblk + c) * SB;
+    const bool lane_ok = lane < gb;
+    const int rows_left = p.rows - row0;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (lane_ok && r < rows_left) {
+#pragma unroll
+        for (int pc = 0; pc < P; ++pc) w[r][pc] = ld_stream16(wq + pc * gb * 16, pol);
+        if constexpr (SB == 2)
+          sc[r] = ld_stream2(ws, pol);
+        else if constexpr (SB == 4)
+          sc[r] = ld_stream4(ws, pol);
+      } else {
+#pragma unroll
+        for (int pc = 0; pc < P; ++pc) w[r][pc] = make_uint4(0, 0, 0, 0);
+        sc[r] = 0;  // zero scale: the row/block contributes nothing
+      }
+      wq += row_stride;
+      ws += size_t(nblk) * SB;
+    }
+#else
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int row = rg * kRows + r;
@@ -228,6 +266,7 @@ struct Frag {
         sc[r] = 0;  // zero scale: the row/block contributes nothing
       }
     }
+#endif
   }
 
   // F16/BF16: xs = float x slots (swizzled). Quantized types: xs = the int8 planes and scales.
@@ -548,7 +587,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // {dx, sum q}[nblk] (see the header comment).
   extern __shared__ float4 xs4[];
   __shared__ float red[32];
-  __shared__ float kred[2][kGemvWarps<T, W>][kRows];  // split-K partials, double-buffered by row group
+  __shared__ __align__(16) float kred[2][kGemvWarps<T, W>][kRows];  // split-K partials, double-buffered by row group
   // Launch timeline stamps (measurement; not in the in-GEMV QKV epilogue instances, whose
   // register budget they would spill, and which the timed chain does not use).
   constexpr bool kTl = EPI != Epilogue::QKV;
@@ -696,6 +735,22 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
           acc[r] = 0.f;
         }
         if (ks > 1) {  // split-K: add the group's partials in sub order
+#if LMFUSE_GEMV_LEAN_KSUM
+          float4* kr = reinterpret_cast<float4*>(&kred[kpar][warp][0]);  // [warp] = rows 0..3
+          static_assert(kRows == 4, "one float4 of partials per warp");
+          if (lane == 0) kr[0] = make_float4(v[0], v[1], v[2], v[3]);
+          named_barrier(1 + slot, ks * 32);
+          if (sub == 0) {
+            float4 t = kr[0];
+#pragma unroll
+            for (int j = 1; j < kNarrowWarps; ++j) {  // ks <= 8 (gemv_ksplit)
+              if (j >= ks) break;
+              const float4 o = kr[j];
+              t = make_float4(t.x + o.x, t.y + o.y, t.z + o.z, t.w + o.w);
+            }
+            v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+          }
+#else
           if (lane == 0)
   #pragma unroll
             for (int r = 0; r < kRows; ++r) kred[kpar][warp][r] = v[r];
@@ -707,6 +762,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
               for (int j = 1; j < ks; ++j) t += kred[kpar][warp + j][r];
               v[r] = t;
             }
+#endif
           kpar ^= 1;
         }
         const int row0 = rg * kRows;

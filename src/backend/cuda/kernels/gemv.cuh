@@ -35,7 +35,14 @@
 // end of the row group the k partial sums meet in shared memory (named barrier per warp group)
 // and are added in sub order by warp sub 0, which runs the epilogue. The order depends only on
 // the shape (the host picks k from rows/cols/type), so results are deterministic. Which shapes
-// split: set_gemv_split_k in kernels.h; k = 1 for the others.
+// split: set_gemv_split_k in kernels.h; k = 1 for the others. The k partials of a warp travel as
+// one float4 and warp sub 0 adds them in a fixed loop of at most 7.
+//
+// Code size. Every launch runs cold: the SM keeps less than 64 KB of code between launches and
+// cold code costs ~0.4 ns per instruction (docs/PERF.md S29-2), and code that is skipped still
+// costs (S29-3). So the kernel is written for few instructions as much as for few cycles: a
+// fragment's rows are addressed from one base pointer and a stride, the split-K sum is a fixed
+// loop (S30-1: -28 % SASS, +4.6-7.6 % on the decode chains).
 #pragma once
 #include <cuda_fp16.h>
 
@@ -61,23 +68,6 @@
 // first, were removed after S29-2, code at 6510e8e).
 #ifndef LMFUSE_GEMV_NO_MATH
 #define LMFUSE_GEMV_NO_MATH 0
-#endif
-// Experiment build (S29-4, not yet run on the GPU): 1 = the integer-dot types' first step of a
-// batch runs with no branch (see Frag::accumulate and the step); 0 (default) = every accumulate
-// behind a branch on `lane < gb && at.g + u < ngroups`, as in session 28 (same SASS).
-#ifndef LMFUSE_GEMV_BRANCHLESS_STEP
-#define LMFUSE_GEMV_BRANCHLESS_STEP 0
-#endif
-// Experiment builds (S30-1, code size): LMFUSE_GEMV_LEAN_LOAD=1 addresses a fragment's rows from
-// one row-group base pointer plus the row stride (instead of each row's 64-bit products, ~100
-// instructions per fragment); LMFUSE_GEMV_LEAN_KSUM=1 moves the split-K partials as one float4 per
-// warp and adds them in a fixed loop of at most 7 (instead of a run-time loop per row that ptxas
-// unrolls and peels, ~290 instructions per copy of the step). Same values, same order.
-#ifndef LMFUSE_GEMV_LEAN_LOAD
-#define LMFUSE_GEMV_LEAN_LOAD 0
-#endif
-#ifndef LMFUSE_GEMV_LEAN_KSUM
-#define LMFUSE_GEMV_LEAN_KSUM 0
 #endif
 
 // The one-float4-per-thread staging (gemv_stage_x); 0 builds the batched form for every shape
@@ -222,7 +212,6 @@ struct Frag {
     const int gb = min(32, nblk - 32 * g);
     const size_t row_stride = size_t(nblk) * P * 16;
     const int c = 32 * g + lane;
-#if LMFUSE_GEMV_LEAN_LOAD
     // Row r of the group at wq + r * row_stride (piece pc at + pc * gb * 16), its scale at
     // ws + r * nblk * scale_bytes: one 64-bit product per fragment, then adds.
     constexpr int SB = WTraits<T>::scale_bytes;
@@ -248,43 +237,14 @@ struct Frag {
       wq += row_stride;
       ws += size_t(nblk) * SB;
     }
-#else
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int row = rg * kRows + r;
-      if (lane < gb && row < p.rows) {
-        const uint8_t* base = p.q + size_t(row) * row_stride + size_t(g) * 32 * P * 16;
-#pragma unroll
-        for (int pc = 0; pc < P; ++pc) w[r][pc] = ld_stream16(base + (pc * gb + lane) * 16, pol);
-        if constexpr (WTraits<T>::scale_bytes == 2)
-          sc[r] = ld_stream2(p.scales + (size_t(row) * nblk + c) * 2, pol);
-        else if constexpr (WTraits<T>::scale_bytes == 4)
-          sc[r] = ld_stream4(p.scales + (size_t(row) * nblk + c) * 4, pol);
-      } else {
-#pragma unroll
-        for (int pc = 0; pc < P; ++pc) w[r][pc] = make_uint4(0, 0, 0, 0);
-        sc[r] = 0;  // zero scale: the row/block contributes nothing
-      }
-    }
-#endif
   }
 
   // F16/BF16: xs = float x slots (swizzled). Quantized types: xs = the int8 planes and scales.
   __device__ __forceinline__ void accumulate(float (&acc)[kRows], const float4* xs4, int g, int nblk,
                                              int lane, bool fold = true) const {
     const int gb = min(32, nblk - 32 * g);
-#if !LMFUSE_GEMV_BRANCHLESS_STEP
     if (lane >= gb) return;
     const int c = 32 * g + lane;
-#else
-    // Integer-dot types: a lane past the group's last block holds a zero fragment (load: zero
-    // codes and scales), so it runs the same instructions on block 32g's x and adds
-    // fmaf(0, s, acc) = acc exactly (acc is never -0: it starts at +0). No branch, so no
-    // convergence barrier around the step and nothing to stop ptxas scheduling across steps
-    // (docs/PERF.md S29-3/S29-4).
-    if (!kInt8x<T> && lane >= gb) return;
-    const int c = 32 * g + (kInt8x<T> && lane >= gb ? 0 : lane);
-#endif
     if constexpr (kInt8x<T>) {
 #if LMFUSE_GEMV_NO_MATH
       if (fold) {
@@ -715,9 +675,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #else
         const bool fold = true;
 #endif
-        // u = 0 is always inside the row (at.g < ngroups: gemv_ksplit gives every warp of a row
-        // group at least one column batch)
-        if ((LMFUSE_GEMV_BRANCHLESS_STEP && kInt8x<T> && u == 0) || at.g + u < ngroups)
+        if (at.g + u < ngroups)
           buf[u].accumulate(acc, xs4, at.g + u, nblk, lane, fold);
       }
 #if LMFUSE_GEMV_STAGE_MARKS >= 3
@@ -735,7 +693,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
           acc[r] = 0.f;
         }
         if (ks > 1) {  // split-K: add the group's partials in sub order
-#if LMFUSE_GEMV_LEAN_KSUM
           float4* kr = reinterpret_cast<float4*>(&kred[kpar][warp][0]);  // [warp] = rows 0..3
           static_assert(kRows == 4, "one float4 of partials per warp");
           if (lane == 0) kr[0] = make_float4(v[0], v[1], v[2], v[3]);
@@ -750,19 +707,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
             }
             v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
           }
-#else
-          if (lane == 0)
-  #pragma unroll
-            for (int r = 0; r < kRows; ++r) kred[kpar][warp][r] = v[r];
-          named_barrier(1 + slot, ks * 32);
-          if (sub == 0)
-  #pragma unroll
-            for (int r = 0; r < kRows; ++r) {
-              float t = kred[kpar][warp][r];
-              for (int j = 1; j < ks; ++j) t += kred[kpar][warp + j][r];
-              v[r] = t;
-            }
-#endif
           kpar ^= 1;
         }
         const int row0 = rg * kRows;

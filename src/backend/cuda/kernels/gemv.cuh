@@ -35,14 +35,19 @@
 // end of the row group the k partial sums meet in shared memory (named barrier per warp group)
 // and are added in sub order by warp sub 0, which runs the epilogue. The order depends only on
 // the shape (the host picks k from rows/cols/type), so results are deterministic. Which shapes
-// split: set_gemv_split_k in kernels.h; k = 1 for the others. The k partials of a warp travel as
-// one float4 and warp sub 0 adds them in a fixed loop of at most 7.
+// split: set_gemv_split_k in kernels.h; k = 1 for the others. k is a power of two, so the warp
+// split is shifts; warp sub 0 adds the others' partials in a fixed loop of at most 7.
+//
+// Row sums. A warp's 4 accumulators are reduced in 6 shuffles (warp_sum_rows4: the values per
+// lane halve at xor 16 and 8), after which lanes 8r..8r+7 hold row r: lane 8r runs the
+// epilogue for row r.
 //
 // Code size. Every launch runs cold: the SM keeps less than 64 KB of code between launches and
 // cold code costs ~0.4 ns per instruction (docs/PERF.md S29-2), and code that is skipped still
 // costs (S29-3). So the kernel is written for few instructions as much as for few cycles: a
 // fragment's rows are addressed from one base pointer and a stride, the split-K sum is a fixed
-// loop (S30-1: -28 % SASS, +4.6-7.6 % on the decode chains).
+// loop (S30-1: -28 % SASS, +4.6-7.6 % on the decode chains), the row sums take 6 shuffles
+// instead of 20 and the warp split no division (S30-2: -11 % more, +1.5-2.1 %).
 #pragma once
 #include <cuda_fp16.h>
 
@@ -68,19 +73,6 @@
 // first, were removed after S29-2, code at 6510e8e).
 #ifndef LMFUSE_GEMV_NO_MATH
 #define LMFUSE_GEMV_NO_MATH 0
-#endif
-// Experiment builds (S30-2, code size), default 0: XPOSE_SUM=1 reduces a row group's 4 sums in
-// 6 shuffles (halving the values per lane at xor 16 and 8, lane 8r ends with row r) instead of
-// 4 x 5; BATCH_ADDR=1 addresses a batch's U fragments from one base (step u at +u*32 blocks);
-// KS_SHIFT=1 splits warps by shifts (ks is a power of two) instead of integer division.
-#ifndef LMFUSE_GEMV_XPOSE_SUM
-#define LMFUSE_GEMV_XPOSE_SUM 0
-#endif
-#ifndef LMFUSE_GEMV_BATCH_ADDR
-#define LMFUSE_GEMV_BATCH_ADDR 0
-#endif
-#ifndef LMFUSE_GEMV_KS_SHIFT
-#define LMFUSE_GEMV_KS_SHIFT 0
 #endif
 
 // The one-float4-per-thread staging (gemv_stage_x); 0 builds the batched form for every shape
@@ -214,7 +206,6 @@ __device__ __forceinline__ float dot_f16x(const uint4 (&q)[4], const float4 (&x)
   return s0 + s1;
 }
 
-#if LMFUSE_GEMV_XPOSE_SUM
 // The warp sums of a row group's 4 accumulators in 6 shuffles: at xor 16 lanes 0-15 keep rows
 // 0-1 and lanes 16-31 rows 2-3 (each adds the partner's half), at xor 8 each lane keeps one
 // row, then a plain butterfly. Lanes 8r..8r+7 end with the sum of row r = (lane >> 3) & 3.
@@ -231,7 +222,6 @@ __device__ __forceinline__ float warp_sum_rows4(const float (&a)[kRows], int lan
   for (int o = 4; o > 0; o >>= 1) k += __shfl_xor_sync(0xffffffffu, k, o);
   return k;
 }
-#endif
 
 // One step's weights for a row group: kRows rows x P pieces, plus the block scales.
 template <DType T>
@@ -240,32 +230,6 @@ struct Frag {
   uint4 w[kRows][P];
   uint32_t sc[kRows];
 
-#if LMFUSE_GEMV_BATCH_ADDR
-  // Row r at wq + r * row_stride (piece pc at + pc * gb * 16), its scale at ws + r * s_stride;
-  // rows r >= rows_left and lanes >= gb get zeros.
-  __device__ __forceinline__ void load_at(const uint8_t* wq, const uint8_t* ws, size_t row_stride,
-                                          size_t s_stride, int gb, int rows_left, int lane, uint64_t pol) {
-    constexpr int SB = WTraits<T>::scale_bytes;
-    const bool lane_ok = lane < gb;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (lane_ok && r < rows_left) {
-#pragma unroll
-        for (int pc = 0; pc < P; ++pc) w[r][pc] = ld_stream16(wq + pc * gb * 16, pol);
-        if constexpr (SB == 2)
-          sc[r] = ld_stream2(ws, pol);
-        else if constexpr (SB == 4)
-          sc[r] = ld_stream4(ws, pol);
-      } else {
-#pragma unroll
-        for (int pc = 0; pc < P; ++pc) w[r][pc] = make_uint4(0, 0, 0, 0);
-        sc[r] = 0;  // zero scale: the row/block contributes nothing
-      }
-      wq += row_stride;
-      ws += s_stride;
-    }
-  }
-#endif
   __device__ __forceinline__ void load(const GemvParams& p, int rg, int g, int nblk, int lane, uint64_t pol) {
     const int gb = min(32, nblk - 32 * g);
     const size_t row_stride = size_t(nblk) * P * 16;
@@ -605,7 +569,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // {dx, sum q}[nblk] (see the header comment).
   extern __shared__ float4 xs4[];
   __shared__ float red[32];
-  __shared__ __align__(16) float kred[2][kGemvWarps<T, W>][kRows];  // split-K partials, double-buffered by row group
+  __shared__ float kred[2][kGemvWarps<T, W>][kRows];  // split-K partials, double-buffered by row group
   // Launch timeline stamps (measurement; not in the in-GEMV QKV epilogue instances, whose
   // register budget they would spill, and which the timed chain does not use).
   constexpr bool kTl = EPI != Epilogue::QKV;
@@ -615,14 +579,9 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   const int n_rg = (p.rows + kRows - 1) / kRows;
   const int ngroups = (nblk + 31) / 32;
   const int ks = p.ksplit;
-#if LMFUSE_GEMV_KS_SHIFT
   const int ks_log2 = __ffs(ks) - 1;  // ks = 1, 2, 4 or 8
   const int sub = warp & (ks - 1), slot = warp >> ks_log2;
   const int rg_step = gridDim.x * (kGemvWarps<T, W> >> ks_log2);
-#else
-  const int sub = warp % ks, slot = warp / ks;
-  const int rg_step = gridDim.x * (kGemvWarps<T, W> / ks);
-#endif
 
   const uint64_t pol = evict_first_policy();
   constexpr int U = kSteps<T>;
@@ -642,30 +601,12 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   Pos a{int(blockIdx.x) + int(gridDim.x) * slot, g0};
   Pos b = next_pos(a);
   Frag<T> cur[U], nxt[U];
-#if LMFUSE_GEMV_BATCH_ADDR
-  constexpr int P = WTraits<T>::P, SB = WTraits<T>::scale_bytes;
-  const size_t row_stride = size_t(nblk) * P * 16, s_stride = size_t(nblk) * SB;
-  auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
-    if (at.rg < n_rg) {
-      // Step u of the batch is column group at.g + u: +u*32 blocks (groups before the last are full).
-      const int row0 = at.rg * kRows;
-      const uint8_t* wq = p.q + size_t(row0) * row_stride + (size_t(at.g) * 32 * P + lane) * 16;
-      const uint8_t* ws = p.scales + (size_t(row0) * nblk + 32 * at.g + lane) * SB;
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (at.g + u < ngroups)
-          buf[u].load_at(wq + u * 32 * P * 16, ws + u * 32 * SB, row_stride, s_stride,
-                         min(32, nblk - 32 * (at.g + u)), p.rows - row0, lane, pol);
-    }
-  };
-#else
   auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
     if (at.rg < n_rg)
 #pragma unroll
       for (int u = 0; u < U; ++u)
         if (at.g + u < ngroups) buf[u].load(p, at.rg, at.g + u, nblk, lane, pol);
   };
-#endif
   // Two batches in flight while x is staged (for the 8B shapes that is a whole row group).
   load_batch(cur, a);
   load_batch(nxt, b);
@@ -689,19 +630,14 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   }
 #endif
 
-  // Residual epilogue: lane r < kRows holds y_residual of row r of the warp's current row group,
+  // Residual epilogue: lane 8r holds y_residual of row r of the warp's current row group,
   // loaded when the group starts (here for the first, in the epilogue for the next) so the add
   // does not wait for L2 after the reduction.
   float yres = 0.f;
   auto load_yres = [&](int rg) {
     if constexpr (EPI == Epilogue::Residual) {
-#if LMFUSE_GEMV_XPOSE_SUM  // (lane 8r holds row r)
       const int row = rg * kRows + (lane >> 3);
       if ((lane & 7) == 0 && rg < n_rg && row < p.rows) yres = p.y_residual[row];
-#else
-      const int row = rg * kRows + lane;
-      if (lane < kRows && rg < n_rg && row < p.rows) yres = p.y_residual[row];
-#endif
     }
   };
   load_yres(a.rg);
@@ -769,7 +705,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
       mdep = acc[0];
 #endif
       if (after.g == g0) {  // this warp's share of row group rg complete
-#if LMFUSE_GEMV_XPOSE_SUM
         // Lanes 8r..8r+7 hold row r's sum (myr); lane 8r stores it.
         const int myr = lane >> 3;
 #if LMFUSE_GEMV_NO_MATH == 2
@@ -815,61 +750,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
             const float up = __shfl_down_sync(0xffffffffu, vr, 8);
             if ((lane & 15) == 0) p.y[row0 / 2 + (lane >> 4)] = silu(vr) * up;
           }
-#else
-        float v[kRows];
-  #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-#if LMFUSE_GEMV_NO_MATH == 2
-          v[r] = acc[r];
-#else
-          v[r] = warp_sum(acc[r]);
-#endif
-          acc[r] = 0.f;
-        }
-        if (ks > 1) {  // split-K: add the group's partials in sub order
-          float4* kr = reinterpret_cast<float4*>(&kred[kpar][warp][0]);  // [warp] = rows 0..3
-          static_assert(kRows == 4, "one float4 of partials per warp");
-          if (lane == 0) kr[0] = make_float4(v[0], v[1], v[2], v[3]);
-          named_barrier(1 + slot, ks * 32);
-          if (sub == 0) {
-            float4 t = kr[0];
-#pragma unroll
-            for (int j = 1; j < kNarrowWarps; ++j) {  // ks <= 8 (gemv_ksplit)
-              if (j >= ks) break;
-              const float4 o = kr[j];
-              t = make_float4(t.x + o.x, t.y + o.y, t.z + o.z, t.w + o.w);
-            }
-            v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-          }
-          kpar ^= 1;
-        }
-        const int row0 = rg * kRows;
-#if LMFUSE_GEMV_STAGE_MARKS == 3
-        mlast = v[0];
-#endif
-        if (sub == 0) {
-        if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual ||
-                      EPI == Epilogue::QKV) {
-  #pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            const int row = row0 + r;
-            if (lane == r && row < p.rows) {
-              float o = v[r];
-              if constexpr (EPI == Epilogue::Residual) o += yres;
-              if constexpr (EPI != Epilogue::Residual)
-                if (p.bias) o += p.bias[row];
-              if constexpr (EPI == Epilogue::QKV)
-                p.qkv.raw[row] = o;
-              else
-                p.y[row] = o;
-            }
-          }
-        } else if constexpr (EPI == Epilogue::SiluMul || EPI == Epilogue::SiluMulQ) {
-  #pragma unroll
-          for (int r = 0; r < kRows; r += 2)
-            if (lane == r / 2) p.y[row0 / 2 + r / 2] = silu(v[r]) * v[r + 1];
-        }
-#endif
         if constexpr (EPI == Epilogue::QKV) {
           // Last-arriver pattern: publish this row group, count it; the warp completing a head
           // runs the head epilogue, then resets the counter for the next launch.

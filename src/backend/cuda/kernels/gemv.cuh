@@ -80,6 +80,13 @@
 #ifndef LMFUSE_GEMV_COMPACT_STAGE
 #define LMFUSE_GEMV_COMPACT_STAGE 1
 #endif
+// Experiment build (S30-4), default 0: 1 = the narrow instances come in two stage forms, SF = 1
+// with only the compact staging, SF = 2 with only the batched one, picked per launch by the
+// host (gemv_stage_form), so no instance carries the form it does not run. 0 = one instance
+// with both forms and the run-time test (SF = 0).
+#ifndef LMFUSE_GEMV_SPLIT_STAGE
+#define LMFUSE_GEMV_SPLIT_STAGE 0
+#endif
 
 namespace lmf::cuda::dev {
 
@@ -390,7 +397,15 @@ __device__ __forceinline__ void xq_quantize_block(const GemvParams& p, int hb, i
 
 // Stages x (after the prologue) in shared memory: the layout of the header comment. All
 // kGemvThreads<T, W> threads of the block call it; the caller synchronizes before reading xs4.
+// Whether the compact staging serves a shape (narrow blocks, one float4 of x per thread).
 template <DType T, Prologue PRO, int W>
+__host__ __device__ constexpr bool gemv_compact_stage(int cols) {
+  return W == kNarrowWarps && (cols >> 2) <= (PRO == Prologue::None ? kGemvThreads<T, W> : kNormThreads);
+}
+
+// SF (stage form): 0 = both forms, chosen by gemv_compact_stage at run time; 1 = the compact form
+// only (the caller guarantees gemv_compact_stage); 2 = the batched form only.
+template <DType T, Prologue PRO, int W, int SF = 0>
 __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red) {
   // Thread t takes float4 t of each 1024-element slice. The loads of kXBatch slices are issued
   // together into registers before any of them is used: x was just written by the previous
@@ -477,7 +492,8 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   // sums float4 t alone in both forms (n4 <= kNormThreads), then the same block_sum.
   // Narrow blocks only: compiled into the wide instances too, this form cost 8B 2.7 % (S27-3),
   // although 8B never takes it.
-  if (W == kNarrowWarps && n4 <= (PRO == Prologue::None ? NT : kNormThreads)) {  // uniform
+  // (SF = 0: the test of gemv_compact_stage on n4)
+  if (SF != 2 && (SF == 1 || (W == kNarrowWarps && n4 <= (PRO == Prologue::None ? NT : kNormThreads)))) {  // uniform
     const int i4 = int(threadIdx.x);
     const bool ok = i4 < n4;
     float4 v = ok ? __ldg(in4 + i4) : zero;
@@ -562,7 +578,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
 #endif
 }
 
-template <DType T, Prologue PRO, Epilogue EPI, int W>
+template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0>
 __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     gemv_kernel(const __grid_constant__ GemvParams p) {
   // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
@@ -642,7 +658,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   };
   load_yres(a.rg);
 
-  gemv_stage_x<T, PRO, W>(p, xs4, red);
+  gemv_stage_x<T, PRO, W, SF>(p, xs4, red);
   __syncthreads();
 #if LMFUSE_GEMV_STAGE_MARKS == 5
   if constexpr (kTl)

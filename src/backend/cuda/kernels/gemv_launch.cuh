@@ -36,9 +36,9 @@ Tri gemv_split_k_mode();                                  // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
 constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
 
-template <DType T, Prologue PRO, Epilogue EPI, int W>
+template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0>
 void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
-  auto* k = &gemv_kernel<T, PRO, EPI, W>;
+  auto* k = &gemv_kernel<T, PRO, EPI, W, SF>;
   const size_t smem = gemv_smem_bytes<T>(p.cols);
   // First call per instance happens before any graph capture. Always opted in: the 48 KB default
   // limit counts the static shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
@@ -59,14 +59,25 @@ void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   launch_pdl(k, dim3(grid), dim3(threads), smem, s, q);
 }
 
+// The narrow block (LMFUSE_GEMV_SPLIT_STAGE: the instance with only the stage form the shape runs).
+template <DType T, Prologue PRO, Epilogue EPI>
+void launch_gemv_narrow(const GemvParams& p, cudaStream_t s) {
+  if constexpr (LMFUSE_GEMV_SPLIT_STAGE && PRO != Prologue::Int8) {
+    if (gemv_compact_stage<T, PRO, kNarrowWarps>(p.cols)) return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 1>(p, s);
+    launch_gemv_width<T, PRO, EPI, kNarrowWarps, 2>(p, s);
+  } else {
+    launch_gemv_width<T, PRO, EPI, kNarrowWarps>(p, s);
+  }
+}
+
 // wide: the 16-warp block for the integer-dot types (gemv_wide); F16/BF16 have one width.
 template <DType T, Prologue PRO, Epilogue EPI>
 void launch_gemv_instance(const GemvParams& p, bool wide, cudaStream_t s) {
   if constexpr (kInt8x<T>) {
     if (wide) return launch_gemv_width<T, PRO, EPI, kWideWarps>(p, s);
-    launch_gemv_width<T, PRO, EPI, kNarrowWarps>(p, s);
+    launch_gemv_narrow<T, PRO, EPI>(p, s);
   } else if constexpr (PRO != Prologue::Int8 && EPI != Epilogue::SiluMulQ) {
-    launch_gemv_width<T, PRO, EPI, kNarrowWarps>(p, s);
+    launch_gemv_narrow<T, PRO, EPI>(p, s);
   }  // (else unreachable: gemv_supported refuses the pair first)
 }
 

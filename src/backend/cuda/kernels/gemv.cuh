@@ -87,6 +87,13 @@
 #ifndef LMFUSE_GEMV_SPLIT_STAGE
 #define LMFUSE_GEMV_SPLIT_STAGE 0
 #endif
+// Experiment build (S30-5, with SPLIT_STAGE=1; not yet run on the GPU), default 0: 1 = the
+// compact-stage instances (SF = 1) know their shape has one column group (cols <= 1024, so
+// nblk <= 32) and are built with one step per batch (U = 1), without the second step's loads
+// and dot products that such a shape never runs.
+#ifndef LMFUSE_GEMV_COMPACT_ONE_STEP
+#define LMFUSE_GEMV_COMPACT_ONE_STEP 0
+#endif
 
 namespace lmf::cuda::dev {
 
@@ -593,14 +600,16 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   const int nblk = p.cols >> 5;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_rg = (p.rows + kRows - 1) / kRows;
-  const int ngroups = (nblk + 31) / 32;
+  // (SF = 1: gemv_compact_stage holds, so cols <= 1024 and there is one column group)
+  constexpr bool kOneGroup = LMFUSE_GEMV_COMPACT_ONE_STEP && SF == 1;
+  const int ngroups = kOneGroup ? 1 : (nblk + 31) / 32;
   const int ks = p.ksplit;
   const int ks_log2 = __ffs(ks) - 1;  // ks = 1, 2, 4 or 8
   const int sub = warp & (ks - 1), slot = warp >> ks_log2;
   const int rg_step = gridDim.x * (kGemvWarps<T, W> >> ks_log2);
 
   const uint64_t pol = evict_first_policy();
-  constexpr int U = kSteps<T>;
+  constexpr int U = kOneGroup ? 1 : kSteps<T>;
   // Position (row group rg, column group g) of a batch of U steps; the next batch follows.
   struct Pos {
     int rg, g;

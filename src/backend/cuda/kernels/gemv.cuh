@@ -82,7 +82,7 @@
 #endif
 // Experiment build (S30-4), default 0: 1 = the narrow instances come in two stage forms, SF = 1
 // with only the compact staging, SF = 2 with only the batched one, picked per launch by the
-// host (gemv_stage_form), so no instance carries the form it does not run. 0 = one instance
+// host (gemv_compact_stage), so no instance carries the form it does not run. 0 = one instance
 // with both forms and the run-time test (SF = 0).
 #ifndef LMFUSE_GEMV_SPLIT_STAGE
 #define LMFUSE_GEMV_SPLIT_STAGE 0
@@ -402,14 +402,14 @@ __device__ __forceinline__ void xq_quantize_block(const GemvParams& p, int hb, i
   if (lane < 8) store_quant_word(reinterpret_cast<float4*>(p.xq), nblk, hb, lane, w);
 }
 
-// Stages x (after the prologue) in shared memory: the layout of the header comment. All
-// kGemvThreads<T, W> threads of the block call it; the caller synchronizes before reading xs4.
 // Whether the compact staging serves a shape (narrow blocks, one float4 of x per thread).
 template <DType T, Prologue PRO, int W>
 __host__ __device__ constexpr bool gemv_compact_stage(int cols) {
   return W == kNarrowWarps && (cols >> 2) <= (PRO == Prologue::None ? kGemvThreads<T, W> : kNormThreads);
 }
 
+// Stages x (after the prologue) in shared memory: the layout of the header comment. All
+// kGemvThreads<T, W> threads of the block call it; the caller synchronizes before reading xs4.
 // SF (stage form): 0 = both forms, chosen by gemv_compact_stage at run time; 1 = the compact form
 // only (the caller guarantees gemv_compact_stage); 2 = the batched form only.
 template <DType T, Prologue PRO, int W, int SF = 0>
@@ -499,7 +499,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   // sums float4 t alone in both forms (n4 <= kNormThreads), then the same block_sum.
   // Narrow blocks only: compiled into the wide instances too, this form cost 8B 2.7 % (S27-3),
   // although 8B never takes it.
-  // (SF = 0: the test of gemv_compact_stage on n4)
+  // (SF = 0: gemv_compact_stage's test, written on n4 as before so the default SASS is unchanged)
   if (SF != 2 && (SF == 1 || (W == kNarrowWarps && n4 <= (PRO == Prologue::None ? NT : kNormThreads)))) {  // uniform
     const int i4 = int(threadIdx.x);
     const bool ok = i4 < n4;

@@ -149,7 +149,7 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.early = (dev::pdl_early_trigger() & (a.direct ? kEarlyDirect : kEarlySplit)) != 0;
   p.direct_only = a.direct;
   p.slice = dev::attn_slice_rule(a.head_dim, a.staged && a.single_split);
-  p.counters = a.n_splits <= dev::kMaxFusedSplits ? a.counters : nullptr;
+  p.counters = LMFUSE_ATTN_MERGE_TAIL && a.n_splits <= dev::kMaxFusedSplits ? a.counters : nullptr;
   if (a.xq && p.counters && !a.direct) LMF_FAIL("cuda attention: xq needs the merge kernel (no merge fusion counters)");
   if ((reinterpret_cast<uintptr_t>(a.xq) & 15) != 0) LMF_FAIL("cuda attention: xq must be 16-byte aligned");
   p.xq = a.xq;

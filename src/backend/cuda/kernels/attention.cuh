@@ -190,6 +190,13 @@ constexpr int kFusedMergeBatch = 8;
 // Splits a fused merge can take: its weights use the split block's shared memory (sm_acc here:
 // 1024 * GMAX floats for every head_dim; the staged kernel's ring) for 2 * G * used floats.
 constexpr int kMaxFusedSplits = 512;
+// Experiment build (S30-6, not yet run on the GPU): LMFUSE_ATTN_MERGE_TAIL=0 builds the split
+// kernels without the merge fusion's tail (attn_merge_last_block, ~1,750-1,970 of the staged
+// 8B instance's 4,488 instructions, dead code unless merge fusion is on: automatic = off), and
+// attention_decode then ignores merge fusion counters (the merge kernel runs instead).
+#ifndef LMFUSE_ATTN_MERGE_TAIL
+#define LMFUSE_ATTN_MERGE_TAIL 1
+#endif
 template <int HD, int GMAX>
 __device__ __forceinline__ void attn_merge_heads(const AttnParams& p, int kvh, int G, int used, float* smem) {
   constexpr int NT = kAttnWarps * 32;
@@ -501,7 +508,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
     tl_end(p.tl);
     return;
   }
+#if LMFUSE_ATTN_MERGE_TAIL
   attn_merge_last_block<HD, GMAX>(p, kvh, G, used, &sm_acc[0][0][0]);
+#endif
   tl_end(p.tl);
 }
 

@@ -410,7 +410,9 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
     tl_end(p.tl);
     return;
   }
+#if LMFUSE_ATTN_MERGE_TAIL
   attn_merge_last_block<HD, GMAX>(p, kvh, G, used, reinterpret_cast<float*>(attn_ring));
+#endif
   tl_end(p.tl);
 }
 

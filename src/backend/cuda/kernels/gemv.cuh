@@ -499,7 +499,9 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   // sums float4 t alone in both forms (n4 <= kNormThreads), then the same block_sum.
   // Narrow blocks only: compiled into the wide instances too, this form cost 8B 2.7 % (S27-3),
   // although 8B never takes it.
-  // (SF = 0: gemv_compact_stage's test, written on n4 as before so the default SASS is unchanged)
+  // (SF = 0: gemv_compact_stage's test, written out on n4: as a call, or as n4 against a limit of
+  // -1 for wide blocks, ptxas allocates registers differently in 13 instances, and the limit form
+  // no longer drops this form from the wide ones at compile time: S27-3's 2.7 % on 8B)
   if (SF != 2 && (SF == 1 || (W == kNarrowWarps && n4 <= (PRO == Prologue::None ? NT : kNormThreads)))) {  // uniform
     const int i4 = int(threadIdx.x);
     const bool ok = i4 < n4;

@@ -94,6 +94,14 @@
 #ifndef LMFUSE_GEMV_COMPACT_ONE_STEP
 #define LMFUSE_GEMV_COMPACT_ONE_STEP 0
 #endif
+// Experiment build (S31-2; not yet run on the GPU), default 0: 1 = every narrow instance also
+// comes as NB = 1, built for launches where each warp gets at most one batch (one column batch
+// per row group, no split-K, at least as many warps as row groups: 0.6B's QKV, o and gate/up),
+// without the second register buffer, the ping-pong loop and its refills that such a launch
+// never runs; picked per launch by the host (launch_gemv_width).
+#ifndef LMFUSE_GEMV_ONE_BATCH
+#define LMFUSE_GEMV_ONE_BATCH 0
+#endif
 
 namespace lmf::cuda::dev {
 
@@ -587,7 +595,9 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
 #endif
 }
 
-template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0>
+// NB (batches per warp): 0 = any number; 1 = at most one (the host guarantees it: see
+// LMFUSE_GEMV_ONE_BATCH).
+template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0, int NB = 0>
 __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     gemv_kernel(const __grid_constant__ GemvParams p) {
   // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
@@ -636,7 +646,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   };
   // Two batches in flight while x is staged (for the 8B shapes that is a whole row group).
   load_batch(cur, a);
-  load_batch(nxt, b);
+  if constexpr (NB != 1) load_batch(nxt, b);
   // The Norm prologue's second pass reads gamma after the block reduction: its lines are
   // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
   if constexpr (PRO == Prologue::Norm || PRO == Prologue::AddNorm)
@@ -800,7 +810,10 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // newer batch would wait for its loads, ncu showed 19 % of the 8B down GEMV's stall samples
   // there). cur holds position a, nxt position b = next(a); each is refilled, two batches ahead,
   // right after it is consumed.
-  for (;;) {
+  if constexpr (NB == 1) {
+    // One batch: b lies past the last row group (rg_step >= n_rg) and starts a new row group.
+    if (a.rg < n_rg) step(cur, a, Pos{a.rg + rg_step, g0});
+  } else for (;;) {
     if (a.rg >= n_rg) break;
     step(cur, a, b);
 #if LMFUSE_GEMV_STAGE_MARKS >= 3

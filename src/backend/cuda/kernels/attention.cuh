@@ -190,13 +190,11 @@ constexpr int kFusedMergeBatch = 8;
 // Splits a fused merge can take: its weights use the split block's shared memory (sm_acc here:
 // 1024 * GMAX floats for every head_dim; the staged kernel's ring) for 2 * G * used floats.
 constexpr int kMaxFusedSplits = 512;
-// Experiment build (S30-6, not yet run on the GPU): LMFUSE_ATTN_MERGE_TAIL=0 builds the split
-// kernels without the merge fusion's tail (attn_merge_last_block, ~1,750-1,970 of the staged
-// 8B instance's 4,488 instructions, dead code unless merge fusion is on: automatic = off), and
-// attention_decode then ignores merge fusion counters (the merge kernel runs instead).
-#ifndef LMFUSE_ATTN_MERGE_TAIL
-#define LMFUSE_ATTN_MERGE_TAIL 1
-#endif
+// The split kernels come in two forms (template parameter MERGE): with the merge fusion's tail
+// (attn_merge_last_block, launched only when attention_decode passes merge fusion counters) and
+// without it. The tail is ~1,750-1,970 of the staged 8B instance's 4,488 instructions, and every
+// decode launch runs cold: carrying it where it never runs cost 0.1-1 % of tg128 (docs/PERF.md
+// S30-6 / S31-1).
 template <int HD, int GMAX>
 __device__ __forceinline__ void attn_merge_heads(const AttnParams& p, int kvh, int G, int used, float* smem) {
   constexpr int NT = kAttnWarps * 32;
@@ -310,7 +308,7 @@ __device__ __forceinline__ void attn_merge_last_block(const AttnParams& p, int k
   }
 }
 
-template <int HD, int GMAX, bool POST>
+template <int HD, int GMAX, bool POST, bool MERGE = false>
 __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __grid_constant__ AttnParams p) {
   constexpr int LPT = HD / 8;     // lanes per timestep
   constexpr int TPW = 32 / LPT;   // timesteps per warp step
@@ -504,13 +502,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
       p.part_ml[ps * 2 + 1] = den;
     }
   }
-  if (!p.counters || direct) {
-    tl_end(p.tl);
-    return;
-  }
-#if LMFUSE_ATTN_MERGE_TAIL
-  attn_merge_last_block<HD, GMAX>(p, kvh, G, used, &sm_acc[0][0][0]);
-#endif
+  if constexpr (MERGE)
+    if (p.counters && !direct) attn_merge_last_block<HD, GMAX>(p, kvh, G, used, &sm_acc[0][0][0]);
   tl_end(p.tl);
 }
 

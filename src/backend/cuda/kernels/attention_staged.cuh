@@ -112,7 +112,7 @@ __device__ __forceinline__ void attn_oproj_rows(const AttnParams& p, const uint4
   }
 }
 
-template <int HD, int GMAX, bool POST, bool OPROJ = false>
+template <int HD, int GMAX, bool POST, bool OPROJ = false, bool MERGE = false>
 __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   constexpr int NT = kAttnWarps * 32;
   constexpr int SP = kStagePos;
@@ -406,19 +406,15 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
     __syncthreads();  // the slice and sxq
     attn_oproj_rows<NT>(p, sw, sws, sxq, tid);
   }
-  if (!p.counters || direct) {
-    tl_end(p.tl);
-    return;
-  }
-#if LMFUSE_ATTN_MERGE_TAIL
-  attn_merge_last_block<HD, GMAX>(p, kvh, G, used, reinterpret_cast<float*>(attn_ring));
-#endif
+  if constexpr (MERGE)
+    if (p.counters && !direct) attn_merge_last_block<HD, GMAX>(p, kvh, G, used, reinterpret_cast<float*>(attn_ring));
   tl_end(p.tl);
 }
 
-template <int HD, int GMAX, bool POST, bool OPROJ = false>
+template <int HD, int GMAX, bool POST, bool OPROJ = false, bool MERGE = false>
 __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const __grid_constant__ AttnParams p) {
-  attn_staged_body<HD, GMAX, POST, OPROJ>(p);
+  static_assert(!(OPROJ && MERGE), "the o_proj-fused launch is direct: no merge");
+  attn_staged_body<HD, GMAX, POST, OPROJ, MERGE>(p);
 }
 
 }  // namespace lmf::cuda::dev

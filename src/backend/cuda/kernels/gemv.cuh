@@ -80,27 +80,19 @@
 #ifndef LMFUSE_GEMV_COMPACT_STAGE
 #define LMFUSE_GEMV_COMPACT_STAGE 1
 #endif
-// Experiment build (S30-4), default 0: 1 = the narrow instances come in two stage forms, SF = 1
-// with only the compact staging, SF = 2 with only the batched one, picked per launch by the
-// host (gemv_compact_stage), so no instance carries the form it does not run. 0 = one instance
-// with both forms and the run-time test (SF = 0).
+// The narrow instances come in two stage forms, SF = 1 with only the compact staging, SF = 2 with
+// only the batched one, picked per launch by the host (gemv_compact_stage), so no instance
+// carries the form it does not run (docs/PERF.md S30-4, S31-1: 0.6B tg128 +3.9 % with
+// COMPACT_ONE_STEP). 0 = one instance with both forms and the run-time test (SF = 0; an A/B
+// build).
 #ifndef LMFUSE_GEMV_SPLIT_STAGE
-#define LMFUSE_GEMV_SPLIT_STAGE 0
+#define LMFUSE_GEMV_SPLIT_STAGE 1
 #endif
-// Experiment build (S30-5, with SPLIT_STAGE=1; not yet run on the GPU), default 0: 1 = the
-// compact-stage instances (SF = 1) know their shape has one column group (cols <= 1024, so
-// nblk <= 32) and are built with one step per batch (U = 1), without the second step's loads
-// and dot products that such a shape never runs.
+// With SPLIT_STAGE: the compact-stage instances (SF = 1) know their shape has one column group
+// (cols <= 1024, so nblk <= 32) and are built with one step per batch (U = 1), without the
+// second step's loads and dot products that such a shape never runs (S30-5). 0 = an A/B build.
 #ifndef LMFUSE_GEMV_COMPACT_ONE_STEP
-#define LMFUSE_GEMV_COMPACT_ONE_STEP 0
-#endif
-// Experiment build (S31-2; not yet run on the GPU), default 0: 1 = every narrow instance also
-// comes as NB = 1, built for launches where each warp gets at most one batch (one column batch
-// per row group, no split-K, at least as many warps as row groups: 0.6B's QKV, o and gate/up),
-// without the second register buffer, the ping-pong loop and its refills that such a launch
-// never runs; picked per launch by the host (launch_gemv_width).
-#ifndef LMFUSE_GEMV_ONE_BATCH
-#define LMFUSE_GEMV_ONE_BATCH 0
+#define LMFUSE_GEMV_COMPACT_ONE_STEP 1
 #endif
 
 namespace lmf::cuda::dev {
@@ -595,9 +587,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
 #endif
 }
 
-// NB (batches per warp): 0 = any number; 1 = at most one (the host guarantees it: see
-// LMFUSE_GEMV_ONE_BATCH).
-template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0, int NB = 0>
+template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0>
 __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     gemv_kernel(const __grid_constant__ GemvParams p) {
   // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
@@ -646,7 +636,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   };
   // Two batches in flight while x is staged (for the 8B shapes that is a whole row group).
   load_batch(cur, a);
-  if constexpr (NB != 1) load_batch(nxt, b);
+  load_batch(nxt, b);
   // The Norm prologue's second pass reads gamma after the block reduction: its lines are
   // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
   if constexpr (PRO == Prologue::Norm || PRO == Prologue::AddNorm)
@@ -810,10 +800,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // newer batch would wait for its loads, ncu showed 19 % of the 8B down GEMV's stall samples
   // there). cur holds position a, nxt position b = next(a); each is refilled, two batches ahead,
   // right after it is consumed.
-  if constexpr (NB == 1) {
-    // One batch: b lies past the last row group (rg_step >= n_rg) and starts a new row group.
-    if (a.rg < n_rg) step(cur, a, Pos{a.rg + rg_step, g0});
-  } else for (;;) {
+  for (;;) {
     if (a.rg >= n_rg) break;
     step(cur, a, b);
 #if LMFUSE_GEMV_STAGE_MARKS >= 3

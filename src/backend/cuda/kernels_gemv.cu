@@ -82,6 +82,20 @@ int device_sm_count() {
   return cached;
 }
 
+bool device_has_clusters() {
+  static int cached_dev = -1;
+  static bool cached = false;
+  int d = 0;
+  CUDA_CHECK(cudaGetDevice(&d));
+  if (d != cached_dev) {
+    int v = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrClusterLaunch, d));
+    cached = v != 0;
+    cached_dev = d;
+  }
+  return cached;
+}
+
 bool gemv_supported(DType t, Prologue pro, Epilogue epi) {
   if (t != DType::Q4_0 && t != DType::Q4_1 && t != DType::Q8_0 && t != DType::F16 &&
       t != DType::BF16)
@@ -128,15 +142,18 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   if (epi == Epilogue::Residual && !a.y_residual) LMF_FAIL("cuda gemv: Residual needs y_residual");
   if ((epi == Epilogue::SiluMul || epi == Epilogue::SiluMulQ) && w.rows % dev::kRows != 0)
     LMF_FAIL("cuda gemv: SiluMul needs rows % ", dev::kRows, " == 0, got ", w.rows);
-  if (epi != Epilogue::QKV && !a.y) LMF_FAIL("cuda gemv: missing output");
-  if (epi == Epilogue::QKV) {
+  const bool qkv = epi == Epilogue::QKV || epi == Epilogue::QKVC;
+  if (!qkv && !a.y) LMF_FAIL("cuda gemv: missing output");
+  if (epi == Epilogue::QKVC && !device_has_clusters()) LMF_FAIL("cuda gemv QKVC: needs thread-block clusters (sm_90 or newer)");
+  if (qkv) {
     const QkvParams& q = a.qkv;
     if (q.head_dim != 32 && q.head_dim != 64 && q.head_dim != 128)
       LMF_FAIL("cuda gemv QKV: head_dim must be 32, 64 or 128, got ", q.head_dim);
     if (int64_t(q.n_head + 2 * q.n_kv_head) * q.head_dim != w.rows)
       LMF_FAIL("cuda gemv QKV: rows ", w.rows, " != (n_head + 2 n_kv_head) * head_dim = ",
                int64_t(q.n_head + 2 * q.n_kv_head) * q.head_dim);
-    if (!q.pos || !q.q_out || !q.k_cache || !q.v_cache || !q.raw || !q.counters || q.n_ctx <= 0)
+    if (!q.pos || !q.q_out || !q.k_cache || !q.v_cache || q.n_ctx <= 0 ||
+        (epi == Epilogue::QKV && (!q.raw || !q.counters)))
       LMF_FAIL("cuda gemv QKV: missing pos/q_out/cache/scratch pointer");
   }
   dev::GemvParams p{};

@@ -49,6 +49,7 @@
 // loop (S30-1: -28 % SASS, +4.6-7.6 % on the decode chains), the row sums take 6 shuffles
 // instead of 20 and the warp split no division (S30-2: -11 % more, +1.5-2.1 %).
 #pragma once
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include "backend/cuda/kernels.h"
@@ -325,11 +326,14 @@ struct Frag {
   }
 };
 
-// QKV head epilogue, run by the warp that completed the head's last row group. raw holds the
-// head's head_dim outputs (bias included).
-__device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, int lane) {
+// QKV head epilogue, run by one warp: src holds the head's head_dim outputs (bias included):
+// QKV: raw in global memory, written by other blocks of this launch (kShared = false: read from
+// L2), run by the warp that completed the head's last row group; QKVC: the head gathered in
+// shared memory by each block of the head's cluster, which writes its own dims [lo, hi) only.
+template <bool kShared = false>
+__device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, const float* src, int lane, int lo,
+                                                  int hi) {
   const int hd = q.head_dim, half_d = hd / 2;
-  const float* src = q.raw + size_t(head) * hd;
   const bool is_q = head < q.n_head, is_k = !is_q && head < q.n_head + q.n_kv_head;
   const int pos = *q.pos;
   const float* gamma = is_q ? q.q_norm : (is_k ? q.k_norm : nullptr);
@@ -345,13 +349,13 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
       const int i = lane + 32 * j;
       ia[j] = q.rope == RopeStyle::NeoX ? i : 2 * i;
       ib[j] = q.rope == RopeStyle::NeoX ? i + half_d : 2 * i + 1;
-      va[j] = __ldcg(src + ia[j]);  // L2: written by other blocks in this launch
-      vb[j] = __ldcg(src + ib[j]);
+      va[j] = kShared ? src[ia[j]] : __ldcg(src + ia[j]);
+      vb[j] = kShared ? src[ib[j]] : __ldcg(src + ib[j]);
     }
   }
   // Norm and RoPE in the unfused kernels' arithmetic (common.cuh): bit-identical q and k.
   if (gamma) {
-    const float ss = head_sumsq_warp<true>(reinterpret_cast<const float4*>(src), hd, lane);
+    const float ss = head_sumsq_warp<!kShared>(reinterpret_cast<const float4*>(src), hd, lane);
 #pragma unroll
     for (int j = 0; j < kMaxPairs; ++j)
       if (j < np && lane_ok) {
@@ -375,8 +379,8 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
 #pragma unroll
     for (int j = 0; j < kMaxPairs; ++j)
       if (j < np && lane_ok) {
-        dst[ia[j]] = va[j];
-        dst[ib[j]] = vb[j];
+        if (ia[j] >= lo && ia[j] < hi) dst[ia[j]] = va[j];
+        if (ib[j] >= lo && ib[j] < hi) dst[ib[j]] = vb[j];
       }
   } else {
     const int kvh = is_k ? head - q.n_head : head - q.n_head - q.n_kv_head;
@@ -385,8 +389,8 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
 #pragma unroll
     for (int j = 0; j < kMaxPairs; ++j)
       if (j < np && lane_ok) {
-        dst[ia[j]] = __float2half_rn(va[j]);
-        dst[ib[j]] = __float2half_rn(vb[j]);
+        if (ia[j] >= lo && ia[j] < hi) dst[ia[j]] = __float2half_rn(va[j]);
+        if (ib[j] >= lo && ib[j] < hi) dst[ib[j]] = __float2half_rn(vb[j]);
       }
   }
 }
@@ -609,6 +613,12 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   const int ks_log2 = __ffs(ks) - 1;  // ks = 1, 2, 4 or 8
   const int sub = warp & (ks - 1), slot = warp >> ks_log2;
   const int rg_step = gridDim.x * (kGemvWarps<T, W> >> ks_log2);
+  // QKVC: block b owns row groups b * warps .. (b + 1) * warps - 1, one per warp (ks = 1, and
+  // the grid is exactly rows / (warps * kRows), so rg_step = n_rg: one row group per warp).
+  constexpr bool kCluster = EPI == Epilogue::QKVC;
+  static_assert(!kCluster || kGemvWarps<T, W> * kRows == 32, "QKVC: 32 rows per block (the narrow block)");
+  __shared__ __align__(16) float qc_rows[kCluster ? kGemvWarps<T, W> * kRows : 1];  // QKVC: this block's rows
+  __shared__ __align__(16) float qc_head[kCluster ? 128 : 1];                        // QKVC: the whole head
 
   const uint64_t pol = evict_first_policy();
   constexpr int U = kOneGroup ? 1 : kSteps<T>;
@@ -625,7 +635,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     }
     return q;
   };
-  Pos a{int(blockIdx.x) + int(gridDim.x) * slot, g0};
+  Pos a{kCluster ? int(blockIdx.x) * kGemvWarps<T, W> + warp : int(blockIdx.x) + int(gridDim.x) * slot, g0};
   Pos b = next_pos(a);
   Frag<T> cur[U], nxt[U];
   auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
@@ -760,7 +770,8 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         mlast = vr;
 #endif
         if (sub == 0) {
-          if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual || EPI == Epilogue::QKV) {
+          if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual || EPI == Epilogue::QKV ||
+                        EPI == Epilogue::QKVC) {
             const int row = row0 + myr;
             if ((lane & 7) == 0 && row < p.rows) {
               float o = vr;
@@ -769,6 +780,8 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
                 if (p.bias) o += p.bias[row];
               if constexpr (EPI == Epilogue::QKV)
                 p.qkv.raw[row] = o;
+              else if constexpr (EPI == Epilogue::QKVC)
+                qc_rows[warp * kRows + myr] = o;
               else
                 p.y[row] = o;
             }
@@ -788,7 +801,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
           old = __shfl_sync(0xffffffffu, old, 0);
           if (old == unsigned(p.qkv.head_dim / kRows - 1)) {
             __threadfence();
-            qkv_head_epilogue(p.qkv, head, lane);
+            qkv_head_epilogue(p.qkv, head, p.qkv.raw + size_t(head) * p.qkv.head_dim, lane, 0, p.qkv.head_dim);
             if (lane == 0) p.qkv.counters[head] = 0;
           }
         }
@@ -826,6 +839,21 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #if LMFUSE_GEMV_STAGE_MARKS == 3
   if constexpr (kTl) tl_mark_after(p.tl, 1, mlast);
 #endif
+  if constexpr (kCluster) {
+    // The head's rows are spread over the cluster's blocks (head_dim / 32 of them, one head per
+    // cluster): each block's warp 0 gathers the whole head from their shared memory and writes
+    // its own 32 dims. The second barrier keeps every block's rows alive until all have read.
+    cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
+    cl.sync();
+    if (warp == 0) {
+      const int rank = int(cl.block_rank()), nb = int(cl.num_blocks()), rows = kGemvWarps<T, W> * kRows;
+      for (int j = 0; j < nb; ++j) qc_head[j * rows + lane] = cl.map_shared_rank(qc_rows, j)[lane];  // rows = 32
+      __syncwarp();
+      const int head = int(blockIdx.x) / nb;
+      qkv_head_epilogue<true>(p.qkv, head, qc_head, lane, rank * rows, (rank + 1) * rows);
+    }
+    cl.sync();
+  }
   if constexpr (EPI == Epilogue::SiluMulQ) {
     // Last arriver per 32-block of y (16 row groups): counted once the warp's loop is over (a
     // fence inside the loop waits for the weight loads in flight too: S12-8, -10 %). One lane

@@ -27,7 +27,10 @@
   X(AddNorm, SiluMul)           \
   X(None, QKV)                  \
   X(Norm, QKV)                  \
-  X(AddNorm, QKV)
+  X(AddNorm, QKV)               \
+  X(None, QKVC)                 \
+  X(Norm, QKVC)                 \
+  X(AddNorm, QKVC)
 
 namespace lmf::cuda::dev {
 
@@ -52,6 +55,14 @@ void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   constexpr int threads = kGemvThreads<T, W>;
   const int grid = gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, rg_batches);
   GemvParams q = p;
+  if constexpr (EPI == Epilogue::QKVC) {
+    // One block per kGemvWarps * kRows rows (a warp per row group, no split-K), a cluster per
+    // head (gemv validated head_dim % 32 == 0).
+    q.ksplit = 1;
+    constexpr int rows_per_block = kGemvWarps<T, W> * kRows;
+    return launch_pdl_cluster(k, dim3(unsigned(p.rows / rows_per_block)), dim3(threads), smem, s,
+                              unsigned(p.qkv.head_dim / rows_per_block), q);
+  }
   // Split-K (set_gemv_split_k): Auto = the deep shapes only (more than two batches per row group).
   const Tri sk = gemv_split_k_mode();
   const bool split = sk == Tri::On || (sk == Tri::Auto && rg_batches > 2);
@@ -73,7 +84,10 @@ void launch_gemv_narrow(const GemvParams& p, cudaStream_t s) {
 // wide: the 16-warp block for the integer-dot types (gemv_wide); F16/BF16 have one width.
 template <DType T, Prologue PRO, Epilogue EPI>
 void launch_gemv_instance(const GemvParams& p, bool wide, cudaStream_t s) {
-  if constexpr (kInt8x<T>) {
+  if constexpr (EPI == Epilogue::QKVC) {
+    (void)wide;  // the cluster form is built for the narrow block only
+    launch_gemv_narrow<T, PRO, EPI>(p, s);
+  } else if constexpr (kInt8x<T>) {
     if (wide) return launch_gemv_width<T, PRO, EPI, kWideWarps>(p, s);
     launch_gemv_narrow<T, PRO, EPI>(p, s);
   } else if constexpr (PRO != Prologue::Int8 && EPI != Epilogue::SiluMulQ) {

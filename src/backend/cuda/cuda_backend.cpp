@@ -536,9 +536,10 @@ void CudaBackend::prepare(Graph& g) {
     grp.fold_norm = ln;
     grp.fold_add = add;
     // The leader runs the whole epilogue either way: inside the GEMV (rope_fusion 1, or per head
-    // cluster with qkv_cluster 1) or as one small kernel after a plain GEMV (rope_fusion 0). Automatic: the separate kernel, measured
-    // faster (docs/PERF.md, run 10: qwen3-8b Q4_0 tg128 446.4 vs 436.8 t/s, 0.6b 1541 vs 1387):
-    // the in-GEMV epilogue's per-row-group fence and counters stall the weight stream.
+    // cluster with qkv_cluster 1) or as one small kernel after a plain GEMV (rope_fusion 0).
+    // Automatic: the separate kernel, measured faster (docs/PERF.md, run 10: qwen3-8b Q4_0 tg128
+    // 446.4 vs 436.8 t/s, 0.6b 1541 vs 1387): the in-GEMV epilogue's per-row-group fence and
+    // counters stall the weight stream.
     grp.fold_epilogue = true;
   }
   // The output norm folded into the logits GEMV (Norm prologue; AddNorm when the last residual

@@ -67,7 +67,10 @@ TEST(CudaGemv, StoreAllTypesOddShapes) {
 }
 
 TEST(CudaGemv, StoreRealShapes) {
-  const Shape shapes[] = {{4096, 1024}, {1024, 2048}, {6144, 4096}, {2048, 5120}, {12288, 1024}, {4100, 12288}};
+  // {9728, 2560} (4B gate or up) and {9000, 2112} (three column groups, the last of 2 blocks): more
+  // row groups than warps and an odd number of column groups, the shapes LMFUSE_GEMV_STREAM takes.
+  const Shape shapes[] = {{4096, 1024}, {1024, 2048}, {6144, 4096}, {2048, 5120}, {12288, 1024}, {4100, 12288},
+                          {9728, 2560}, {9000, 2112}};
   uint32_t seed = 100;
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::BF16})
     for (Shape s : shapes) check_store(t, s, Prologue::None, seed++);
@@ -110,7 +113,7 @@ TEST(CudaGemv, ResidualEpilogueInPlace) {
 TEST(CudaGemv, SiluMulGateUpFusedVsUnfused) {
   uint32_t seed = 400;
   for (DType t : kTypes)
-    for (Shape s : {Shape{64, 64}, Shape{3072, 1024}, Shape{12288, 4096}}) {
+    for (Shape s : {Shape{64, 64}, Shape{3072, 1024}, Shape{12288, 4096}, Shape{9728, 2560}}) {
       std::mt19937 rng(seed++);
       auto gq = random_rows(t, s.rows, s.cols, rng), uq = random_rows(t, s.rows, s.cols, rng);
       auto G = dequant(t, gq, s.rows, s.cols), U = dequant(t, uq, s.rows, s.cols);

@@ -95,6 +95,15 @@
 #ifndef LMFUSE_GEMV_COMPACT_ONE_STEP
 #define LMFUSE_GEMV_COMPACT_ONE_STEP 1
 #endif
+// Experiment build (S31-5; not yet run on the GPU), default 0: 1 = the 4-bit types' instances
+// also come as ST = 1, for launches without split-K whose row groups have an odd number of column
+// groups and whose warps run more than one row group (4B gate/up: 3 groups per row): a warp's
+// batches then run on through its row groups (group 2 of one row group and group 0 of the next
+// in one batch) instead of ending each row group with a half-empty batch, so two full batches
+// stay in flight. Picked per launch by the host (launch_gemv_width).
+#ifndef LMFUSE_GEMV_STREAM
+#define LMFUSE_GEMV_STREAM 0
+#endif
 
 namespace lmf::cuda::dev {
 
@@ -591,7 +600,9 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
 #endif
 }
 
-template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0>
+// ST (batch order): 0 = each batch within one row group; 1 = batches run on through the warp's
+// row groups (LMFUSE_GEMV_STREAM; the host guarantees ksplit = 1 and ngroups >= U).
+template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0, int ST = 0>
 __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     gemv_kernel(const __grid_constant__ GemvParams p) {
   // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
@@ -627,7 +638,16 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     int rg, g;
   };
   const int g0 = sub * U, gstep = ks * U;  // this warp's column batches: g0, g0 + gstep, ...
+  constexpr bool kStream = ST == 1;
   auto next_pos = [&](Pos q) {
+    if constexpr (kStream) {  // the next U groups of the warp's stream of (row group, group)
+      q.g += U;
+      if (q.g >= ngroups) {
+        q.g -= ngroups;
+        q.rg += rg_step;
+      }
+      return q;
+    }
     q.g += gstep;
     if (q.g >= ngroups) {
       q.g = g0;
@@ -639,6 +659,15 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   Pos b = next_pos(a);
   Frag<T> cur[U], nxt[U];
   auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
+    if constexpr (kStream) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const bool on = at.g + u >= ngroups;  // item u belongs to the warp's next row group
+        const int rg = on ? at.rg + rg_step : at.rg;
+        if (rg < n_rg) buf[u].load(p, rg, on ? at.g + u - ngroups : at.g + u, nblk, lane, pol);
+      }
+      return;
+    }
     if (at.rg < n_rg)
 #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -723,25 +752,9 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   float mlast = 0.f;
 #endif
 
-  // One batch: accumulate the fragments in buf (position at); when the batch after it (after)
-  // starts the next row group, reduce and run the epilogue.
-  auto step = [&](const Frag<T> (&buf)[U], const Pos& at, const Pos& after) {
-      const int rg = at.rg;
-  #pragma unroll
-      for (int u = 0; u < U; ++u) {
-#if LMFUSE_GEMV_NO_MATH == 5 || LMFUSE_GEMV_NO_MATH == 6
-        // 5: always, 6: never (the default's work with both paths' code), unknown to the compiler
-        const bool fold = LMFUSE_GEMV_NO_MATH == 5 ? p.rows >= 0 : p.rows < 0;
-#else
-        const bool fold = true;
-#endif
-        if (at.g + u < ngroups)
-          buf[u].accumulate(acc, xs4, at.g + u, nblk, lane, fold);
-      }
-#if LMFUSE_GEMV_STAGE_MARKS >= 3
-      mdep = acc[0];
-#endif
-      if (after.g == g0) {  // this warp's share of row group rg complete
+  // This warp's share of row group rg is complete (its sums in acc; the warp's next row group
+  // is next_rg): reduce, run the epilogue, clear acc.
+  auto group_done = [&](float (&acc)[kRows], int rg, int next_rg) {
         // Lanes 8r..8r+7 hold row r's sum (myr); lane 8r stores it.
         const int myr = lane >> 3;
 #if LMFUSE_GEMV_NO_MATH == 2
@@ -806,8 +819,46 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
           }
         }
         }  // sub == 0
-        load_yres(after.rg);
+        load_yres(next_rg);
+  };
+  // One batch: accumulate the fragments in buf (position at); when the batch after it (after)
+  // starts the next row group, reduce and run the epilogue.
+  auto step = [&](const Frag<T> (&buf)[U], const Pos& at, const Pos& after) {
+  #pragma unroll
+      for (int u = 0; u < U; ++u) {
+#if LMFUSE_GEMV_NO_MATH == 5 || LMFUSE_GEMV_NO_MATH == 6
+        // 5: always, 6: never (the default's work with both paths' code), unknown to the compiler
+        const bool fold = LMFUSE_GEMV_NO_MATH == 5 ? p.rows >= 0 : p.rows < 0;
+#else
+        const bool fold = true;
+#endif
+        if (at.g + u < ngroups)
+          buf[u].accumulate(acc, xs4, at.g + u, nblk, lane, fold);
       }
+#if LMFUSE_GEMV_STAGE_MARKS >= 3
+      mdep = acc[0];
+#endif
+      if (after.g == g0) group_done(acc, at.rg, after.rg);  // this warp's share of row group at.rg complete
+  };
+  // The same for ST = 1: items u < cut of the batch finish row group at.rg, the rest start the
+  // warp's next one (into a cleared acc: the same sums in the same order as ST = 0).
+  auto step_stream = [&](const Frag<T> (&buf)[U], const Pos& at) {
+    const int cut = ngroups - at.g;  // >= 1
+    float done[kRows];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (u == cut) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) done[r] = acc[r], acc[r] = 0.f;
+      }
+      const bool on = u >= cut;
+      if ((on ? at.rg + rg_step : at.rg) < n_rg) buf[u].accumulate(acc, xs4, on ? at.g + u - ngroups : at.g + u, nblk, lane);
+    }
+    if (cut == U) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) done[r] = acc[r], acc[r] = 0.f;
+    }
+    if (cut <= U) group_done(done, at.rg, at.rg + rg_step);
   };
   // Ping-pong between the two register buffers (no copy between them: a register copy of the
   // newer batch would wait for its loads, ncu showed 19 % of the 8B down GEMV's stall samples
@@ -815,7 +866,10 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // right after it is consumed.
   for (;;) {
     if (a.rg >= n_rg) break;
-    step(cur, a, b);
+    if constexpr (kStream)
+      step_stream(cur, a);
+    else
+      step(cur, a, b);
 #if LMFUSE_GEMV_STAGE_MARKS >= 3
     if constexpr (kTl)
       if (!marked) {
@@ -830,7 +884,10 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     const Pos a2 = next_pos(b);
     load_batch(cur, a2);
     if (b.rg >= n_rg) break;
-    step(nxt, b, a2);
+    if constexpr (kStream)
+      step_stream(nxt, b);
+    else
+      step(nxt, b, a2);
     const Pos b2 = next_pos(a2);
     load_batch(nxt, b2);
     a = a2;

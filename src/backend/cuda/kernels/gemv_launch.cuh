@@ -39,17 +39,23 @@ Tri gemv_split_k_mode();                                  // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
 constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
 
-template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0>
-void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
-  auto* k = &gemv_kernel<T, PRO, EPI, W, SF>;
-  const size_t smem = gemv_smem_bytes<T>(p.cols);
-  // First call per instance happens before any graph capture. Always opted in: the 48 KB default
-  // limit counts the static shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
+// First call per instance happens before any graph capture. Always opted in: the 48 KB default
+// limit counts the static shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
+template <DType T, Prologue PRO, Epilogue EPI, int W, int SF, int ST>
+auto* gemv_instance() {
+  auto* k = &gemv_kernel<T, PRO, EPI, W, SF, ST>;
   static const bool attr_set = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxSmem)));
     return true;
   }();
   (void)attr_set;
+  return k;
+}
+
+template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0>
+void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
+  auto* k = gemv_instance<T, PRO, EPI, W, SF, 0>();
+  const size_t smem = gemv_smem_bytes<T>(p.cols);
   // Column batches of one row group (a batch is kSteps<T> groups of 32 blocks; gemv_grid).
   const int rg_batches = ((p.cols / 32 + 31) / 32 + kSteps<T> - 1) / kSteps<T>;
   constexpr int threads = kGemvThreads<T, W>;
@@ -67,6 +73,13 @@ void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   const Tri sk = gemv_split_k_mode();
   const bool split = sk == Tri::On || (sk == Tri::Auto && rg_batches > 2);
   q.ksplit = split ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
+  if constexpr (LMFUSE_GEMV_STREAM && kSteps<T> == 2 && SF != 1 && EPI != Epilogue::QKVC) {
+    // Batches through the row groups (ST = 1): no split-K, an odd number of column groups (a
+    // half-empty batch per row group otherwise), and warps with more than one row group.
+    const int ngroups = (p.cols / 32 + 31) / 32, n_rg = (p.rows + kRows - 1) / kRows;
+    if (q.ksplit == 1 && ngroups % 2 == 1 && ngroups >= 2 && n_rg > long(grid) * kGemvWarps<T, W>)
+      return launch_pdl(gemv_instance<T, PRO, EPI, W, SF, 1>(), dim3(grid), dim3(threads), smem, s, q);
+  }
   launch_pdl(k, dim3(grid), dim3(threads), smem, s, q);
 }
 

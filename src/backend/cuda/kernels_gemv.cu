@@ -144,7 +144,8 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
     LMF_FAIL("cuda gemv: SiluMul needs rows % ", dev::kRows, " == 0, got ", w.rows);
   const bool qkv = epi == Epilogue::QKV || epi == Epilogue::QKVC;
   if (!qkv && !a.y) LMF_FAIL("cuda gemv: missing output");
-  if (epi == Epilogue::QKVC && !device_has_clusters()) LMF_FAIL("cuda gemv QKVC: needs thread-block clusters (sm_90 or newer)");
+  if (epi == Epilogue::QKVC && !device_has_clusters())
+    LMF_FAIL("cuda gemv QKVC: needs thread-block clusters (sm_90 or newer)");
   if (qkv) {
     const QkvParams& q = a.qkv;
     if (q.head_dim != 32 && q.head_dim != 64 && q.head_dim != 128)

@@ -851,8 +851,9 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #pragma unroll
         for (int r = 0; r < kRows; ++r) done[r] = acc[r], acc[r] = 0.f;
       }
-      const bool on = u >= cut;
-      if ((on ? at.rg + rg_step : at.rg) < n_rg) buf[u].accumulate(acc, xs4, on ? at.g + u - ngroups : at.g + u, nblk, lane);
+      const bool on = u >= cut;  // item u belongs to the warp's next row group
+      if ((on ? at.rg + rg_step : at.rg) < n_rg)
+        buf[u].accumulate(acc, xs4, on ? at.g + u - ngroups : at.g + u, nblk, lane);
     }
     if (cut == U) {
 #pragma unroll

@@ -48,9 +48,9 @@ void launch_staged(const dev::AttnParams& p, dim3 grid, cudaStream_t s) {
   dev::launch_pdl(kernel, grid, dim3(dev::kAttnWarps * 32), smem, s, p);
 }
 // Pass 1 in the staged or register form, with or without the QKV epilogue (POST = p.raw).
-template <int HD, int GMAX, bool STAGED, bool MERGE>
-void launch_pass1(const dev::AttnParams& p, dim3 grid, cudaStream_t s) {
-  if constexpr (STAGED) {
+template <int HD, int GMAX, bool MERGE>
+void launch_pass1(const dev::AttnParams& p, dim3 grid, bool staged, cudaStream_t s) {
+  if (staged) {
     if (p.raw) launch_staged<HD, GMAX, true, MERGE>(p, grid, s);
     else launch_staged<HD, GMAX, false, MERGE>(p, grid, s);
   } else {
@@ -93,14 +93,8 @@ template <int HD, int GMAX>
 void launch(const dev::AttnParams& p, bool staged, cudaStream_t s) {
   const dim3 grid(p.n_head / p.hpb, p.direct_only ? 1 : p.n_splits);  // pass 1, either form (hpb = G: n_kv)
   // The forms with the merge fusion's tail only where its counters are passed (MERGE).
-  const bool merge = p.counters && !p.direct_only;
-  if (staged) {
-    if (merge) launch_pass1<HD, GMAX, true, true>(p, grid, s);
-    else launch_pass1<HD, GMAX, true, false>(p, grid, s);
-  } else {
-    if (merge) launch_pass1<HD, GMAX, false, true>(p, grid, s);
-    else launch_pass1<HD, GMAX, false, false>(p, grid, s);
-  }
+  if (p.counters && !p.direct_only) launch_pass1<HD, GMAX, true>(p, grid, staged, s);
+  else launch_pass1<HD, GMAX, false>(p, grid, staged, s);
   if (!p.counters && !p.direct_only) {
     dev::AttnParams pm = p;
     pm.early = (dev::pdl_early_trigger() & kEarlyMerge) != 0;

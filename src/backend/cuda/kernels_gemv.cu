@@ -71,29 +71,30 @@ void set_gemv_coresident(Tri mode) { g_coresident.store(int(mode), std::memory_o
 void set_gemv_split_k(Tri mode) { g_split_k.store(int(mode), std::memory_order_relaxed); }
 void set_programmatic_launch(bool on) { g_pdl.store(on, std::memory_order_relaxed); }
 
-int device_sm_count() {
-  static int cached_dev = -1, cached = 0;
-  int d = 0;
-  CUDA_CHECK(cudaGetDevice(&d));
-  if (d != cached_dev) {
-    CUDA_CHECK(cudaDeviceGetAttribute(&cached, cudaDevAttrMultiProcessorCount, d));
-    cached_dev = d;
+namespace {
+// A device attribute of the current device, read once per device (per call site's cache).
+struct CachedAttr {
+  int dev = -1, value = 0;
+  int get(cudaDeviceAttr attr) {
+    int d = 0;
+    CUDA_CHECK(cudaGetDevice(&d));
+    if (d != dev) {
+      CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, d));
+      dev = d;
+    }
+    return value;
   }
-  return cached;
+};
+}  // namespace
+
+int device_sm_count() {
+  static CachedAttr c;
+  return c.get(cudaDevAttrMultiProcessorCount);
 }
 
 bool device_has_clusters() {
-  static int cached_dev = -1;
-  static bool cached = false;
-  int d = 0;
-  CUDA_CHECK(cudaGetDevice(&d));
-  if (d != cached_dev) {
-    int v = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrClusterLaunch, d));
-    cached = v != 0;
-    cached_dev = d;
-  }
-  return cached;
+  static CachedAttr c;
+  return c.get(cudaDevAttrClusterLaunch) != 0;
 }
 
 bool gemv_supported(DType t, Prologue pro, Epilogue epi) {

@@ -108,6 +108,7 @@
 namespace lmf::cuda::dev {
 
 constexpr int kRows = 4;  // rows per warp (row group)
+constexpr int kMaxHeadDim = 128;  // QKV epilogues: head_dim 32, 64 or 128 (gemv validates)
 // Quantized types run the integer path with <= 128 registers, so two blocks (16 warps) fit an
 // SM: twice the loads in flight and the 8B shapes' row groups in one round (qkv: 1536 groups vs
 // 2112 warps). F16/BF16 keep 64 B per lane per row in registers: one block per SM.
@@ -346,7 +347,7 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
   const bool is_q = head < q.n_head, is_k = !is_q && head < q.n_head + q.n_kv_head;
   const int pos = *q.pos;
   const float* gamma = is_q ? q.q_norm : (is_k ? q.k_norm : nullptr);
-  constexpr int kMaxPairs = 2;  // head_dim <= 128: <= 2 pairs per lane
+  constexpr int kMaxPairs = kMaxHeadDim / 64;  // <= 2 RoPE pairs per lane
   float va[kMaxPairs], vb[kMaxPairs];
   int ia[kMaxPairs], ib[kMaxPairs];
   // Pair j of this lane is i = lane + 32j; head_dim 32 has 16 pairs (lanes 16..31 idle).
@@ -629,7 +630,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   constexpr bool kCluster = EPI == Epilogue::QKVC;
   static_assert(!kCluster || kGemvWarps<T, W> * kRows == 32, "QKVC: 32 rows per block (the narrow block)");
   __shared__ __align__(16) float qc_rows[kCluster ? kGemvWarps<T, W> * kRows : 1];  // QKVC: this block's rows
-  __shared__ __align__(16) float qc_head[kCluster ? 128 : 1];                        // QKVC: the whole head
+  __shared__ __align__(16) float qc_head[kCluster ? kMaxHeadDim : 1];                // QKVC: the whole head
 
   const uint64_t pol = evict_first_policy();
   constexpr int U = kOneGroup ? 1 : kSteps<T>;

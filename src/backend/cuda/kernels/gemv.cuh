@@ -898,13 +898,16 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #if LMFUSE_GEMV_STAGE_MARKS == 3
   if constexpr (kTl) tl_mark_after(p.tl, 1, mlast);
 #endif
-  if constexpr (kCluster) {
+#ifndef LMFUSE_QKVC_DIAG
+#define LMFUSE_QKVC_DIAG 0  // diagnostic (S32-2): 1 = barriers without the head epilogue, 2 = neither (wrong q/cache)
+#endif
+  if constexpr (kCluster && LMFUSE_QKVC_DIAG < 2) {
     // The head's rows are spread over the cluster's blocks (head_dim / 32 of them, one head per
     // cluster): each block's warp 0 gathers the whole head from their shared memory and writes
     // its own 32 dims. The second barrier keeps every block's rows alive until all have read.
     cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
     cl.sync();
-    if (warp == 0) {
+    if (warp == 0 && LMFUSE_QKVC_DIAG == 0) {
       const int rank = int(cl.block_rank()), nb = int(cl.num_blocks()), rows = kGemvWarps<T, W> * kRows;
       for (int j = 0; j < nb; ++j) qc_head[j * rows + lane] = cl.map_shared_rank(qc_rows, j)[lane];  // rows = 32
       __syncwarp();

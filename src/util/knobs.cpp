@@ -20,8 +20,6 @@ const std::vector<KnobInfo>& knob_table() {
       {"rope_fusion", "LMFUSE_ROPE_FUSION", &Knobs::rope_fusion, "q/k norm + RoPE + KV append in QKV epilogue"},
       {"attn_rope_fusion", "LMFUSE_ATTN_ROPE_FUSION", &Knobs::attn_rope_fusion,
        "CUDA decode: q/k norm + RoPE + KV append inside the attention kernel (0 = its own kernel)"},
-      {"qkv_cluster", "LMFUSE_QKV_CLUSTER", &Knobs::qkv_cluster,
-       "CUDA decode (sm_90): q/k norm + RoPE + KV append inside the QKV GEMV, each head's blocks one thread-block cluster sharing its rows in distributed shared memory (auto = off until measured)"},
       {"cuda_graph", "LMFUSE_CUDA_GRAPH", &Knobs::cuda_graph, "decode step as one replayed CUDA graph"},
       {"gemv_coresident", "LMFUSE_GEMV_CORESIDENT", &Knobs::gemv_coresident,
        "CUDA decode GEMV: one block per SM so the next kernel's blocks prefetch beside it (auto = the short shapes only)"},

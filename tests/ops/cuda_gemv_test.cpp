@@ -68,7 +68,7 @@ TEST(CudaGemv, StoreAllTypesOddShapes) {
 
 TEST(CudaGemv, StoreRealShapes) {
   // {9728, 2560} (4B gate or up) and {9000, 2112} (three column groups, the last of 2 blocks): more
-  // row groups than warps and an odd number of column groups, the shapes LMFUSE_GEMV_STREAM takes.
+  // row groups than warps and an odd number of column groups (a half-empty last batch per row group).
   const Shape shapes[] = {{4096, 1024}, {1024, 2048}, {6144, 4096}, {2048, 5120}, {12288, 1024}, {4100, 12288},
                           {9728, 2560}, {9000, 2112}};
   uint32_t seed = 100;

@@ -312,7 +312,6 @@ class CudaBackend final : public Backend {
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   bool qkv_epilogue_in_gemv_ = true;
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
-  bool qkv_epilogue_cluster_ = false;       // decode: the QKV GEMV runs it per head cluster (QKVC)
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
@@ -438,14 +437,7 @@ void CudaBackend::prepare(Graph& g) {
   // Else: the layer's attention kernel runs the epilogue (one launch fewer per layer) or its own
   // kernel between the GEMV and the attention (knob attn_rope_fusion, automatic = own kernel
   // until measured otherwise: docs/PERF.md, session 5).
-  // Or in the QKV GEMV with each head's blocks one thread-block cluster: the rows meet in
-  // distributed shared memory, so neither an epilogue kernel nor rope_fusion's fence, count and
-  // L2 round trip (docs/PERF.md S31-4: not yet measured, automatic = off).
-  qkv_epilogue_cluster_ = !qkv_epilogue_in_gemv_ && tri_resolve(k.qkv_cluster, false);
-  if (qkv_epilogue_cluster_ && !cuda::device_has_clusters())
-    LMF_FAIL("LMFUSE_QKV_CLUSTER=1 needs thread-block clusters (an sm_90 or newer GPU)");
-  qkv_epilogue_in_attention_ =
-      !qkv_epilogue_in_gemv_ && !qkv_epilogue_cluster_ && tri_resolve(k.attn_rope_fusion, false);
+  qkv_epilogue_in_attention_ = !qkv_epilogue_in_gemv_ && tri_resolve(k.attn_rope_fusion, false);
   // Lost 2-3 % in session 4, when every GEMV filled the SMs; with the short GEMVs at one block
   // per SM it wins on every size (docs/PERF.md, session 7: 0.6B +5.0 %, 4B +1.3 %, 8B +1.9 %).
   // launch_pdl still honours set_programmatic_launch.
@@ -535,11 +527,10 @@ void CudaBackend::prepare(Graph& g) {
     grp.accepted = true;
     grp.fold_norm = ln;
     grp.fold_add = add;
-    // The leader runs the whole epilogue either way: inside the GEMV (rope_fusion 1, or per head
-    // cluster with qkv_cluster 1) or as one small kernel after a plain GEMV (rope_fusion 0).
-    // Automatic: the separate kernel, measured faster (docs/PERF.md, run 10: qwen3-8b Q4_0 tg128
-    // 446.4 vs 436.8 t/s, 0.6b 1541 vs 1387): the in-GEMV epilogue's per-row-group fence and
-    // counters stall the weight stream.
+    // The leader runs the whole epilogue either way: inside the GEMV (rope_fusion 1) or as one
+    // small kernel after a plain GEMV (rope_fusion 0). Automatic: the separate kernel, measured
+    // faster (docs/PERF.md, run 10: qwen3-8b Q4_0 tg128 446.4 vs 436.8 t/s, 0.6b 1541 vs 1387):
+    // the in-GEMV epilogue's per-row-group fence and counters stall the weight stream.
     grp.fold_epilogue = true;
   }
   // The output norm folded into the logits GEMV (Norm prologue; AddNorm when the last residual
@@ -1055,8 +1046,8 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       a.bias = L->qkv_bias;
       const cuda::QkvPostArgs e = qkv_epilogue_args(g, st, grp);
       a.qkv = cuda::gemv_qkv_params(e, st.qkv_raw, L->counters);
-      if (qkv_epilogue_in_gemv_ || qkv_epilogue_cluster_) {
-        cuda::gemv(pro, qkv_epilogue_cluster_ ? Epilogue::QKVC : Epilogue::QKV, a, stream_);
+      if (qkv_epilogue_in_gemv_) {
+        cuda::gemv(pro, Epilogue::QKV, a, stream_);
         break;
       }
       a.y = st.qkv_raw;  // plain GEMV into [q|k|v], then the epilogue kernel

@@ -102,8 +102,6 @@ enum class Epilogue {
   QKV,       // W = Q|K|V rows: bias, per-head RMSNorm of q,k, RoPE, q -> q_out, k,v -> cache
   SiluMulQ,  // SiluMul, and y also quantized into xq for an Int8-prologue consumer (y [rows/2],
              // rows/2 % 32 == 0; xq_counters [rows/64] zero before, left zero); Q4_0/Q4_1/Q8_0 only
-  QKVC,      // QKV with each head's blocks one thread-block cluster (sm_90): the rows meet in
-             // distributed shared memory, no raw scratch, counters or last arriver (narrow blocks)
 };
 enum class RopeStyle { NeoX, Adjacent };  // NeoX: pairs (i, i+d/2) (qwen2/3); Adjacent: (2i, 2i+1)
 
@@ -278,7 +276,6 @@ void argmax(const float* x, int64_t n, int* out, const ArgmaxScratch& scratch,
 void chain_id(const int* id, ChainOut chain, cudaStream_t s);
 
 int device_sm_count();  // current device, cached
-bool device_has_clusters();  // current device launches thread-block clusters (sm_90+), cached
 
 // Programmatic dependent launch for gemv and attention_decode (default on): each may start while
 // the previous kernel in the stream finishes, prefetching weights before it waits for that

@@ -71,30 +71,15 @@ void set_gemv_coresident(Tri mode) { g_coresident.store(int(mode), std::memory_o
 void set_gemv_split_k(Tri mode) { g_split_k.store(int(mode), std::memory_order_relaxed); }
 void set_programmatic_launch(bool on) { g_pdl.store(on, std::memory_order_relaxed); }
 
-namespace {
-// A device attribute of the current device, read once per device (per call site's cache).
-struct CachedAttr {
-  int dev = -1, value = 0;
-  int get(cudaDeviceAttr attr) {
-    int d = 0;
-    CUDA_CHECK(cudaGetDevice(&d));
-    if (d != dev) {
-      CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, d));
-      dev = d;
-    }
-    return value;
-  }
-};
-}  // namespace
-
 int device_sm_count() {
-  static CachedAttr c;
-  return c.get(cudaDevAttrMultiProcessorCount);
-}
-
-bool device_has_clusters() {
-  static CachedAttr c;
-  return c.get(cudaDevAttrClusterLaunch) != 0;
+  static int cached_dev = -1, cached = 0;
+  int d = 0;
+  CUDA_CHECK(cudaGetDevice(&d));
+  if (d != cached_dev) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&cached, cudaDevAttrMultiProcessorCount, d));
+    cached_dev = d;
+  }
+  return cached;
 }
 
 bool gemv_supported(DType t, Prologue pro, Epilogue epi) {
@@ -143,19 +128,15 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   if (epi == Epilogue::Residual && !a.y_residual) LMF_FAIL("cuda gemv: Residual needs y_residual");
   if ((epi == Epilogue::SiluMul || epi == Epilogue::SiluMulQ) && w.rows % dev::kRows != 0)
     LMF_FAIL("cuda gemv: SiluMul needs rows % ", dev::kRows, " == 0, got ", w.rows);
-  const bool qkv = epi == Epilogue::QKV || epi == Epilogue::QKVC;
-  if (!qkv && !a.y) LMF_FAIL("cuda gemv: missing output");
-  if (epi == Epilogue::QKVC && !device_has_clusters())
-    LMF_FAIL("cuda gemv QKVC: needs thread-block clusters (sm_90 or newer)");
-  if (qkv) {
+  if (epi != Epilogue::QKV && !a.y) LMF_FAIL("cuda gemv: missing output");
+  if (epi == Epilogue::QKV) {
     const QkvParams& q = a.qkv;
     if (q.head_dim != 32 && q.head_dim != 64 && q.head_dim != 128)
       LMF_FAIL("cuda gemv QKV: head_dim must be 32, 64 or 128, got ", q.head_dim);
     if (int64_t(q.n_head + 2 * q.n_kv_head) * q.head_dim != w.rows)
       LMF_FAIL("cuda gemv QKV: rows ", w.rows, " != (n_head + 2 n_kv_head) * head_dim = ",
                int64_t(q.n_head + 2 * q.n_kv_head) * q.head_dim);
-    if (!q.pos || !q.q_out || !q.k_cache || !q.v_cache || q.n_ctx <= 0 ||
-        (epi == Epilogue::QKV && (!q.raw || !q.counters)))
+    if (!q.pos || !q.q_out || !q.k_cache || !q.v_cache || !q.raw || !q.counters || q.n_ctx <= 0)
       LMF_FAIL("cuda gemv QKV: missing pos/q_out/cache/scratch pointer");
   }
   dev::GemvParams p{};

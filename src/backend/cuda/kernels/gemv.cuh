@@ -49,7 +49,6 @@
 // loop (S30-1: -28 % SASS, +4.6-7.6 % on the decode chains), the row sums take 6 shuffles
 // instead of 20 and the warp split no division (S30-2: -11 % more, +1.5-2.1 %).
 #pragma once
-#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include "backend/cuda/kernels.h"
@@ -94,15 +93,6 @@
 // second step's loads and dot products that such a shape never runs (S30-5). 0 = an A/B build.
 #ifndef LMFUSE_GEMV_COMPACT_ONE_STEP
 #define LMFUSE_GEMV_COMPACT_ONE_STEP 1
-#endif
-// Experiment build (S31-5; not yet run on the GPU), default 0: 1 = the 4-bit types' instances
-// also come as ST = 1, for launches without split-K whose row groups have an odd number of column
-// groups and whose warps run more than one row group (4B gate/up: 3 groups per row): a warp's
-// batches then run on through its row groups (group 2 of one row group and group 0 of the next
-// in one batch) instead of ending each row group with a half-empty batch, so two full batches
-// stay in flight. Picked per launch by the host (launch_gemv_width).
-#ifndef LMFUSE_GEMV_STREAM
-#define LMFUSE_GEMV_STREAM 0
 #endif
 
 namespace lmf::cuda::dev {
@@ -336,14 +326,11 @@ struct Frag {
   }
 };
 
-// QKV head epilogue, run by one warp: src holds the head's head_dim outputs (bias included):
-// QKV: raw in global memory, written by other blocks of this launch (kShared = false: read from
-// L2), run by the warp that completed the head's last row group; QKVC: the head gathered in
-// shared memory by each block of the head's cluster, which writes its own dims [lo, hi) only.
-template <bool kShared = false>
-__device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, const float* src, int lane, int lo,
-                                                  int hi) {
+// QKV head epilogue, run by the warp that completed the head's last row group. raw holds the
+// head's head_dim outputs (bias included).
+__device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, int lane) {
   const int hd = q.head_dim, half_d = hd / 2;
+  const float* src = q.raw + size_t(head) * hd;
   const bool is_q = head < q.n_head, is_k = !is_q && head < q.n_head + q.n_kv_head;
   const int pos = *q.pos;
   const float* gamma = is_q ? q.q_norm : (is_k ? q.k_norm : nullptr);
@@ -359,13 +346,13 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
       const int i = lane + 32 * j;
       ia[j] = q.rope == RopeStyle::NeoX ? i : 2 * i;
       ib[j] = q.rope == RopeStyle::NeoX ? i + half_d : 2 * i + 1;
-      va[j] = kShared ? src[ia[j]] : __ldcg(src + ia[j]);
-      vb[j] = kShared ? src[ib[j]] : __ldcg(src + ib[j]);
+      va[j] = __ldcg(src + ia[j]);  // L2: written by other blocks in this launch
+      vb[j] = __ldcg(src + ib[j]);
     }
   }
   // Norm and RoPE in the unfused kernels' arithmetic (common.cuh): bit-identical q and k.
   if (gamma) {
-    const float ss = head_sumsq_warp<!kShared>(reinterpret_cast<const float4*>(src), hd, lane);
+    const float ss = head_sumsq_warp<true>(reinterpret_cast<const float4*>(src), hd, lane);
 #pragma unroll
     for (int j = 0; j < kMaxPairs; ++j)
       if (j < np && lane_ok) {
@@ -389,8 +376,8 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
 #pragma unroll
     for (int j = 0; j < kMaxPairs; ++j)
       if (j < np && lane_ok) {
-        if (ia[j] >= lo && ia[j] < hi) dst[ia[j]] = va[j];
-        if (ib[j] >= lo && ib[j] < hi) dst[ib[j]] = vb[j];
+        dst[ia[j]] = va[j];
+        dst[ib[j]] = vb[j];
       }
   } else {
     const int kvh = is_k ? head - q.n_head : head - q.n_head - q.n_kv_head;
@@ -399,8 +386,8 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
 #pragma unroll
     for (int j = 0; j < kMaxPairs; ++j)
       if (j < np && lane_ok) {
-        if (ia[j] >= lo && ia[j] < hi) dst[ia[j]] = __float2half_rn(va[j]);
-        if (ib[j] >= lo && ib[j] < hi) dst[ib[j]] = __float2half_rn(vb[j]);
+        dst[ia[j]] = __float2half_rn(va[j]);
+        dst[ib[j]] = __float2half_rn(vb[j]);
       }
   }
 }
@@ -601,9 +588,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
 #endif
 }
 
-// ST (batch order): 0 = each batch within one row group; 1 = batches run on through the warp's
-// row groups (LMFUSE_GEMV_STREAM; the host guarantees ksplit = 1 and ngroups >= U).
-template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0, int ST = 0>
+template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0>
 __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     gemv_kernel(const __grid_constant__ GemvParams p) {
   // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
@@ -625,12 +610,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   const int ks_log2 = __ffs(ks) - 1;  // ks = 1, 2, 4 or 8
   const int sub = warp & (ks - 1), slot = warp >> ks_log2;
   const int rg_step = gridDim.x * (kGemvWarps<T, W> >> ks_log2);
-  // QKVC: block b owns row groups b * warps .. (b + 1) * warps - 1, one per warp (ks = 1, and
-  // the grid is exactly rows / (warps * kRows), so rg_step = n_rg: one row group per warp).
-  constexpr bool kCluster = EPI == Epilogue::QKVC;
-  static_assert(!kCluster || kGemvWarps<T, W> * kRows == 32, "QKVC: 32 rows per block (the narrow block)");
-  __shared__ __align__(16) float qc_rows[kCluster ? kGemvWarps<T, W> * kRows : 1];  // QKVC: this block's rows
-  __shared__ __align__(16) float qc_head[kCluster ? kMaxHeadDim : 1];                // QKVC: the whole head
 
   const uint64_t pol = evict_first_policy();
   constexpr int U = kOneGroup ? 1 : kSteps<T>;
@@ -639,16 +618,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     int rg, g;
   };
   const int g0 = sub * U, gstep = ks * U;  // this warp's column batches: g0, g0 + gstep, ...
-  constexpr bool kStream = ST == 1;
   auto next_pos = [&](Pos q) {
-    if constexpr (kStream) {  // the next U groups of the warp's stream of (row group, group)
-      q.g += U;
-      if (q.g >= ngroups) {
-        q.g -= ngroups;
-        q.rg += rg_step;
-      }
-      return q;
-    }
     q.g += gstep;
     if (q.g >= ngroups) {
       q.g = g0;
@@ -656,19 +626,10 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     }
     return q;
   };
-  Pos a{kCluster ? int(blockIdx.x) * kGemvWarps<T, W> + warp : int(blockIdx.x) + int(gridDim.x) * slot, g0};
+  Pos a{int(blockIdx.x) + int(gridDim.x) * slot, g0};
   Pos b = next_pos(a);
   Frag<T> cur[U], nxt[U];
   auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
-    if constexpr (kStream) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const bool on = at.g + u >= ngroups;  // item u belongs to the warp's next row group
-        const int rg = on ? at.rg + rg_step : at.rg;
-        if (rg < n_rg) buf[u].load(p, rg, on ? at.g + u - ngroups : at.g + u, nblk, lane, pol);
-      }
-      return;
-    }
     if (at.rg < n_rg)
 #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -784,8 +745,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     mlast = vr;
 #endif
     if (sub == 0) {
-      if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual || EPI == Epilogue::QKV ||
-                    EPI == Epilogue::QKVC) {
+      if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual || EPI == Epilogue::QKV) {
         const int row = row0 + myr;
         if ((lane & 7) == 0 && row < p.rows) {
           float o = vr;
@@ -794,8 +754,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
             if (p.bias) o += p.bias[row];
           if constexpr (EPI == Epilogue::QKV)
             p.qkv.raw[row] = o;
-          else if constexpr (EPI == Epilogue::QKVC)
-            qc_rows[warp * kRows + myr] = o;
           else
             p.y[row] = o;
         }
@@ -815,7 +773,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         old = __shfl_sync(0xffffffffu, old, 0);
         if (old == unsigned(p.qkv.head_dim / kRows - 1)) {
           __threadfence();
-          qkv_head_epilogue(p.qkv, head, p.qkv.raw + size_t(head) * p.qkv.head_dim, lane, 0, p.qkv.head_dim);
+          qkv_head_epilogue(p.qkv, head, lane);
           if (lane == 0) p.qkv.counters[head] = 0;
         }
       }
@@ -841,37 +799,13 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #endif
       if (after.g == g0) group_done(acc, at.rg, after.rg);  // this warp's share of row group at.rg complete
   };
-  // The same for ST = 1: items u < cut of the batch finish row group at.rg, the rest start the
-  // warp's next one (into a cleared acc: the same sums in the same order as ST = 0).
-  auto step_stream = [&](const Frag<T> (&buf)[U], const Pos& at) {
-    const int cut = ngroups - at.g;  // >= 1
-    float done[kRows];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (u == cut) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) done[r] = acc[r], acc[r] = 0.f;
-      }
-      const bool on = u >= cut;  // item u belongs to the warp's next row group
-      if ((on ? at.rg + rg_step : at.rg) < n_rg)
-        buf[u].accumulate(acc, xs4, on ? at.g + u - ngroups : at.g + u, nblk, lane);
-    }
-    if (cut == U) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) done[r] = acc[r], acc[r] = 0.f;
-    }
-    if (cut <= U) group_done(done, at.rg, at.rg + rg_step);
-  };
   // Ping-pong between the two register buffers (no copy between them: a register copy of the
   // newer batch would wait for its loads, ncu showed 19 % of the 8B down GEMV's stall samples
   // there). cur holds position a, nxt position b = next(a); each is refilled, two batches ahead,
   // right after it is consumed.
   for (;;) {
     if (a.rg >= n_rg) break;
-    if constexpr (kStream)
-      step_stream(cur, a);
-    else
-      step(cur, a, b);
+    step(cur, a, b);
 #if LMFUSE_GEMV_STAGE_MARKS >= 3
     if constexpr (kTl)
       if (!marked) {
@@ -886,10 +820,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     const Pos a2 = next_pos(b);
     load_batch(cur, a2);
     if (b.rg >= n_rg) break;
-    if constexpr (kStream)
-      step_stream(nxt, b);
-    else
-      step(nxt, b, a2);
+    step(nxt, b, a2);
     const Pos b2 = next_pos(a2);
     load_batch(nxt, b2);
     a = a2;
@@ -898,24 +829,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #if LMFUSE_GEMV_STAGE_MARKS == 3
   if constexpr (kTl) tl_mark_after(p.tl, 1, mlast);
 #endif
-#ifndef LMFUSE_QKVC_DIAG
-#define LMFUSE_QKVC_DIAG 0  // diagnostic (S32-2): 1 = barriers without the head epilogue, 2 = neither (wrong q/cache)
-#endif
-  if constexpr (kCluster && LMFUSE_QKVC_DIAG < 2) {
-    // The head's rows are spread over the cluster's blocks (head_dim / 32 of them, one head per
-    // cluster): each block's warp 0 gathers the whole head from their shared memory and writes
-    // its own 32 dims. The second barrier keeps every block's rows alive until all have read.
-    cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
-    cl.sync();
-    if (warp == 0 && LMFUSE_QKVC_DIAG == 0) {
-      const int rank = int(cl.block_rank()), nb = int(cl.num_blocks()), rows = kGemvWarps<T, W> * kRows;
-      for (int j = 0; j < nb; ++j) qc_head[j * rows + lane] = cl.map_shared_rank(qc_rows, j)[lane];  // rows = 32
-      __syncwarp();
-      const int head = int(blockIdx.x) / nb;
-      qkv_head_epilogue<true>(p.qkv, head, qc_head, lane, rank * rows, (rank + 1) * rows);
-    }
-    cl.sync();
-  }
   if constexpr (EPI == Epilogue::SiluMulQ) {
     // Last arriver per 32-block of y (16 row groups): counted once the warp's loop is over (a
     // fence inside the loop waits for the weight loads in flight too: S12-8, -10 %). One lane

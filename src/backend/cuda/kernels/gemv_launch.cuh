@@ -27,10 +27,7 @@
   X(AddNorm, SiluMul)           \
   X(None, QKV)                  \
   X(Norm, QKV)                  \
-  X(AddNorm, QKV)               \
-  X(None, QKVC)                 \
-  X(Norm, QKVC)                 \
-  X(AddNorm, QKVC)
+  X(AddNorm, QKV)
 
 namespace lmf::cuda::dev {
 
@@ -39,49 +36,27 @@ Tri gemv_split_k_mode();                                  // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
 constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
 
-// First call per instance happens before any graph capture. Always opted in: the 48 KB default
-// limit counts the static shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
-template <DType T, Prologue PRO, Epilogue EPI, int W, int SF, int ST>
-auto* gemv_instance() {
-  auto* k = &gemv_kernel<T, PRO, EPI, W, SF, ST>;
+template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0>
+void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
+  auto* k = &gemv_kernel<T, PRO, EPI, W, SF>;
+  const size_t smem = gemv_smem_bytes<T>(p.cols);
+  // First call per instance happens before any graph capture. Always opted in: the 48 KB default
+  // limit counts the static shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
   static const bool attr_set = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxSmem)));
     return true;
   }();
   (void)attr_set;
-  return k;
-}
-
-template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0>
-void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
-  auto* k = gemv_instance<T, PRO, EPI, W, SF, 0>();
-  const size_t smem = gemv_smem_bytes<T>(p.cols);
+  // Column batches of one row group (a batch is kSteps<T> groups of 32 blocks; gemv_grid).
+  const int rg_batches = ((p.cols / 32 + 31) / 32 + kSteps<T> - 1) / kSteps<T>;
   constexpr int threads = kGemvThreads<T, W>;
+  const int grid = gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, rg_batches);
   GemvParams q = p;
-  if constexpr (EPI == Epilogue::QKVC) {
-    // One block per kGemvWarps * kRows rows (a warp per row group, no split-K), a cluster per
-    // head (gemv validated head_dim % 32 == 0).
-    q.ksplit = 1;
-    constexpr int rows_per_block = kGemvWarps<T, W> * kRows;
-    launch_pdl_cluster(k, dim3(unsigned(p.rows / rows_per_block)), dim3(threads), smem, s,
-                       unsigned(p.qkv.head_dim / rows_per_block), q);
-  } else {
-    // Column batches of one row group (a batch is kSteps<T> groups of 32 blocks; gemv_grid).
-    const int rg_batches = ((p.cols / 32 + 31) / 32 + kSteps<T> - 1) / kSteps<T>;
-    const int grid = gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, rg_batches);
-    // Split-K (set_gemv_split_k): Auto = the deep shapes only (more than two batches per row group).
-    const Tri sk = gemv_split_k_mode();
-    const bool split = sk == Tri::On || (sk == Tri::Auto && rg_batches > 2);
-    q.ksplit = split ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
-    if constexpr (LMFUSE_GEMV_STREAM && kSteps<T> == 2 && SF != 1) {
-      // Batches through the row groups (ST = 1): no split-K, an odd number of column groups (a
-      // half-empty batch per row group otherwise), and warps with more than one row group.
-      const int ngroups = (p.cols / 32 + 31) / 32, n_rg = (p.rows + kRows - 1) / kRows;
-      if (q.ksplit == 1 && ngroups % 2 == 1 && ngroups >= 2 && n_rg > long(grid) * kGemvWarps<T, W>)
-        return launch_pdl(gemv_instance<T, PRO, EPI, W, SF, 1>(), dim3(grid), dim3(threads), smem, s, q);
-    }
-    launch_pdl(k, dim3(grid), dim3(threads), smem, s, q);
-  }
+  // Split-K (set_gemv_split_k): Auto = the deep shapes only (more than two batches per row group).
+  const Tri sk = gemv_split_k_mode();
+  const bool split = sk == Tri::On || (sk == Tri::Auto && rg_batches > 2);
+  q.ksplit = split ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
+  launch_pdl(k, dim3(grid), dim3(threads), smem, s, q);
 }
 
 // The narrow block (LMFUSE_GEMV_SPLIT_STAGE: the instance with only the stage form the shape runs).
@@ -98,10 +73,7 @@ void launch_gemv_narrow(const GemvParams& p, cudaStream_t s) {
 // wide: the 16-warp block for the integer-dot types (gemv_wide); F16/BF16 have one width.
 template <DType T, Prologue PRO, Epilogue EPI>
 void launch_gemv_instance(const GemvParams& p, bool wide, cudaStream_t s) {
-  if constexpr (EPI == Epilogue::QKVC) {
-    (void)wide;  // the cluster form is built for the narrow block only
-    launch_gemv_narrow<T, PRO, EPI>(p, s);
-  } else if constexpr (kInt8x<T>) {
+  if constexpr (kInt8x<T>) {
     if (wide) return launch_gemv_width<T, PRO, EPI, kWideWarps>(p, s);
     launch_gemv_narrow<T, PRO, EPI>(p, s);
   } else if constexpr (PRO != Prologue::Int8 && EPI != Epilogue::SiluMulQ) {

@@ -45,32 +45,20 @@ __device__ __forceinline__ void pdl_wait_trigger(bool early) {
   pdl_wait_trigger_late(early);
 }
 
-// cluster > 1: blocks in thread-block clusters of that many along x (sm_90; grid.x a multiple).
 template <class... Params, class... Args>
-void launch_pdl_cluster(void (*k)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, unsigned cluster,
-                        Args&&... args) {
+void launch_pdl(void (*k)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  cudaLaunchAttribute at[2];
+  cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
   cfg.attrs = at;
   cfg.numAttrs = 1;
-  if (cluster > 1) {
-    at[1].id = cudaLaunchAttributeClusterDimension;
-    at[1].val.clusterDim.x = cluster;
-    at[1].val.clusterDim.y = 1;
-    at[1].val.clusterDim.z = 1;
-    cfg.numAttrs = 2;
-  }
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...));
-}
-template <class... Params, class... Args>
-void launch_pdl(void (*k)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
-  launch_pdl_cluster(k, grid, block, smem, s, 1u, std::forward<Args>(args)...);
 }
 
 }  // namespace lmf::cuda::dev

@@ -98,7 +98,6 @@
 namespace lmf::cuda::dev {
 
 constexpr int kRows = 4;  // rows per warp (row group)
-constexpr int kMaxHeadDim = 128;  // QKV epilogues: head_dim 32, 64 or 128 (gemv validates)
 // Quantized types run the integer path with <= 128 registers, so two blocks (16 warps) fit an
 // SM: twice the loads in flight and the 8B shapes' row groups in one round (qkv: 1536 groups vs
 // 2112 warps). F16/BF16 keep 64 B per lane per row in registers: one block per SM.
@@ -334,7 +333,7 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
   const bool is_q = head < q.n_head, is_k = !is_q && head < q.n_head + q.n_kv_head;
   const int pos = *q.pos;
   const float* gamma = is_q ? q.q_norm : (is_k ? q.k_norm : nullptr);
-  constexpr int kMaxPairs = kMaxHeadDim / 64;  // <= 2 RoPE pairs per lane
+  constexpr int kMaxPairs = 2;  // head_dim <= 128: <= 2 pairs per lane
   float va[kMaxPairs], vb[kMaxPairs];
   int ia[kMaxPairs], ib[kMaxPairs];
   // Pair j of this lane is i = lane + 32j; head_dim 32 has 16 pairs (lanes 16..31 idle).
@@ -714,90 +713,88 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   float mlast = 0.f;
 #endif
 
-  // This warp's share of row group rg is complete (its sums in acc; the warp's next row group
-  // is next_rg): reduce, run the epilogue, clear acc.
-  auto group_done = [&](float (&acc)[kRows], int rg, int next_rg) {
-    // Lanes 8r..8r+7 hold row r's sum (myr); lane 8r stores it.
-    const int myr = lane >> 3;
-#if LMFUSE_GEMV_NO_MATH == 2
-    float vr = (lane & 16) ? ((lane & 8) ? acc[3] : acc[2]) : ((lane & 8) ? acc[1] : acc[0]);
-#else
-    float vr = warp_sum_rows4(acc, lane);
-#endif
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
-    if (ks > 1) {  // split-K: add the group's partials in sub order
-      if ((lane & 7) == 0) kred[kpar][warp][myr] = vr;
-      named_barrier(1 + slot, ks * 32);
-      if (sub == 0) {
-        float t = kred[kpar][warp][myr];
-#pragma unroll
-        for (int j = 1; j < kNarrowWarps; ++j) {  // ks <= 8 (gemv_ksplit)
-          if (j >= ks) break;
-          t += kred[kpar][warp + j][myr];
-        }
-        vr = t;
-      }
-      kpar ^= 1;
-    }
-    const int row0 = rg * kRows;
-#if LMFUSE_GEMV_STAGE_MARKS == 3
-    mlast = vr;
-#endif
-    if (sub == 0) {
-      if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual || EPI == Epilogue::QKV) {
-        const int row = row0 + myr;
-        if ((lane & 7) == 0 && row < p.rows) {
-          float o = vr;
-          if constexpr (EPI == Epilogue::Residual) o += yres;
-          if constexpr (EPI != Epilogue::Residual)
-            if (p.bias) o += p.bias[row];
-          if constexpr (EPI == Epilogue::QKV)
-            p.qkv.raw[row] = o;
-          else
-            p.y[row] = o;
-        }
-      } else if constexpr (EPI == Epilogue::SiluMul || EPI == Epilogue::SiluMulQ) {
-        // rows 2i / 2i+1 = gate / up of output row0/2 + i: lanes 0 and 16 take the up row from 8 / 24
-        const float up = __shfl_down_sync(0xffffffffu, vr, 8);
-        if ((lane & 15) == 0) p.y[row0 / 2 + (lane >> 4)] = silu(vr) * up;
-      }
-      if constexpr (EPI == Epilogue::QKV) {
-        // Last-arriver pattern: publish this row group, count it; the warp completing a head
-        // runs the head epilogue, then resets the counter for the next launch.
-        __threadfence();
-        __syncwarp();
-        const int head = row0 / p.qkv.head_dim;
-        unsigned old = 0;
-        if (lane == 0) old = atomicAdd(&p.qkv.counters[head], 1u);
-        old = __shfl_sync(0xffffffffu, old, 0);
-        if (old == unsigned(p.qkv.head_dim / kRows - 1)) {
-          __threadfence();
-          qkv_head_epilogue(p.qkv, head, lane);
-          if (lane == 0) p.qkv.counters[head] = 0;
-        }
-      }
-    }  // sub == 0
-    load_yres(next_rg);
-  };
   // One batch: accumulate the fragments in buf (position at); when the batch after it (after)
   // starts the next row group, reduce and run the epilogue.
   auto step = [&](const Frag<T> (&buf)[U], const Pos& at, const Pos& after) {
+    const int rg = at.rg;
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < U; ++u) {
 #if LMFUSE_GEMV_NO_MATH == 5 || LMFUSE_GEMV_NO_MATH == 6
-        // 5: always, 6: never (the default's work with both paths' code), unknown to the compiler
-        const bool fold = LMFUSE_GEMV_NO_MATH == 5 ? p.rows >= 0 : p.rows < 0;
+      // 5: always, 6: never (the default's work with both paths' code), unknown to the compiler
+      const bool fold = LMFUSE_GEMV_NO_MATH == 5 ? p.rows >= 0 : p.rows < 0;
 #else
-        const bool fold = true;
+      const bool fold = true;
 #endif
-        if (at.g + u < ngroups)
-          buf[u].accumulate(acc, xs4, at.g + u, nblk, lane, fold);
-      }
+      if (at.g + u < ngroups)
+        buf[u].accumulate(acc, xs4, at.g + u, nblk, lane, fold);
+    }
 #if LMFUSE_GEMV_STAGE_MARKS >= 3
-      mdep = acc[0];
+    mdep = acc[0];
 #endif
-      if (after.g == g0) group_done(acc, at.rg, after.rg);  // this warp's share of row group at.rg complete
+    if (after.g == g0) {  // this warp's share of row group rg complete
+      // Lanes 8r..8r+7 hold row r's sum (myr); lane 8r stores it.
+      const int myr = lane >> 3;
+#if LMFUSE_GEMV_NO_MATH == 2
+      float vr = (lane & 16) ? ((lane & 8) ? acc[3] : acc[2]) : ((lane & 8) ? acc[1] : acc[0]);
+#else
+      float vr = warp_sum_rows4(acc, lane);
+#endif
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
+      if (ks > 1) {  // split-K: add the group's partials in sub order
+        if ((lane & 7) == 0) kred[kpar][warp][myr] = vr;
+        named_barrier(1 + slot, ks * 32);
+        if (sub == 0) {
+          float t = kred[kpar][warp][myr];
+#pragma unroll
+          for (int j = 1; j < kNarrowWarps; ++j) {  // ks <= 8 (gemv_ksplit)
+            if (j >= ks) break;
+            t += kred[kpar][warp + j][myr];
+          }
+          vr = t;
+        }
+        kpar ^= 1;
+      }
+      const int row0 = rg * kRows;
+#if LMFUSE_GEMV_STAGE_MARKS == 3
+      mlast = vr;
+#endif
+      if (sub == 0) {
+        if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual || EPI == Epilogue::QKV) {
+          const int row = row0 + myr;
+          if ((lane & 7) == 0 && row < p.rows) {
+            float o = vr;
+            if constexpr (EPI == Epilogue::Residual) o += yres;
+            if constexpr (EPI != Epilogue::Residual)
+              if (p.bias) o += p.bias[row];
+            if constexpr (EPI == Epilogue::QKV)
+              p.qkv.raw[row] = o;
+            else
+              p.y[row] = o;
+          }
+        } else if constexpr (EPI == Epilogue::SiluMul || EPI == Epilogue::SiluMulQ) {
+          // rows 2i / 2i+1 = gate / up of output row0/2 + i: lanes 0 and 16 take the up row from 8 / 24
+          const float up = __shfl_down_sync(0xffffffffu, vr, 8);
+          if ((lane & 15) == 0) p.y[row0 / 2 + (lane >> 4)] = silu(vr) * up;
+        }
+        if constexpr (EPI == Epilogue::QKV) {
+          // Last-arriver pattern: publish this row group, count it; the warp completing a head
+          // runs the head epilogue, then resets the counter for the next launch.
+          __threadfence();
+          __syncwarp();
+          const int head = row0 / p.qkv.head_dim;
+          unsigned old = 0;
+          if (lane == 0) old = atomicAdd(&p.qkv.counters[head], 1u);
+          old = __shfl_sync(0xffffffffu, old, 0);
+          if (old == unsigned(p.qkv.head_dim / kRows - 1)) {
+            __threadfence();
+            qkv_head_epilogue(p.qkv, head, lane);
+            if (lane == 0) p.qkv.counters[head] = 0;
+          }
+        }
+      }  // sub == 0
+      load_yres(after.rg);
+    }
   };
   // Ping-pong between the two register buffers (no copy between them: a register copy of the
   // newer batch would wait for its loads, ncu showed 19 % of the 8B down GEMV's stall samples

@@ -53,8 +53,10 @@ struct ProfileEntry {
   std::string kind;  // "gemv q4_0 qkv+addnorm", "attention", ...
   double us = 0;     // profile(): the launch timed alone; timeline(): end - previous kernel's end
   // timeline() only: PDL wait return - previous end, and previous end - first block start (how
-  // long its blocks were resident before the previous kernel finished).
-  double released_us = 0, early_us = 0;
+  // long its blocks were resident before the previous kernel finished); the last block's start
+  // and the latest end of a block's first phase (GEMV: x staged; others: the wait's return),
+  // each after the previous end.
+  double released_us = 0, early_us = 0, last_start_us = 0, phase_us = 0;
 };
 
 class Backend {

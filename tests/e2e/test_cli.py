@@ -37,6 +37,16 @@ def main():
     except ImportError:
         print("SKIP gguf-package check (gguf/numpy missing)")
 
+    small = os.path.join(TMP, "small.gguf")
+    r = lm("random-model", "--preset", "smollm2-135m", "--layers", "2", "--vocab", "512", "-o", small, "--no-tokenizer")
+    ri = lm("inspect", small)
+    meta = dict(l.split()[0::2] for l in ri.stdout.splitlines() if len(l.split()) == 3)
+    check("random-model --layers / --vocab override the preset's shape",
+          r.returncode == 0 and meta.get("llama.block_count") == "2" and meta.get("llama.vocab_size") == "512"
+          and "blk.1.ffn_down.weight" in ri.stdout and "blk.2." not in ri.stdout, r.stderr + ri.stdout[-300:])
+    rl = lm("logits", "-m", small, "--tokens", "1,2,511", "-o", os.path.join(TMP, "small.bin"))
+    check("a model with the overridden shape runs", rl.returncode == 0, rl.stderr)
+
     r = lm("inspect", m)
     check("inspect lists tensors and parameters", r.returncode == 0 and "blk.29.ffn_down.weight" in r.stdout
           and "param" in r.stdout.lower(), r.stderr)
@@ -68,6 +78,7 @@ def main():
     bad("sequence longer than the context", ["logits", "-m", m, "--tokens", ",".join(["1"] * 40), "-c", "16", "-o", out], "context holds 16")
     bad("unknown preset", ["random-model", "--preset", "gpt5", "-o", out], "qwen3-0.6b")
     bad("unknown type", ["random-model", "--preset", "qwen3-0.6b", "--type", "q3_k", "-o", out], "--type")
+    bad("zero layers", ["random-model", "--preset", "qwen3-0.6b", "--layers", "0", "-o", out], "--layers")
     bad("unknown knob", ["bench", "-m", m, "--ab", "warp_speed"], "unknown knob")
     bad("cuda without CUDA", ["logits", "-m", m, "--tokens", "1", "--device", "cuda", "-o", out], "CUDA")
     with open(m, "rb") as f, open(os.path.join(TMP, "trunc.gguf"), "wb") as g:

@@ -99,7 +99,7 @@ void print_timeline(const std::vector<ProfileEntry>& t) {
   if (t.empty()) return;
   struct Row {
     std::string kind;
-    double adds = 0, released = 0, early = 0;
+    double adds = 0, released = 0, early = 0, last_start = 0, phase = 0;
     int n = 0;
   };
   std::vector<Row> rows;
@@ -110,16 +110,21 @@ void print_timeline(const std::vector<ProfileEntry>& t) {
     it->adds += e.us;
     it->released += e.released_us;
     it->early += e.early_us;
+    it->last_start += e.last_start_us;
+    it->phase += e.phase_us;
     it->n++;
     total += e.us;
   }
   std::printf("\nthe same step replayed as a CUDA graph, %zu stamped kernels, %.1f us from the first start to the "
               "last end (launch timeline, mean of 5 replays):\n", t.size(), total);
   std::printf("| kernel | launches | adds to the step, total us | mean us | released after prev end, mean us | "
-              "resident before prev end, mean us | share |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+              "resident before prev end, mean us | last block start after prev end, mean us | first phase done "
+              "(last block) after prev end, mean us | share |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+              "---: |\n");
   for (const auto& r : rows)
-    std::printf("| %s | %d | %.1f | %.2f | %.2f | %.2f | %.1f %% |\n", r.kind.c_str(), r.n, r.adds, r.adds / r.n,
-                r.released / r.n, r.early / r.n, 100.0 * r.adds / total);
+    std::printf("| %s | %d | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f %% |\n", r.kind.c_str(), r.n, r.adds,
+                r.adds / r.n, r.released / r.n, r.early / r.n, r.last_start / r.n, r.phase / r.n,
+                100.0 * r.adds / total);
 }
 
 }  // namespace

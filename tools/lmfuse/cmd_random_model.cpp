@@ -109,6 +109,7 @@ int cmd_random_model(int argc, char** argv) {
   std::string preset_name, type_s = "q4_0", out, tok_path;
   uint64_t seed = 1;
   bool no_tokenizer = false;
+  int64_t n_layer = 0, n_vocab = 0;
   app.add_option("--preset", preset_name, preset_list)->required();
   app.add_option("--type", type_s, "q4_0|q4_1|q8_0|f16|bf16|f32 (default q4_0)");
   app.add_option("--seed", seed, "random seed (default 1)");
@@ -117,9 +118,15 @@ int cmd_random_model(int argc, char** argv) {
                  "directory with tokenizer.json (+ tokenizer_config.json), or a tokenizer.json file "
                  "(default: ../shared/models/qwen3-tokenizer, or $LMFUSE_TOKENIZER)");
   app.add_flag("--no-tokenizer", no_tokenizer, "write no tokenizer (the file can still be benchmarked)");
+  app.add_option("--layers", n_layer, "number of layers (default: the preset's)")->check(CLI::Range(int64_t(1), int64_t(1024)));
+  app.add_option("--vocab", n_vocab,
+                 "vocabulary size (default: the preset's; a smaller one than the tokenizer's writes no tokenizer)")
+      ->check(CLI::Range(int64_t(32), int64_t(1) << 22));
   CLI11_PARSE(app, argc, argv);
 
-  const Preset& p = find_preset(preset_name);
+  Preset p = find_preset(preset_name);  // a copy: --layers / --vocab override its shape
+  if (n_layer > 0) p.n_layer = n_layer;
+  if (n_vocab > 0) p.n_vocab = n_vocab;
   auto type = parse_dtype(type_s);
   if (!type) LMF_FAIL("--type: expected q4_0, q4_1, q8_0, f16, bf16 or f32, got '", type_s, "'");
 

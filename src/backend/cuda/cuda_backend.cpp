@@ -1170,6 +1170,8 @@ void CudaBackend::record_timeline(Graph& g, GraphState& st) {
       if (prev_end >= 0) {
         e.released_us = (s.wait - prev_end) / 1e3;
         e.early_us = (prev_end - s.start) / 1e3;
+        e.last_start_us = (s.last_start - prev_end) / 1e3;
+        e.phase_us = (s.phase_end - prev_end) / 1e3;
       }
       prev_end = s.end;
       timeline_.push_back(e);

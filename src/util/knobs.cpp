@@ -33,6 +33,8 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode GEMV: split the columns of a row group over several warps (auto = the deep shapes only: more than two column batches per row group, i.e. down_proj; 1 = every shape)"},
       {"qkv_post_pdl", "LMFUSE_QKV_POST_PDL", &Knobs::qkv_post_pdl,
        "CUDA decode: launch the QKV epilogue kernel with programmatic dependent launch (auto = on)"},
+      {"rope_table", "LMFUSE_ROPE_TABLE", &Knobs::rope_table,
+       "CUDA: the QKV epilogue kernel reads RoPE's cosine and sine from a table of every position filled at load with the same arithmetic, instead of computing them in every layer (auto = on)"},
       {"attn_staged", "LMFUSE_ATTN_STAGED", &Knobs::attn_staged,
        "CUDA decode: attention pass 1 copies K/V into shared-memory stages and gives each position a lane (0 = the register form)"},
       {"attn_single_split", "LMFUSE_ATTN_SINGLE_SPLIT", &Knobs::attn_single_split,

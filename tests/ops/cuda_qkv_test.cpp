@@ -1,6 +1,7 @@
 // Fused QKV GEMV (bias, per-head RMSNorm, RoPE, q out, K/V cache append at a device position)
 // vs a double reference and vs the unfused kernel chain; the default decode path (Store GEMV +
-// the qkv_post epilogue kernel) and the in-GEMV epilogue must both give the unfused chain's bits.
+// the qkv_post epilogue kernel, computing RoPE's cos/sin or reading them from the per-context
+// table) and the in-GEMV epilogue must all give the unfused chain's bits.
 #include "backend/cuda/qkv_post.h"
 #include "cuda_test.h"
 #include "cuda_test_util.h"
@@ -29,10 +30,12 @@ void run_case(const QkvCase& c, uint32_t seed) {
   auto gamma = randn(c.cols, rng, 0.5f), qn = randn(c.hd, rng, 0.5f), kn = randn(c.hd, rng, 0.5f),
        bias = randn(rows, rng, 0.1f);
   const size_t cache_n = size_t(c.n_kv) * n_ctx * c.hd;
-  DevBuf<uint16_t> kc(cache_n), vc(cache_n), kc2(cache_n), vc2(cache_n), kc3(cache_n), vc3(cache_n);  // all 0xFFFF (NaN)
+  DevBuf<uint16_t> kc(cache_n), vc(cache_n), kc2(cache_n), vc2(cache_n), kc3(cache_n), vc3(cache_n),
+      kc4(cache_n), vc4(cache_n);  // all 0xFFFF (NaN)
   DevBuf<float> d_gamma(gamma), d_qn(qn), d_kn(kn), d_bias(bias), d_q(size_t(c.n_head) * c.hd),
-      d_q3(size_t(c.n_head) * c.hd), d_raw(rows), d_raw2(rows), d_h(c.cols), d_xn(c.cols),
-      d_rout(c.cols);
+      d_q3(size_t(c.n_head) * c.hd), d_q4(size_t(c.n_head) * c.hd), d_raw(rows), d_raw2(rows), d_h(c.cols),
+      d_xn(c.cols), d_rout(c.cols);
+  float2* rope_table = rope_table_alloc(n_ctx, c.hd, theta, nullptr);
   unsigned* counters = qkv_counters_alloc(c.n_head, c.n_kv);
   DevBuf<int> d_pos(1);
   std::vector<std::vector<double>> kref(n_ctx), vref(n_ctx);
@@ -118,6 +121,14 @@ void run_case(const QkvCase& c, uint32_t seed) {
     pa.v_cache = vc3.p();
     pa.pdl = pos % 2 == 1;  // both launch forms (PDL: after the GEMV in the same stream)
     qkv_post(pa, nullptr);
+    // The same with RoPE's cos/sin read from the table (the default decode and prefill path).
+    QkvPostArgs pt = pa;
+    pt.q_out = d_q4.p();
+    pt.k_cache = kc4.p();
+    pt.v_cache = vc4.p();
+    pt.rope_cs = rope_table;
+    pt.pdl = !pa.pdl;
+    qkv_post(pt, nullptr);
     float* rq = d_raw2.p();
     float* rk = rq + size_t(c.n_head) * c.hd;
     float* rv = rk + size_t(c.n_kv) * c.hd;
@@ -145,9 +156,14 @@ void run_case(const QkvCase& c, uint32_t seed) {
     EXPECT_TRUE(q3 == q2) << dtype_name(c.t) << " q epilogue kernel vs unfused pos " << pos << " rel-L2 "
                           << rel_l2(q3, q2);
     EXPECT_TRUE(d_q3.guards_intact());
+    auto q4 = d_q4.get();
+    EXPECT_TRUE(q4 == q2) << dtype_name(c.t) << " q epilogue kernel with the RoPE table vs unfused pos " << pos
+                          << " rel-L2 " << rel_l2(q4, q2);
+    EXPECT_TRUE(d_q4.guards_intact());
   }
   // Caches: written rows match, every other position is still the poison pattern.
-  auto kg = kc.get(), vg = vc.get(), kg2 = kc2.get(), vg2 = vc2.get(), kg3 = kc3.get(), vg3 = vc3.get();
+  auto kg = kc.get(), vg = vc.get(), kg2 = kc2.get(), vg2 = vc2.get(), kg3 = kc3.get(), vg3 = vc3.get(),
+       kg4 = kc4.get(), vg4 = vc4.get();
   for (int kv = 0; kv < c.n_kv; ++kv)
     for (int64_t p = 0; p < n_ctx; ++p) {
       const size_t off = (size_t(kv) * n_ctx + p) * c.hd;
@@ -155,7 +171,8 @@ void run_case(const QkvCase& c, uint32_t seed) {
       std::vector<uint16_t> kr(kg.begin() + off, kg.begin() + off + c.hd), vr(vg.begin() + off, vg.begin() + off + c.hd);
       if (!written) {
         bool poisoned = true;
-        for (int i = 0; i < c.hd; ++i) poisoned &= kr[i] == 0xFFFF && vr[i] == 0xFFFF && kg2[off + i] == 0xFFFF;
+        for (int i = 0; i < c.hd; ++i)
+          poisoned &= kr[i] == 0xFFFF && vr[i] == 0xFFFF && kg2[off + i] == 0xFFFF && kg4[off + i] == 0xFFFF;
         EXPECT_TRUE(poisoned) << "cache position " << p << " written";
         if (!poisoned) return;
         continue;
@@ -170,8 +187,11 @@ void run_case(const QkvCase& c, uint32_t seed) {
       };
       EXPECT_TRUE(kr == row(kg2) && vr == row(vg2)) << "k/v in-GEMV epilogue vs unfused pos " << p;
       EXPECT_TRUE(row(kg3) == row(kg2) && row(vg3) == row(vg2)) << "k/v epilogue kernel vs unfused pos " << p;
+      EXPECT_TRUE(row(kg4) == row(kg2) && row(vg4) == row(vg2)) << "k/v epilogue kernel, RoPE table, vs unfused pos " << p;
     }
-  EXPECT_TRUE(kc.guards_intact() && vc.guards_intact() && kc3.guards_intact() && vc3.guards_intact());
+  EXPECT_TRUE(kc.guards_intact() && vc.guards_intact() && kc3.guards_intact() && vc3.guards_intact() &&
+              kc4.guards_intact() && vc4.guards_intact());
+  cudaFree(rope_table);
   cudaFree(counters);
   free_weight(dw);
 }

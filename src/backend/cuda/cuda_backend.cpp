@@ -304,6 +304,7 @@ class CudaBackend final : public Backend {
   std::vector<DeviceWeight> extra_;                       // output / embedding copies
   std::vector<void*> buffers_;
   void* embd_raw_ = nullptr;  // token_embd in GGUF layout, for the lookup
+  const float2* rope_table_ = nullptr;  // RoPE (cos, sin) per position and pair (knob rope_table), or null
   uint64_t decode_bytes_ = 0;
   std::map<const Graph*, GraphState> states_;
   std::vector<ProfileEntry> profile_;
@@ -355,7 +356,8 @@ void CudaBackend::load(const Model& m) {
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const uint64_t kv_bytes = uint64_t(hp.n_layer) * 2 * uint64_t(opts_.n_ctx) * uint64_t(hp.kv_dim()) * 2;
-  const uint64_t need = m.weight_bytes() + (hp.tied_output ? m.tok_embd.nbytes : 0) + kv_bytes;
+  const uint64_t rope_bytes = uint64_t(opts_.n_ctx) * uint64_t(hp.head_dim / 2) * 8;  // rope_table_alloc
+  const uint64_t need = m.weight_bytes() + (hp.tied_output ? m.tok_embd.nbytes : 0) + kv_bytes + rope_bytes;
   if (need + (256ull << 20) > free_b)
     LMF_FAIL("model needs about ", (need >> 20), " MiB of GPU memory (weights + KV cache for ", opts_.n_ctx,
              " positions); ", (free_b >> 20), " MiB are free on ", dev_name_);
@@ -422,6 +424,15 @@ void CudaBackend::load(const Model& m) {
   CUDA_CHECK(cudaMemcpy(embd_raw_, m.tok_embd.data, m.tok_embd.nbytes, cudaMemcpyHostToDevice));
   buffers_.push_back(embd_raw_);
   decode_bytes_ += uint64_t(hp.n_layer) * 2 * uint64_t(hp.n_embd) * 4;  // norm vectors
+  // RoPE's cosine and sine of every position, for the QKV epilogue kernel: computed once here
+  // instead of in every layer of every step (docs/PERF.md S33-3: 4B/8B's epilogue kernel waited
+  // on its own powf + sincosf). Same values (rope_table_alloc uses the kernel's rope_cs).
+  if (tri_resolve(k.rope_table, true)) {
+    float2* t = cuda::rope_table_alloc(opts_.n_ctx, int(hp.head_dim), hp.rope_theta, stream_);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    buffers_.push_back(t);
+    rope_table_ = t;
+  }
 }
 
 void CudaBackend::prepare(Graph& g) {
@@ -962,6 +973,7 @@ cuda::QkvPostArgs CudaBackend::qkv_epilogue_args(Graph& g, GraphState& st, const
   pa.rope = hp.rope_neox ? cuda::RopeStyle::NeoX : cuda::RopeStyle::Adjacent;
   pa.theta = hp.rope_theta;
   pa.pos = d_io_ + 1;
+  pa.rope_cs = rope_table_;
   int q_rope = -1;
   for (int e : grp.epilogue)
     if (g.ops[size_t(e)].kind == OpKind::Rope && g.ops[size_t(e)].name.find("q_rope") != std::string::npos)

@@ -21,7 +21,12 @@ namespace {
 // grid: (n_head (q) + n_kv (k) + n_kv (v), T); block: head_dim threads, one element each.
 // Before the PDL wait it does what depends only on weights, the thread and the position (the
 // host's, written before the graph launch): its gamma element and the RoPE sine and cosine, so
-// the wait is followed by one L2 round trip (raw) and the norm.
+// the wait is followed by one L2 round trip (raw) and the norm. kTable: the sine and cosine are
+// read from a.rope_cs instead of computed: powf + sincosf before the wait kept the last block of
+// the 4B/8B kernel from reaching its wait until ~2.4-2.8 µs after the QKV GEMV's end (its blocks
+// start only in that GEMV's last ~0.3 µs; docs/PERF.md S33-3), and the instance without them
+// carries none of their code.
+template <bool kTable>
 __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
   dev::tl_start(a.tl);
   if (a.pdl) dev::pdl_trigger_early(a.early);  // before the position's load
@@ -49,7 +54,13 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
 #if LMFUSE_QKV_POST_DIAG == 3
       c = 1.f, s = 0.f;
 #else
-      dev::rope_cs(pos, i, hd, a.theta, &c, &s);
+      if constexpr (kTable) {
+        const float2 cs = __ldg(a.rope_cs + size_t(pos) * size_t(half) + size_t(i));  // a constant table
+        c = cs.x;
+        s = cs.y;
+      } else {
+        dev::rope_cs(pos, i, hd, a.theta, &c, &s);
+      }
 #endif
     }
   };
@@ -99,6 +110,15 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
   dev::tl_end(a.tl);
 }
 
+// Entry k = pos * half + i of the RoPE table: rope_cs(pos, i), as the kernel above computes it.
+__global__ void rope_table_kernel(float2* t, int64_t n, int half, int hd, float theta) {
+  const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= n) return;
+  float c, s;
+  dev::rope_cs(int(k / half), int(k % half), hd, theta, &c, &s);
+  t[k] = make_float2(c, s);
+}
+
 }  // namespace
 
 void qkv_post(const QkvPostArgs& a, cudaStream_t s) {
@@ -108,14 +128,26 @@ void qkv_post(const QkvPostArgs& a, cudaStream_t s) {
     LMF_FAIL("cuda qkv_post: missing pointer");
   if (a.T < 1) LMF_FAIL("cuda qkv_post: T must be >= 1, got ", a.T);
   const dim3 grid(unsigned(a.n_head + 2 * a.n_kv_head), unsigned(a.T));
+  auto* kernel = a.rope_cs ? &qkv_post_kernel<true> : &qkv_post_kernel<false>;
   if (a.pdl) {
     QkvPostArgs k = a;
     k.early = (dev::pdl_early_trigger() & kEarlyQkvPost) != 0;
-    dev::launch_pdl(&qkv_post_kernel, grid, dim3(unsigned(a.head_dim)), 0, s, k);
+    dev::launch_pdl(kernel, grid, dim3(unsigned(a.head_dim)), 0, s, k);
   } else {
-    qkv_post_kernel<<<grid, a.head_dim, 0, s>>>(a);
+    kernel<<<grid, a.head_dim, 0, s>>>(a);
     CUDA_CHECK_LAUNCH();
   }
+}
+
+float2* rope_table_alloc(int64_t n_pos, int head_dim, float theta, cudaStream_t s) {
+  if (n_pos < 1 || head_dim < 2 || head_dim % 2 != 0) LMF_FAIL("cuda rope table: bad shape ", n_pos, " x ", head_dim);
+  const int half = head_dim / 2;
+  const int64_t n = n_pos * half;
+  float2* t = nullptr;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&t), size_t(n) * sizeof(float2)));
+  rope_table_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(t, n, half, head_dim, theta);
+  CUDA_CHECK_LAUNCH();
+  return t;
 }
 
 }  // namespace lmf::cuda

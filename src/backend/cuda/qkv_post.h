@@ -25,6 +25,9 @@ struct QkvPostArgs {
   RopeStyle rope = RopeStyle::NeoX;
   float theta = 1e6f;
   const int* pos = nullptr;  // DEVICE
+  // RoPE's (cos, sin) per position and pair, [n_ctx][head_dim / 2] (rope_table_alloc), or null:
+  // the kernel computes them (rope_cs). The same values either way.
+  const float2* rope_cs = nullptr;
   float* q_out = nullptr;    // [n_head * head_dim]
   uint16_t* k_cache = nullptr;  // fp16 [n_kv][n_ctx][head_dim]
   uint16_t* v_cache = nullptr;
@@ -37,6 +40,11 @@ struct QkvPostArgs {
   bool early = false;  // set by qkv_post from set_pdl_early_trigger (pdl_launch.cuh)
 };
 void qkv_post(const QkvPostArgs& a, cudaStream_t s);
+
+// RoPE's (cos, sin) for positions 0..n_pos-1 and pairs 0..head_dim/2-1 in device memory, computed
+// by rope_cs (kernels/common.cuh), so a kernel that reads them gets the bits it would compute.
+// Free with cudaFree.
+float2* rope_table_alloc(int64_t n_pos, int head_dim, float theta, cudaStream_t s);
 
 // The same epilogue run inside the QKV GEMV (Epilogue::QKV): its parameters from these, with the
 // GEMV's raw scratch and head counters.

@@ -33,6 +33,8 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode GEMV: split the columns of a row group over several warps (auto = the deep shapes only: more than two column batches per row group, i.e. down_proj; 1 = every shape)"},
       {"qkv_post_pdl", "LMFUSE_QKV_POST_PDL", &Knobs::qkv_post_pdl,
        "CUDA decode: launch the QKV epilogue kernel with programmatic dependent launch (auto = on)"},
+      {"qkv_post_room", "LMFUSE_QKV_POST_ROOM", &Knobs::qkv_post_room,
+       "CUDA decode: the QKV GEMV's grid leaves a few SMs free so the QKV epilogue kernel's blocks become resident while it runs (auto = when the GEMV runs one 16-warp block per SM, whose registers leave no room beside it)"},
       {"rope_table", "LMFUSE_ROPE_TABLE", &Knobs::rope_table,
        "CUDA: the QKV epilogue kernel reads RoPE's cosine and sine from a table of every position filled at load with the same arithmetic, instead of computing them in every layer (auto = on)"},
       {"attn_staged", "LMFUSE_ATTN_STAGED", &Knobs::attn_staged,

@@ -194,6 +194,7 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
         a.residual_out = d_rout.p();
         a.gamma = d_gamma.p();
         a.y = d_y.p();
+        a.spare_sms = wide ? 3 : 1;  // a smaller grid (qkv_post_room) changes no bit
         set_gemv_wide(wide);
         gemv(pro, Epilogue::Store, a);
         set_gemv_wide(!wide);
@@ -312,5 +313,11 @@ TEST(CudaGemv, BadArgumentsFail) {
   EXPECT_TRUE(throws_error([&] { gemv(Prologue::None, Epilogue::SiluMulQ, a); }))
       << "SiluMulQ over rows/2 = 16 (not whole 32-blocks) accepted";
   CUDA_CHECK(cudaFree(a.xq_counters));
+  a.xq = nullptr;
+  a.xq_counters = nullptr;
+  a.spare_sms = -1;
+  EXPECT_TRUE(throws_error([&] { gemv(Prologue::None, Epilogue::Store, a); })) << "negative spare_sms accepted";
+  a.spare_sms = device_sm_count();
+  EXPECT_TRUE(throws_error([&] { gemv(Prologue::None, Epilogue::Store, a); })) << "spare_sms of every SM accepted";
   free_weight(dw);
 }

@@ -279,6 +279,17 @@ class CudaBackend final : public Backend {
   void launch_group(Graph& g, GraphState& st, const FusionGroup& grp);
   void launch_prefill_group(Graph& g, GraphState& st, const FusionGroup& grp);
   cuda::QkvPostArgs qkv_epilogue_args(Graph& g, GraphState& st, const FusionGroup& grp);
+  // SMs the QKV GEMV leaves free for the epilogue kernel (knob qkv_post_room): room for all of its
+  // blocks at once (n_head + 2 n_kv blocks of head_dim threads, 2048 threads per SM). Automatic:
+  // only where the GEMV runs one 16-warp block per SM (integer-dot types, gemv_wide), whose 128
+  // registers per thread fill the register file, so the epilogue's blocks could start only in the
+  // GEMV's last ~0.3 us and their pre-wait work ended after it (docs/PERF.md S33-5); 8-warp blocks
+  // free room as they finish.
+  int qkv_post_spare_sms(const cuda::QkvPostArgs& e, DType w) const {
+    const bool int8x = w == DType::Q4_0 || w == DType::Q4_1 || w == DType::Q8_0;
+    const bool on = qkv_post_room_ == Tri::Auto ? int8x && cuda::gemv_wide() : qkv_post_room_ == Tri::On;
+    return on ? ((e.n_head + 2 * e.n_kv_head) * e.head_dim + 2047) / 2048 : 0;
+  }
   void matmul(const Weight* w, const float* x, float* y, const float* bias);
 
   BackendOptions opts_;
@@ -314,6 +325,7 @@ class CudaBackend final : public Backend {
   bool qkv_epilogue_in_gemv_ = true;
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
+  Tri qkv_post_room_ = Tri::Auto;            // decode: SMs left free for it by the QKV GEMV (qkv_post_spare_sms)
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
   bool attn_xq_direct_ = false;              // ... and by the direct split in direct steps (forced only)
@@ -453,6 +465,7 @@ void CudaBackend::prepare(Graph& g) {
   // per SM it wins on every size (docs/PERF.md, session 7: 0.6B +5.0 %, 4B +1.3 %, 8B +1.9 %).
   // launch_pdl still honours set_programmatic_launch.
   qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, true);
+  qkv_post_room_ = k.qkv_post_room;
   // Measured slower (docs/PERF.md S13-1/S13-2: 0.94x 8B, 0.96x 0.6B): gate/up's counting tail
   // costs ~3.8 µs per 8B layer, and down's shorter staging does not shorten down (its weight
   // stream is the bound once the staging is that short). Automatic = off.
@@ -1063,6 +1076,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
         break;
       }
       a.y = st.qkv_raw;  // plain GEMV into [q|k|v], then the epilogue kernel
+      if (!qkv_epilogue_in_attention_) a.spare_sms = qkv_post_spare_sms(e, L->qkv.type);
       cuda::gemv(pro, Epilogue::Store, a, stream_);
       if (qkv_epilogue_in_attention_) break;  // the layer's Attention op runs it
       cuda::QkvPostArgs pa = e;

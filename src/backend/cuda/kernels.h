@@ -144,6 +144,10 @@ struct GemvArgs {
   unsigned* xq_counters = nullptr;  // SiluMulQ: per 32-block of y, see gemv_xq_counters_alloc
   // Integer-dot types: one 16-warp block per SM (On) or 8-warp blocks (Off); Auto = set_gemv_wide.
   Tri wide = Tri::Auto;
+  // SMs the grid leaves free, so a small kernel launched after this one (the QKV epilogue kernel:
+  // knob qkv_post_room) finds room for its blocks while this one runs. Same results: every row
+  // group is still summed by the same warps' arithmetic. 0 <= spare_sms < SMs.
+  int spare_sms = 0;
 };
 
 // Validates the arguments (throws lmf::Error naming what is wrong) and launches. Grid sizes come

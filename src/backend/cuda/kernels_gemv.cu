@@ -41,10 +41,10 @@ static int gemv_occupancy(const void* func, int threads, size_t smem) {
 // 0.6B qkv, o, down). Automatic = one per SM for exactly those (session 6: +1.7 % on 8B, +2.7 %
 // on 4B end to end). Also counting two one-batch row groups per warp as short (0.6B gate/up)
 // measured 0.96 on 0.6B tg128 (S16-1/S16-2).
-int gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches) {
+int gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches, int spare_sms) {
   const int occ = std::max(1, gemv_occupancy(func, threads, smem));
   const int n_rg = (rows + kRows - 1) / kRows;
-  const int sms = device_sm_count();
+  const int sms = device_sm_count() - spare_sms;
   const Tri mode = gemv_coresident_mode();
   const bool fits = rg_batches <= 2 && n_rg <= sms * (threads / 32);
   const bool one = mode == Tri::Auto ? fits : mode == Tri::On;
@@ -156,6 +156,9 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.xq = a.xq;
   p.xq_cnt = a.xq_counters;
   p.tl = a.tl;  // ignored by the Epilogue::QKV instances
+  if (a.spare_sms < 0 || a.spare_sms >= device_sm_count())
+    LMF_FAIL("cuda gemv: spare_sms must be in [0, ", device_sm_count(), "), got ", a.spare_sms);
+  p.spare_sms = a.spare_sms;
   const bool wide = a.wide == Tri::Auto ? gemv_wide() : a.wide == Tri::On;  // integer-dot types only
   bool ok = false;
   switch (w.type) {

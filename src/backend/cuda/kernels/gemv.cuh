@@ -165,6 +165,7 @@ struct GemvParams {
   unsigned long long* tl;  // launch timeline slot or null
   uint8_t* xq;             // SiluMulQ: written; Int8 prologue: read
   unsigned* xq_cnt;        // SiluMulQ: per 32-block of y
+  int spare_sms;           // host: SMs the grid leaves free (GemvArgs::spare_sms); not read by the kernel
 };
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a

@@ -280,7 +280,9 @@ class CudaBackend final : public Backend {
   void launch_prefill_group(Graph& g, GraphState& st, const FusionGroup& grp);
   cuda::QkvPostArgs qkv_epilogue_args(Graph& g, GraphState& st, const FusionGroup& grp);
   // SMs the QKV GEMV leaves free for the epilogue kernel (knob qkv_post_room): room for all of its
-  // blocks at once (n_head + 2 n_kv blocks of head_dim threads, 2048 threads per SM). Automatic:
+  // blocks at once (n_head + 2 n_kv blocks of head_dim threads), 512 threads per SM (12 SMs on
+  // 4B/8B): spread thinner than the SM's 2048 threads, so the blocks' work after the wait does not
+  // queue on a few SMs, but not so thin that the GEMV loses streaming SMs (S33-6). Automatic:
   // only where the GEMV runs one 16-warp block per SM (integer-dot types, gemv_wide), whose 128
   // registers per thread fill the register file, so the epilogue's blocks could start only in the
   // GEMV's last ~0.3 us and their pre-wait work ended after it (docs/PERF.md S33-5); 8-warp blocks
@@ -288,7 +290,10 @@ class CudaBackend final : public Backend {
   int qkv_post_spare_sms(const cuda::QkvPostArgs& e, DType w) const {
     const bool int8x = w == DType::Q4_0 || w == DType::Q4_1 || w == DType::Q8_0;
     const bool on = qkv_post_room_ == Tri::Auto ? int8x && cuda::gemv_wide() : qkv_post_room_ == Tri::On;
-    return on ? ((e.n_head + 2 * e.n_kv_head) * e.head_dim + 2047) / 2048 : 0;
+    if (!on) return 0;
+    constexpr int kThreadsPerSpareSm = 512;  // S33-6, 4B tg128 against 2048: 1024 1.012, 512 1.016, 256 1.007
+    const int spare = ((e.n_head + 2 * e.n_kv_head) * e.head_dim + kThreadsPerSpareSm - 1) / kThreadsPerSpareSm;
+    return std::min(spare, cuda::device_sm_count() / 8);  // a small GPU keeps its SMs for the GEMV
   }
   void matmul(const Weight* w, const float* x, float* y, const float* bias);
 

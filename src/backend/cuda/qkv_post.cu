@@ -5,16 +5,6 @@
 #include "backend/cuda/kernels/pdl_launch.cuh"
 #include "backend/cuda/qkv_post.h"
 
-// Measurement builds (-DLMFUSE_QKV_POST_DIAG=N, docs/PERF.md S33-3; 0 = the default): 1 = the
-// weights-only work (gamma, the RoPE sine and cosine) after the PDL wait instead of before it;
-// 2 = the timeline's wait / first-phase stamps taken before the wait, once that work is done (its
-// "released" and "first phase done" columns are then the earliest / latest block's pre-wait work
-// done); 3 = gamma loaded before the wait but no sine and cosine (c = 1, s = 0: q and k are wrong,
-// timing only).
-#ifndef LMFUSE_QKV_POST_DIAG
-#define LMFUSE_QKV_POST_DIAG 0
-#endif
-
 namespace lmf::cuda {
 namespace {
 
@@ -48,39 +38,18 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
   const float* gamma = is_q ? a.q_norm : a.k_norm;
   const int t = blockIdx.y, pos = *a.pos + t;
   float g = 0.f, c = 0.f, s = 0.f;
-  auto weights_only = [&] {
-    if (!is_v) {
-      if (gamma) g = gamma[d];
-#if LMFUSE_QKV_POST_DIAG == 3
-      c = 1.f, s = 0.f;
-#else
-      if constexpr (kTable) {
-        const float2 cs = __ldg(a.rope_cs + size_t(pos) * size_t(half) + size_t(i));  // a constant table
-        c = cs.x;
-        s = cs.y;
-      } else {
-        dev::rope_cs(pos, i, hd, a.theta, &c, &s);
-      }
-#endif
+  if (!is_v) {
+    if (gamma) g = gamma[d];
+    if constexpr (kTable) {
+      const float2 cs = __ldg(a.rope_cs + size_t(pos) * size_t(half) + size_t(i));  // a constant table
+      c = cs.x;
+      s = cs.y;
+    } else {
+      dev::rope_cs(pos, i, hd, a.theta, &c, &s);
     }
-  };
-#if LMFUSE_QKV_POST_DIAG != 1
-  weights_only();
-#endif
-#if LMFUSE_QKV_POST_DIAG == 2
-  {
-    __shared__ volatile float sink;
-    if (threadIdx.x == 0) sink = g + c + s;  // the stamps after thread 0's values exist
-    dev::tl_waited_phase(a.tl);
   }
-#endif
   if (a.pdl) dev::pdl_wait_trigger_late(a.early);  // uniform; raw comes from the previous kernel
-#if LMFUSE_QKV_POST_DIAG == 1
-  weights_only();
-#endif
-#if LMFUSE_QKV_POST_DIAG != 2
   dev::tl_waited_phase(a.tl);
-#endif
   __shared__ float sh[32];
   __shared__ __align__(16) float vals[128];
   const float* raw = a.raw + size_t(t) * (nq + 2 * nk) * hd;

@@ -295,6 +295,17 @@ class CudaBackend final : public Backend {
     const int spare = ((e.n_head + 2 * e.n_kv_head) * e.head_dim + kThreadsPerSpareSm - 1) / kThreadsPerSpareSm;
     return std::min(spare, cuda::device_sm_count() / 8);  // a small GPU keeps its SMs for the GEMV
   }
+  // SMs o_proj's GEMV leaves to the direct attention before it (knob o_room; docs/PERF.md S33-7):
+  // one per attention block (n_head / heads per block). A wide GEMV block fills an SM's register
+  // file, so o_proj blocks placed where an attention block still runs start only when it ends,
+  // and load their weights from there; with the smaller grid every o_proj block is resident
+  // during the attention. Wide (integer-dot) GEMVs only; at most a quarter of the SMs.
+  int o_spare_sms(DType w) const {
+    const bool int8x = w == DType::Q4_0 || w == DType::Q4_1 || w == DType::Q8_0;
+    if (!o_room_ || !direct_step_ || !int8x || !cuda::gemv_wide()) return 0;
+    const int blocks = int(m_->hp.n_head) / std::max(1, attn_direct_hpb_ > 0 ? attn_direct_hpb_ : int(m_->hp.n_head / m_->hp.n_head_kv));
+    return std::min(blocks, cuda::device_sm_count() / 4);
+  }
   void matmul(const Weight* w, const float* x, float* y, const float* bias);
 
   BackendOptions opts_;
@@ -331,6 +342,7 @@ class CudaBackend final : public Backend {
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
   Tri qkv_post_room_ = Tri::Auto;            // decode: SMs left free for it by the QKV GEMV (qkv_post_spare_sms)
+  bool o_room_ = false;                      // decode, direct steps: o_proj leaves the attention's SMs (o_spare_sms)
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
   bool attn_xq_direct_ = false;              // ... and by the direct split in direct steps (forced only)
@@ -471,6 +483,7 @@ void CudaBackend::prepare(Graph& g) {
   // launch_pdl still honours set_programmatic_launch.
   qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, true);
   qkv_post_room_ = k.qkv_post_room;
+  o_room_ = tri_resolve(k.o_room, false);
   // Measured slower (docs/PERF.md S13-1/S13-2: 0.94x 8B, 0.96x 0.6B): gate/up's counting tail
   // costs ~3.8 µs per 8B layer, and down's shorter staging does not shorten down (its weight
   // stream is the bound once the staging is that short). Automatic = off.
@@ -1110,6 +1123,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       a.y = ptr(st, g, add.out[0]);
       const bool xq = xq_pair(st, grp.leader(), XqRole::Read, grp.kind == GroupKind::OResid);
       a.xq = xq ? st.xq : nullptr;
+      if (grp.kind == GroupKind::OResid) a.spare_sms = o_spare_sms(a.w->type);
       cuda::gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
       break;
     }

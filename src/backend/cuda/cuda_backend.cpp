@@ -287,12 +287,8 @@ class CudaBackend final : public Backend {
   // registers per thread fill the register file, so the epilogue's blocks could start only in the
   // GEMV's last ~0.3 us and their pre-wait work ended after it (docs/PERF.md S33-5); 8-warp blocks
   // free room as they finish.
-  // Whether a GEMV over w runs the 16-warp block (gemv_wide applies to the integer-dot types).
-  static bool wide_gemv(DType w) {
-    return (w == DType::Q4_0 || w == DType::Q4_1 || w == DType::Q8_0) && cuda::gemv_wide();
-  }
   int qkv_post_spare_sms(const cuda::QkvPostArgs& e, DType w) const {
-    const bool on = qkv_post_room_ == Tri::Auto ? wide_gemv(w) : qkv_post_room_ == Tri::On;
+    const bool on = qkv_post_room_ == Tri::Auto ? cuda::gemv_runs_wide(w) : qkv_post_room_ == Tri::On;
     if (!on) return 0;
     constexpr int kThreadsPerSpareSm = 512;  // S33-6, 4B tg128 against 2048: 1024 1.012, 512 1.016, 256 1.007
     const int spare = ((e.n_head + 2 * e.n_kv_head) * e.head_dim + kThreadsPerSpareSm - 1) / kThreadsPerSpareSm;
@@ -304,7 +300,7 @@ class CudaBackend final : public Backend {
   // and load their weights from there; with the smaller grid every o_proj block is resident
   // during the attention. Wide (integer-dot) GEMVs only; at most a quarter of the SMs.
   int o_spare_sms(DType w) const {
-    if (!o_room_ || !direct_step_ || !wide_gemv(w)) return 0;
+    if (!o_room_ || !direct_step_ || !cuda::gemv_runs_wide(w)) return 0;
     const int hpb = attn_direct_hpb_ > 0 ? attn_direct_hpb_ : int(m_->hp.n_head / m_->hp.n_head_kv);
     const int blocks = int(m_->hp.n_head) / std::max(1, hpb);
     return std::min(blocks, cuda::device_sm_count() / 4);

@@ -321,6 +321,9 @@ void set_gemv_coresident(Tri mode);
 // Set before capture.
 void set_gemv_wide(bool on);
 bool gemv_wide();
+// Whether a GEMV over type t with GemvArgs::wide = wide runs the 16-warp block (the integer-dot
+// types only; the decision gemv() takes).
+bool gemv_runs_wide(DType t, Tri wide = Tri::Auto);
 // Automatic wide GEMV blocks from this hidden size on, for every GEMV of the model: measured
 // (docs/PERF.md session 12, lmfuse bench --ab gemv_wide) 8B (4096) +4.2 %, 4B (2560) +1.0 %,
 // 0.6B (1024) -6.8 %; a mix (wide only for the large matrices) lost on 4B (a 16-warp block

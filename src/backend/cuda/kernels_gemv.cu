@@ -62,6 +62,10 @@ std::atomic<bool> g_wide{false};
 }  // namespace
 void set_gemv_wide(bool on) { g_wide.store(on, std::memory_order_relaxed); }
 bool gemv_wide() { return g_wide.load(std::memory_order_relaxed); }
+bool gemv_runs_wide(DType t, Tri wide) {
+  const bool int8x = t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0;
+  return int8x && (wide == Tri::Auto ? gemv_wide() : wide == Tri::On);
+}
 int dev::pdl_early_trigger() { return g_pdl_early.load(std::memory_order_relaxed); }
 void set_pdl_early_trigger(int mask) { g_pdl_early.store(mask, std::memory_order_relaxed); }
 bool dev::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
@@ -156,10 +160,10 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.xq = a.xq;
   p.xq_cnt = a.xq_counters;
   p.tl = a.tl;  // ignored by the Epilogue::QKV instances
-  if (a.spare_sms < 0 || a.spare_sms >= device_sm_count())
-    LMF_FAIL("cuda gemv: spare_sms must be in [0, ", device_sm_count(), "), got ", a.spare_sms);
+  if (const int sms = device_sm_count(); a.spare_sms < 0 || a.spare_sms >= sms)
+    LMF_FAIL("cuda gemv: spare_sms must be in [0, ", sms, "), got ", a.spare_sms);
   p.spare_sms = a.spare_sms;
-  const bool wide = a.wide == Tri::Auto ? gemv_wide() : a.wide == Tri::On;  // integer-dot types only
+  const bool wide = gemv_runs_wide(w.type, a.wide);
   bool ok = false;
   switch (w.type) {
     case DType::Q4_0: ok = dev::launch_gemv_q4_0(pro, epi, p, wide, s); break;

@@ -15,6 +15,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -1057,6 +1059,17 @@ void CudaBackend::launch_prefill_group(Graph& g, GraphState& st, const FusionGro
   }
 }
 
+// TEMPORARY (session 34 sweep): LMFUSE_EXP_SPARE="qkv,o,gu,down" spare SMs per GEMV kind
+// (-1 = leave the engine's choice).
+static int exp_spare(int kind) {
+  static int v[4] = {-1, -1, -1, -1};
+  static bool init = false;
+  if (!init) {
+    init = true;
+    if (const char* e = std::getenv("LMFUSE_EXP_SPARE")) std::sscanf(e, "%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3]);
+  }
+  return v[kind];
+}
 void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp) {
   if (g.n_tokens > 1) {
     launch_prefill_group(g, st, grp);
@@ -1094,6 +1107,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       }
       a.y = st.qkv_raw;  // plain GEMV into [q|k|v], then the epilogue kernel
       if (!qkv_epilogue_in_attention_) a.spare_sms = qkv_post_spare_sms(e, L->qkv.type);
+      if (exp_spare(0) >= 0) a.spare_sms = exp_spare(0);
       cuda::gemv(pro, Epilogue::Store, a, stream_);
       if (qkv_epilogue_in_attention_) break;  // the layer's Attention op runs it
       cuda::QkvPostArgs pa = e;
@@ -1110,6 +1124,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       const bool xq = st.xq_role[size_t(grp.leader())] == XqRole::Write;
       a.xq = xq ? st.xq : nullptr;
       a.xq_counters = xq ? st.xq_counters : nullptr;
+      if (exp_spare(2) >= 0) a.spare_sms = exp_spare(2);
       cuda::gemv(pro, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, a, stream_);
       break;
     }
@@ -1123,6 +1138,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       const bool xq = xq_pair(st, grp.leader(), XqRole::Read, grp.kind == GroupKind::OResid);
       a.xq = xq ? st.xq : nullptr;
       if (grp.kind == GroupKind::OResid) a.spare_sms = o_spare_sms(a.w->type);
+      if (const int x = exp_spare(grp.kind == GroupKind::OResid ? 1 : 3); x >= 0) a.spare_sms = x;
       cuda::gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
       break;
     }

@@ -296,16 +296,28 @@ class CudaBackend final : public Backend {
     const int spare = ((e.n_head + 2 * e.n_kv_head) * e.head_dim + kThreadsPerSpareSm - 1) / kThreadsPerSpareSm;
     return std::min(spare, cuda::device_sm_count() / 8);  // a small GPU keeps its SMs for the GEMV
   }
-  // SMs o_proj's GEMV leaves to the direct attention before it (knob o_room; docs/PERF.md S33-7):
-  // one per attention block (n_head / heads per block). A wide GEMV block fills an SM's register
-  // file, so o_proj blocks placed where an attention block still runs start only when it ends,
-  // and load their weights from there; with the smaller grid every o_proj block is resident
-  // during the attention. Wide (integer-dot) GEMVs only; at most a quarter of the SMs.
-  int o_spare_sms(DType w) const {
-    if (!o_room_ || !direct_step_ || !cuda::gemv_runs_wide(w)) return 0;
-    const int hpb = attn_direct_hpb_ > 0 ? attn_direct_hpb_ : int(m_->hp.n_head / m_->hp.n_head_kv);
-    const int blocks = int(m_->hp.n_head) / std::max(1, hpb);
-    return std::min(blocks, cuda::device_sm_count() / 4);
+  // SMs o_proj's GEMV leaves free in direct steps (knob o_room; docs/PERF.md S33-7, S34-1):
+  // - Wide (integer-dot, one 16-warp block per SM filling its register file): one per attention
+  //   block (n_head / heads per block), at most a quarter of the SMs. o_proj blocks placed where
+  //   an attention block still runs start only when it ends and load their weights from there;
+  //   with the smaller grid every block is resident during the attention (tg128 4B 1.027, 8B 1.008).
+  // - Narrow integer-dot (8-warp blocks, one per SM for this short shape): half the SMs, so each
+  //   block has a row group for ~4 of its 8 warps instead of ~2 and gate/up's blocks find whole
+  //   SMs beside o's (0.6B tg128: 33 / 66 / 100 spare SMs 1.012 / 1.017 / 1.009). Only while o's
+  //   weights stay small per remaining SM (<= 20 KB, 0.6B Q4_0: 18 KB), as each SM loads its share
+  //   during the attention; a larger o_proj keeps every SM streaming.
+  int o_spare_sms(const cuda::DeviceWeight& w) const {
+    if (!o_room_ || !direct_step_) return 0;
+    const int sms = cuda::device_sm_count();
+    if (cuda::gemv_runs_wide(w.type)) {
+      const int hpb = attn_direct_hpb_ > 0 ? attn_direct_hpb_ : int(m_->hp.n_head / m_->hp.n_head_kv);
+      const int blocks = int(m_->hp.n_head) / std::max(1, hpb);
+      return std::min(blocks, sms / 4);
+    }
+    constexpr size_t kMaxBytesPerSm = 20 << 10;
+    const bool int8x = w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0;
+    const int spare = sms / 2;
+    return int8x && cuda::weight_bytes(w) <= size_t(sms - spare) * kMaxBytesPerSm ? spare : 0;
   }
   void matmul(const Weight* w, const float* x, float* y, const float* bias);
 
@@ -343,7 +355,7 @@ class CudaBackend final : public Backend {
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
   Tri qkv_post_room_ = Tri::Auto;            // decode: SMs left free for it by the QKV GEMV (qkv_post_spare_sms)
-  bool o_room_ = false;                      // decode, direct steps: o_proj leaves the attention's SMs (o_spare_sms)
+  bool o_room_ = false;                      // decode, direct steps: o_proj's grid leaves SMs free (o_spare_sms)
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
   bool attn_xq_direct_ = false;              // ... and by the direct split in direct steps (forced only)
@@ -484,7 +496,7 @@ void CudaBackend::prepare(Graph& g) {
   // launch_pdl still honours set_programmatic_launch.
   qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, true);
   qkv_post_room_ = k.qkv_post_room;
-  o_room_ = tri_resolve(k.o_room, false);
+  o_room_ = tri_resolve(k.o_room, true);
   // Measured slower (docs/PERF.md S13-1/S13-2: 0.94x 8B, 0.96x 0.6B): gate/up's counting tail
   // costs ~3.8 µs per 8B layer, and down's shorter staging does not shorten down (its weight
   // stream is the bound once the staging is that short). Automatic = off.
@@ -1137,7 +1149,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       a.y = ptr(st, g, add.out[0]);
       const bool xq = xq_pair(st, grp.leader(), XqRole::Read, grp.kind == GroupKind::OResid);
       a.xq = xq ? st.xq : nullptr;
-      if (grp.kind == GroupKind::OResid) a.spare_sms = o_spare_sms(a.w->type);
+      if (grp.kind == GroupKind::OResid) a.spare_sms = o_spare_sms(*a.w);
       if (const int x = exp_spare(grp.kind == GroupKind::OResid ? 1 : 3); x >= 0) a.spare_sms = x;
       cuda::gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
       break;

@@ -15,8 +15,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -319,6 +317,22 @@ class CudaBackend final : public Backend {
     const int spare = sms / 2;
     return int8x && cuda::weight_bytes(w) <= size_t(sms - spare) * kMaxBytesPerSm ? spare : 0;
   }
+  // SMs gate/up's GEMV may leave free (knob gateup_room; docs/PERF.md S34-2 to S34-4), so down's
+  // blocks become resident on them and load their first weights before gate/up ends (4B, 12
+  // spare: down's first blocks resident 8.6 us before gate/up's end instead of 1.1; down -0.14 us
+  // per layer, the next QKV GEMV -0.21).
+  // A ceiling: the launch lowers it until the grid's warps take no more rounds through the row
+  // groups than on every SM (GemvArgs::spare_same_rounds; 8B's 6,144 row groups fill 128 SMs'
+  // warps three times, so 8B gets 4, where 8 / 20 spare SMs cost 4 % / 2 %). Wide: a sixth of
+  // the SMs (4B tg128, spare 12 / 20 / 26 / 30: 1.014 / 1.016 / 1.011 / 1.009; each remaining SM
+  // streams the more); narrow: half (0.6B, 24 / 33 / 36: 1.00 / 1.006 / 1.009, 36 = one full
+  // round of its 1,536 row groups). Integer-dot types only (measured there).
+  int gateup_spare_sms(DType w) const {
+    const bool int8x = w == DType::Q4_0 || w == DType::Q4_1 || w == DType::Q8_0;
+    if (!gateup_room_ || !int8x) return 0;
+    const int sms = cuda::device_sm_count();
+    return cuda::gemv_runs_wide(w) ? sms / 6 : sms / 2;
+  }
   void matmul(const Weight* w, const float* x, float* y, const float* bias);
 
   BackendOptions opts_;
@@ -356,6 +370,7 @@ class CudaBackend final : public Backend {
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
   Tri qkv_post_room_ = Tri::Auto;            // decode: SMs left free for it by the QKV GEMV (qkv_post_spare_sms)
   bool o_room_ = false;                      // decode, direct steps: o_proj's grid leaves SMs free (o_spare_sms)
+  bool gateup_room_ = false;                 // decode: gate/up's grid leaves SMs free for down (gateup_spare_sms)
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
   bool attn_xq_direct_ = false;              // ... and by the direct split in direct steps (forced only)
@@ -497,6 +512,7 @@ void CudaBackend::prepare(Graph& g) {
   qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, true);
   qkv_post_room_ = k.qkv_post_room;
   o_room_ = tri_resolve(k.o_room, true);
+  gateup_room_ = tri_resolve(k.gateup_room, true);
   // Measured slower (docs/PERF.md S13-1/S13-2: 0.94x 8B, 0.96x 0.6B): gate/up's counting tail
   // costs ~3.8 µs per 8B layer, and down's shorter staging does not shorten down (its weight
   // stream is the bound once the staging is that short). Automatic = off.
@@ -1071,17 +1087,6 @@ void CudaBackend::launch_prefill_group(Graph& g, GraphState& st, const FusionGro
   }
 }
 
-// TEMPORARY (session 34 sweep): LMFUSE_EXP_SPARE="qkv,o,gu,down" spare SMs per GEMV kind
-// (-1 = leave the engine's choice).
-static int exp_spare(int kind) {
-  static int v[4] = {-1, -1, -1, -1};
-  static bool init = false;
-  if (!init) {
-    init = true;
-    if (const char* e = std::getenv("LMFUSE_EXP_SPARE")) std::sscanf(e, "%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3]);
-  }
-  return v[kind];
-}
 void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp) {
   if (g.n_tokens > 1) {
     launch_prefill_group(g, st, grp);
@@ -1119,7 +1124,6 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       }
       a.y = st.qkv_raw;  // plain GEMV into [q|k|v], then the epilogue kernel
       if (!qkv_epilogue_in_attention_) a.spare_sms = qkv_post_spare_sms(e, L->qkv.type);
-      if (exp_spare(0) >= 0) a.spare_sms = exp_spare(0);
       cuda::gemv(pro, Epilogue::Store, a, stream_);
       if (qkv_epilogue_in_attention_) break;  // the layer's Attention op runs it
       cuda::QkvPostArgs pa = e;
@@ -1136,7 +1140,8 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       const bool xq = st.xq_role[size_t(grp.leader())] == XqRole::Write;
       a.xq = xq ? st.xq : nullptr;
       a.xq_counters = xq ? st.xq_counters : nullptr;
-      if (exp_spare(2) >= 0) a.spare_sms = exp_spare(2);
+      a.spare_sms = gateup_spare_sms(a.w->type);
+      a.spare_same_rounds = true;
       cuda::gemv(pro, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, a, stream_);
       break;
     }
@@ -1150,7 +1155,6 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       const bool xq = xq_pair(st, grp.leader(), XqRole::Read, grp.kind == GroupKind::OResid);
       a.xq = xq ? st.xq : nullptr;
       if (grp.kind == GroupKind::OResid) a.spare_sms = o_spare_sms(*a.w);
-      if (const int x = exp_spare(grp.kind == GroupKind::OResid ? 1 : 3); x >= 0) a.spare_sms = x;
       cuda::gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
       break;
     }

@@ -148,6 +148,10 @@ struct GemvArgs {
   // knob qkv_post_room) finds room for its blocks while this one runs. Same results: every row
   // group is still summed by the same warps' arithmetic. 0 <= spare_sms < SMs.
   int spare_sms = 0;
+  // spare_sms is a ceiling: the grid leaves only as many SMs free as keep the number of rounds
+  // its warps take through the row groups (ceil(row groups / warps on the grid)) what it is on
+  // every SM (knob gateup_room: a fourth round on 8B gate/up costs 4 %, docs/PERF.md S34-3).
+  bool spare_same_rounds = false;
 };
 
 // Validates the arguments (throws lmf::Error naming what is wrong) and launches. Grid sizes come

@@ -41,15 +41,27 @@ static int gemv_occupancy(const void* func, int threads, size_t smem) {
 // 0.6B qkv, o, down). Automatic = one per SM for exactly those (session 6: +1.7 % on 8B, +2.7 %
 // on 4B end to end). Also counting two one-batch row groups per warp as short (0.6B gate/up)
 // measured 0.96 on 0.6B tg128 (S16-1/S16-2).
-int gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches, int spare_sms) {
+// spare_same_rounds: spare_sms is a ceiling, lowered until the warps' rounds through the row
+// groups are as few as on every SM.
+int gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches, int spare_sms,
+              bool spare_same_rounds) {
   const int occ = std::max(1, gemv_occupancy(func, threads, smem));
   const int n_rg = (rows + kRows - 1) / kRows;
-  const int sms = device_sm_count() - spare_sms;
   const Tri mode = gemv_coresident_mode();
-  const bool fits = rg_batches <= 2 && n_rg <= sms * (threads / 32);
-  const bool one = mode == Tri::Auto ? fits : mode == Tri::On;
-  const int per_sm = one ? 1 : occ;
-  return std::max(1, std::min(n_rg, sms * per_sm));
+  auto grid = [&](int spare) {
+    const int sms = device_sm_count() - spare;
+    const bool fits = rg_batches <= 2 && n_rg <= sms * (threads / 32);
+    const bool one = mode == Tri::Auto ? fits : mode == Tri::On;
+    const int per_sm = one ? 1 : occ;
+    return std::max(1, std::min(n_rg, sms * per_sm));
+  };
+  auto rounds = [&](int spare) {
+    const int warps = grid(spare) * (threads / 32);
+    return (n_rg + warps - 1) / warps;
+  };
+  if (spare_same_rounds)
+    while (spare_sms > 0 && rounds(spare_sms) > rounds(0)) --spare_sms;
+  return grid(spare_sms);
 }
 }  // namespace dev
 
@@ -163,6 +175,7 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   if (const int sms = device_sm_count(); a.spare_sms < 0 || a.spare_sms >= sms)
     LMF_FAIL("cuda gemv: spare_sms must be in [0, ", sms, "), got ", a.spare_sms);
   p.spare_sms = a.spare_sms;
+  p.spare_same_rounds = a.spare_same_rounds;
   const bool wide = gemv_runs_wide(w.type, a.wide);
   bool ok = false;
   switch (w.type) {

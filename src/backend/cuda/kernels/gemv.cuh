@@ -166,6 +166,7 @@ struct GemvParams {
   uint8_t* xq;             // SiluMulQ: written; Int8 prologue: read
   unsigned* xq_cnt;        // SiluMulQ: per 32-block of y
   int spare_sms;           // host: SMs the grid leaves free (GemvArgs::spare_sms); not read by the kernel
+  bool spare_same_rounds;  // host: GemvArgs::spare_same_rounds; not read by the kernel
 };
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a

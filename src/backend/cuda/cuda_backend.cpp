@@ -299,11 +299,13 @@ class CudaBackend final : public Backend {
   //   block (n_head / heads per block), at most a quarter of the SMs. o_proj blocks placed where
   //   an attention block still runs start only when it ends and load their weights from there;
   //   with the smaller grid every block is resident during the attention (tg128 4B 1.027, 8B 1.008).
-  // - Narrow integer-dot (8-warp blocks, one per SM for this short shape): half the SMs, so each
-  //   block has a row group for ~4 of its 8 warps instead of ~2 and gate/up's blocks find whole
-  //   SMs beside o's (0.6B tg128: 33 / 66 / 100 spare SMs 1.012 / 1.017 / 1.009). Only while o's
-  //   weights stay small per remaining SM (<= 20 KB, 0.6B Q4_0: 18 KB), as each SM loads its share
-  //   during the attention; a larger o_proj keeps every SM streaming.
+  // - Narrow integer-dot (8-warp blocks, one per SM for this short shape): two thirds of the SMs,
+  //   so o's 256 row groups (0.6B) fill ~6 of each block's 8 warps instead of ~2 and the
+  //   attention and gate/up run beside fewer o blocks loading (0.6B tg128 against none: 33 / 66 /
+  //   100 spare SMs 1.012 / 1.017 / 1.009 with gate/up's room off; with it on, against 66: 80
+  //   1.005, 84-96 1.008-1.012, 100 one round of 1.011, one of 1.000; docs/PERF.md S34-1, S34-6).
+  //   Only while o's weights stay small per remaining SM (<= 32 KB; 0.6B Q4_0: 27 KB), as each SM
+  //   loads its share during the attention; a larger o_proj keeps every SM streaming.
   int o_spare_sms(const cuda::DeviceWeight& w) const {
     if (!o_room_ || !direct_step_) return 0;
     const int sms = cuda::device_sm_count();
@@ -312,9 +314,9 @@ class CudaBackend final : public Backend {
       const int blocks = int(m_->hp.n_head) / std::max(1, hpb);
       return std::min(blocks, sms / 4);
     }
-    constexpr size_t kMaxBytesPerSm = 20 << 10;
+    constexpr size_t kMaxBytesPerSm = 32 << 10;
     const bool int8x = w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0;
-    const int spare = sms / 2;
+    const int spare = sms * 2 / 3;
     return int8x && cuda::weight_bytes(w) <= size_t(sms - spare) * kMaxBytesPerSm ? spare : 0;
   }
   // SMs gate/up's GEMV may leave free (knob gateup_room; docs/PERF.md S34-2 to S34-4), so down's

@@ -294,9 +294,11 @@ class CudaBackend final : public Backend {
     const int spare = ((e.n_head + 2 * e.n_kv_head) * e.head_dim + kThreadsPerSpareSm - 1) / kThreadsPerSpareSm;
     return std::min(spare, cuda::device_sm_count() / 8);  // a small GPU keeps its SMs for the GEMV
   }
-  // SMs o_proj's GEMV leaves free in direct steps (knob o_room; docs/PERF.md S33-7, S34-1):
+  // SMs o_proj's GEMV leaves free in direct steps, and with o_room forced on in the split +
+  // merge steps too (not yet measured there; docs/PERF.md S33-7, S34-1, S34-8):
   // - Wide (integer-dot, one 16-warp block per SM filling its register file): one per attention
-  //   block (n_head / heads per block), at most a quarter of the SMs. o_proj blocks placed where
+  //   block (n_head / heads per block; split steps: the merge kernel's n_head blocks), at most a
+  //   quarter of the SMs. o_proj blocks placed where
   //   an attention block still runs start only when it ends and load their weights from there;
   //   with the smaller grid every block is resident during the attention (tg128 4B 1.027, 8B 1.008).
   // - Narrow integer-dot (8-warp blocks, one per SM for this short shape): two thirds of the SMs,
@@ -307,17 +309,16 @@ class CudaBackend final : public Backend {
   //   Only while o's weights stay small per remaining SM (<= 32 KB; 0.6B Q4_0: 27 KB), as each SM
   //   loads its share during the attention; a larger o_proj keeps every SM streaming.
   int o_spare_sms(const cuda::DeviceWeight& w) const {
-    if (!o_room_ || !direct_step_) return 0;
+    if (!o_room_ || !(direct_step_ || o_room_split_)) return 0;
     const int sms = cuda::device_sm_count();
     if (cuda::gemv_runs_wide(w.type)) {
-      const int hpb = attn_direct_hpb_ > 0 ? attn_direct_hpb_ : int(m_->hp.n_head / m_->hp.n_head_kv);
+      const int hpb = !direct_step_ ? 1 : attn_direct_hpb_ > 0 ? attn_direct_hpb_ : int(m_->hp.n_head / m_->hp.n_head_kv);
       const int blocks = int(m_->hp.n_head) / std::max(1, hpb);
       return std::min(blocks, sms / 4);
     }
     constexpr size_t kMaxBytesPerSm = 32 << 10;
-    const bool int8x = w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0;
     const int spare = sms * 2 / 3;
-    return int8x && cuda::weight_bytes(w) <= size_t(sms - spare) * kMaxBytesPerSm ? spare : 0;
+    return cuda::int8_dot(w.type) && cuda::weight_bytes(w) <= size_t(sms - spare) * kMaxBytesPerSm ? spare : 0;
   }
   // SMs gate/up's GEMV may leave free (knob gateup_room; docs/PERF.md S34-2 to S34-4), so down's
   // blocks become resident on them and load their first weights before gate/up ends (4B, 12
@@ -330,8 +331,7 @@ class CudaBackend final : public Backend {
   // streams the more); narrow: half (0.6B, 24 / 33 / 36: 1.00 / 1.006 / 1.009, 36 = one full
   // round of its 1,536 row groups). Integer-dot types only (measured there).
   int gateup_spare_sms(DType w) const {
-    const bool int8x = w == DType::Q4_0 || w == DType::Q4_1 || w == DType::Q8_0;
-    if (!gateup_room_ || !int8x) return 0;
+    if (!gateup_room_ || !cuda::int8_dot(w)) return 0;
     const int sms = cuda::device_sm_count();
     return cuda::gemv_runs_wide(w) ? sms / 6 : sms / 2;
   }
@@ -372,6 +372,7 @@ class CudaBackend final : public Backend {
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
   Tri qkv_post_room_ = Tri::Auto;            // decode: SMs left free for it by the QKV GEMV (qkv_post_spare_sms)
   bool o_room_ = false;                      // decode, direct steps: o_proj's grid leaves SMs free (o_spare_sms)
+  bool o_room_split_ = false;                // ... in the split + merge steps too (o_room forced on)
   bool gateup_room_ = false;                 // decode: gate/up's grid leaves SMs free for down (gateup_spare_sms)
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
@@ -514,6 +515,7 @@ void CudaBackend::prepare(Graph& g) {
   qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, true);
   qkv_post_room_ = k.qkv_post_room;
   o_room_ = tri_resolve(k.o_room, true);
+  o_room_split_ = k.o_room == Tri::On;
   gateup_room_ = tri_resolve(k.gateup_room, true);
   // Measured slower (docs/PERF.md S13-1/S13-2: 0.94x 8B, 0.96x 0.6B): gate/up's counting tail
   // costs ~3.8 µs per 8B layer, and down's shorter staging does not shorten down (its weight

@@ -325,6 +325,8 @@ void set_gemv_coresident(Tri mode);
 // Set before capture.
 void set_gemv_wide(bool on);
 bool gemv_wide();
+// The weight types whose decode GEMVs take the integer-dot path (x quantized to int8, dp4a).
+constexpr bool int8_dot(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
 // Whether a GEMV over type t with GemvArgs::wide = wide runs the 16-warp block (the integer-dot
 // types only; the decision gemv() takes).
 bool gemv_runs_wide(DType t, Tri wide = Tri::Auto);

@@ -75,8 +75,7 @@ std::atomic<bool> g_wide{false};
 void set_gemv_wide(bool on) { g_wide.store(on, std::memory_order_relaxed); }
 bool gemv_wide() { return g_wide.load(std::memory_order_relaxed); }
 bool gemv_runs_wide(DType t, Tri wide) {
-  const bool int8x = t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0;
-  return int8x && (wide == Tri::Auto ? gemv_wide() : wide == Tri::On);
+  return int8_dot(t) && (wide == Tri::Auto ? gemv_wide() : wide == Tri::On);
 }
 int dev::pdl_early_trigger() { return g_pdl_early.load(std::memory_order_relaxed); }
 void set_pdl_early_trigger(int mask) { g_pdl_early.store(mask, std::memory_order_relaxed); }
@@ -105,7 +104,7 @@ bool gemv_supported(DType t, Prologue pro, Epilogue epi) {
 #define LMF_GEMV_SUPPORTED(PRO_, EPI_) \
   if (pro == Prologue::PRO_ && epi == Epilogue::EPI_) return true;
   LMF_GEMV_ALLOW_LIST_PLAIN(LMF_GEMV_SUPPORTED)
-  if (t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0) {
+  if (int8_dot(t)) {
     LMF_GEMV_ALLOW_LIST_XQ(LMF_GEMV_SUPPORTED)
   }
 #undef LMF_GEMV_SUPPORTED

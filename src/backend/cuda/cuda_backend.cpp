@@ -298,9 +298,9 @@ class CudaBackend final : public Backend {
   // merge steps too (not yet measured there; docs/PERF.md S33-7, S34-1, S34-8):
   // - Wide (integer-dot, one 16-warp block per SM filling its register file): one per attention
   //   block (n_head / heads per block; split steps: the merge kernel's n_head blocks), at most a
-  //   quarter of the SMs. o_proj blocks placed where
-  //   an attention block still runs start only when it ends and load their weights from there;
-  //   with the smaller grid every block is resident during the attention (tg128 4B 1.027, 8B 1.008).
+  //   quarter of the SMs. o_proj blocks placed where an attention block still runs start only
+  //   when it ends and load their weights from there; with the smaller grid every block is
+  //   resident during the attention (tg128 4B 1.027, 8B 1.008).
   // - Narrow integer-dot (8-warp blocks, one per SM for this short shape): two thirds of the SMs,
   //   so o's 256 row groups (0.6B) fill ~6 of each block's 8 warps instead of ~2 and the
   //   attention and gate/up run beside fewer o blocks loading (0.6B tg128 against none: 33 / 66 /

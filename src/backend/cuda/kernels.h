@@ -144,9 +144,9 @@ struct GemvArgs {
   unsigned* xq_counters = nullptr;  // SiluMulQ: per 32-block of y, see gemv_xq_counters_alloc
   // Integer-dot types: one 16-warp block per SM (On) or 8-warp blocks (Off); Auto = set_gemv_wide.
   Tri wide = Tri::Auto;
-  // SMs the grid leaves free, so a small kernel launched after this one (the QKV epilogue kernel:
-  // knob qkv_post_room) finds room for its blocks while this one runs. Same results: every row
-  // group is still summed by the same warps' arithmetic. 0 <= spare_sms < SMs.
+  // SMs the grid leaves free, so the kernel launched after this one finds whole SMs for its
+  // blocks while this one runs (knobs qkv_post_room, o_room, gateup_room). Same results: every
+  // row group is still summed by the same warps' arithmetic. 0 <= spare_sms < SMs.
   int spare_sms = 0;
   // spare_sms is a ceiling: the grid leaves only as many SMs free as keep the number of rounds
   // its warps take through the row groups (ceil(row groups / warps on the grid)) what it is on

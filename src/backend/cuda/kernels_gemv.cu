@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv_grid.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels/gemv_launch.cuh"
 
@@ -30,38 +31,19 @@ static int gemv_occupancy(const void* func, int threads, size_t smem) {
   return occ;
 }
 
-// Blocks for a launch: one per row group up to what is resident at once (row groups are dealt
-// round-robin over blocks, so every SM gets an equal share and small matrices still spread over
-// all SMs; warps of a block without a row group only help stage x). One block per SM instead
-// (set_gemv_coresident On) leaves room for the next PDL kernel's block. Measured (docs/PERF.md,
-// session 5): one per SM for every GEMV is slower end to end (gate/up and down lose half their
-// loads in flight) but faster in isolation for the short shapes, those where one block per SM
-// still gives every row group its own warp and a warp's whole row group is in the batches it
-// loads before the PDL wait (rg_batches <= 2 column batches per row group: 8B and 4B o_proj;
-// 0.6B qkv, o, down). Automatic = one per SM for exactly those (session 6: +1.7 % on 8B, +2.7 %
-// on 4B end to end). Also counting two one-batch row groups per warp as short (0.6B gate/up)
-// measured 0.96 on 0.6B tg128 (S16-1/S16-2).
-// spare_same_rounds: spare_sms is a ceiling, lowered until the warps' rounds through the row
-// groups are as few as on every SM.
+// Blocks for a launch (gemv_grid.h): the shape's row groups and batches, the instance's
+// occupancy; spare_same_rounds makes spare_sms a ceiling (gemv_spare_same_rounds).
 int gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches, int spare_sms,
               bool spare_same_rounds) {
-  const int occ = std::max(1, gemv_occupancy(func, threads, smem));
-  const int n_rg = (rows + kRows - 1) / kRows;
-  const Tri mode = gemv_coresident_mode();
-  auto grid = [&](int spare) {
-    const int sms = device_sm_count() - spare;
-    const bool fits = rg_batches <= 2 && n_rg <= sms * (threads / 32);
-    const bool one = mode == Tri::Auto ? fits : mode == Tri::On;
-    const int per_sm = one ? 1 : occ;
-    return std::max(1, std::min(n_rg, sms * per_sm));
-  };
-  auto rounds = [&](int spare) {
-    const int warps = grid(spare) * (threads / 32);
-    return (n_rg + warps - 1) / warps;
-  };
-  if (spare_same_rounds)
-    while (spare_sms > 0 && rounds(spare_sms) > rounds(0)) --spare_sms;
-  return grid(spare_sms);
+  GemvGridShape g;
+  g.sms = device_sm_count();
+  g.occ = std::max(1, gemv_occupancy(func, threads, smem));
+  g.warps = threads / 32;
+  g.row_groups = (rows + kRows - 1) / kRows;
+  g.rg_batches = rg_batches;
+  g.coresident = gemv_coresident_mode();
+  if (spare_same_rounds) spare_sms = gemv_spare_same_rounds(g, spare_sms);
+  return gemv_grid_blocks(g, spare_sms);
 }
 }  // namespace dev
 

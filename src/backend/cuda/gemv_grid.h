@@ -1,0 +1,52 @@
+// The decode GEMV's grid arithmetic (pure C++, no CUDA headers: the CPU unit tests check it).
+// kernels_gemv.cu's gemv_grid supplies the device's SM count and the instance's occupancy.
+#pragma once
+#include <algorithm>
+
+#include "util/tri.h"
+
+namespace lmf::cuda {
+
+struct GemvGridShape {
+  int sms = 0;         // the device's SMs
+  int occ = 1;         // blocks of the instance resident per SM (cudaOccupancy..., >= 1)
+  int warps = 8;       // warps per block
+  int row_groups = 0;  // ceil(rows / kRows)
+  int rg_batches = 1;  // column batches per row group
+  Tri coresident = Tri::Auto;
+};
+
+// Blocks for a launch with `spare` SMs left free: one per row group up to what is resident at
+// once (row groups are dealt round-robin over blocks, so every SM gets an equal share and small
+// matrices still spread over all SMs; warps of a block without a row group only help stage x).
+// One block per SM instead (coresident On) leaves room for the next PDL kernel's block. Measured
+// (docs/PERF.md, session 5): one per SM for every GEMV is slower end to end (gate/up and down
+// lose half their loads in flight) but faster in isolation for the short shapes, those where one
+// block per SM still gives every row group its own warp and a warp's whole row group is in the
+// batches it loads before the PDL wait (rg_batches <= 2 column batches per row group: 8B and 4B
+// o_proj; 0.6B qkv, o, down). Automatic = one per SM for exactly those (session 6: +1.7 % on 8B,
+// +2.7 % on 4B end to end). Also counting two one-batch row groups per warp as short (0.6B
+// gate/up) measured 0.96 on 0.6B tg128 (S16-1/S16-2).
+constexpr int gemv_grid_blocks(const GemvGridShape& g, int spare) {
+  const int sms = g.sms - spare;
+  const bool fits = g.rg_batches <= 2 && g.row_groups <= sms * g.warps;
+  const bool one = g.coresident == Tri::Auto ? fits : g.coresident == Tri::On;
+  const int per_sm = one ? 1 : std::max(1, g.occ);
+  return std::max(1, std::min(g.row_groups, sms * per_sm));
+}
+
+// Rounds the grid's warps take through the row groups: ceil(row groups / warps on the grid).
+constexpr int gemv_grid_rounds(const GemvGridShape& g, int spare) {
+  const int warps = gemv_grid_blocks(g, spare) * g.warps;
+  return (g.row_groups + warps - 1) / warps;
+}
+
+// The most SMs, up to `ceiling`, a grid may leave free without adding a round
+// (GemvArgs::spare_same_rounds): a fourth round on 8B gate/up costs 4 % (docs/PERF.md S34-3).
+constexpr int gemv_spare_same_rounds(const GemvGridShape& g, int ceiling) {
+  int spare = ceiling;
+  while (spare > 0 && gemv_grid_rounds(g, spare) > gemv_grid_rounds(g, 0)) --spare;
+  return spare;
+}
+
+}  // namespace lmf::cuda

@@ -1,0 +1,75 @@
+// The decode GEMV's grid arithmetic (backend/cuda/gemv_grid.h) on the H200's 132 SMs and the
+// three benchmark models' shapes: the blocks of each launch, and the spare-SM ceiling lowered to
+// keep the rounds through the row groups, at the bounds the S34-3/S34-4 sweeps found on the GPU
+// (4B gate/up 30 -> 31 and 8B 4 -> 8 spare SMs added a round and lost 2-4 %; 0.6B 36 -> 37).
+#include <gtest/gtest.h>
+
+#include "backend/cuda/gemv_grid.h"
+
+namespace lmf::cuda {
+namespace {
+
+constexpr int kH200 = 132;
+
+// rg_batches as gemv_launch.cuh computes it for the 4-bit types (two steps of 32 blocks a batch).
+constexpr int batches_q4(int cols) { return ((cols / 32 + 31) / 32 + 1) / 2; }
+
+GemvGridShape shape(int rows, int cols, int warps, int occ) {
+  GemvGridShape g;
+  g.sms = kH200;
+  g.occ = occ;
+  g.warps = warps;
+  g.row_groups = (rows + 3) / 4;
+  g.rg_batches = batches_q4(cols);
+  return g;
+}
+
+TEST(GemvGrid, WideGateUpKeepsItsRounds) {
+  const GemvGridShape g8 = shape(2 * 12288, 4096, 16, 1);  // 8B gate/up, one 16-warp block per SM
+  EXPECT_EQ(gemv_grid_blocks(g8, 0), kH200);
+  EXPECT_EQ(gemv_grid_rounds(g8, 0), 3);
+  EXPECT_EQ(gemv_grid_rounds(g8, 4), 3);
+  EXPECT_EQ(gemv_grid_rounds(g8, 5), 4);
+  EXPECT_EQ(gemv_spare_same_rounds(g8, kH200 / 6), 4);
+  const GemvGridShape g4 = shape(2 * 9728, 2560, 16, 1);  // 4B gate/up
+  EXPECT_EQ(gemv_spare_same_rounds(g4, kH200 / 6), kH200 / 6);
+  EXPECT_EQ(gemv_spare_same_rounds(g4, 33), 30);
+  EXPECT_EQ(gemv_grid_rounds(g4, 31), 4);
+  EXPECT_EQ(gemv_grid_blocks(g4, 22), kH200 - 22);
+}
+
+TEST(GemvGrid, NarrowGateUpKeepsOneRound) {
+  const GemvGridShape g = shape(2 * 3072, 1024, 8, 2);  // 0.6B gate/up, two 8-warp blocks per SM
+  EXPECT_EQ(gemv_grid_blocks(g, 0), 2 * kH200);
+  EXPECT_EQ(gemv_grid_rounds(g, 0), 1);
+  EXPECT_EQ(gemv_spare_same_rounds(g, kH200 / 2), 36);
+  EXPECT_EQ(gemv_grid_blocks(g, 36), 2 * 96);
+  EXPECT_EQ(gemv_grid_rounds(g, 37), 2);
+}
+
+TEST(GemvGrid, ShortShapesOneBlockPerSm) {
+  const GemvGridShape o = shape(1024, 2048, 8, 2);  // 0.6B o_proj: coresident, one block per SM
+  EXPECT_EQ(gemv_grid_blocks(o, 0), kH200);
+  EXPECT_EQ(gemv_grid_blocks(o, kH200 * 2 / 3), 44);  // o_room's narrow rule
+  GemvGridShape forced = o;
+  forced.coresident = Tri::Off;  // every resident block, up to one per row group
+  EXPECT_EQ(gemv_grid_blocks(forced, 0), 256);
+  const GemvGridShape o4 = shape(2560, 4096, 16, 1);  // 4B o_proj, wide; o_room leaves 32 SMs
+  EXPECT_EQ(gemv_grid_blocks(o4, 32), 100);
+}
+
+TEST(GemvGrid, CeilingEdges) {
+  const GemvGridShape g = shape(2 * 12288, 4096, 16, 1);
+  EXPECT_EQ(gemv_spare_same_rounds(g, 0), 0);
+  // A tiny matrix: 24 row groups, one block per SM while its warps hold them all; on the last
+  // SM (131 spare) one per SM no longer fits and it takes its two resident blocks: 16 warps, a
+  // second round; 130 spare leave 2 SMs x 2 blocks, one round.
+  const GemvGridShape t = shape(96, 64, 8, 2);
+  EXPECT_EQ(gemv_grid_blocks(t, 0), 24);
+  EXPECT_EQ(gemv_grid_blocks(t, kH200 - 1), 2);
+  EXPECT_EQ(gemv_grid_rounds(t, kH200 - 1), 2);
+  EXPECT_EQ(gemv_spare_same_rounds(t, kH200 - 1), kH200 - 2);
+}
+
+}  // namespace
+}  // namespace lmf::cuda

@@ -231,7 +231,7 @@ TEST(CudaAttention, OddGroupsAndContexts) {
 // (one split), mid and long (several splits, the new row in the last one) lengths.
 namespace {
 void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool norms, RopeStyle st, uint32_t seed,
-                   bool staged) {
+                   bool staged, bool table) {
   std::mt19937 rng(seed);
   const int rows = (n_head + 2 * n_kv) * hd;
   auto raw = randn(size_t(rows), rng);
@@ -275,9 +275,13 @@ void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool no
   b.norm_eps = pa.eps;
   b.rope = st;
   b.theta = pa.theta;
+  // RoPE's (cos, sin) from the table (knob rope_table) against qkv_post computing them: the same bits.
+  float2* rope_table = table ? rope_table_alloc(n_ctx, hd, pa.theta, nullptr) : nullptr;
+  b.rope_cs = rope_table;
   attention_decode(b);
   auto o1 = d_out1.get(), o2 = d_out2.get();
-  const std::string what = std::string(staged ? "staged " : "") + "heads " + std::to_string(n_head) + "/" +
+  const std::string what = std::string(staged ? "staged " : "") + (table ? "table " : "") + "heads " +
+                           std::to_string(n_head) + "/" +
                            std::to_string(n_kv) + " hd " + std::to_string(hd) + " pos " + std::to_string(pos) +
                            (norms ? " norms" : "");
   EXPECT_TRUE(all_finite(o2) && d_out2.guards_intact() && part2.guards_intact()) << what;
@@ -337,6 +341,7 @@ void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool no
       EXPECT_TRUE(k5.guards_intact() && v5.guards_intact()) << what << " direct head split";
     }
   }
+  if (rope_table) cudaFree(rope_table);
 }
 }  // namespace
 
@@ -347,9 +352,9 @@ TEST(CudaAttention, QkvEpilogueInKernelMatchesSeparate) {
       for (int pos : {0, 6, 63, 64, 300, 4095}) {
         const bool norms = (seed & 1) != 0;
         const RopeStyle st = (seed % 3) ? RopeStyle::NeoX : RopeStyle::Adjacent;
-        for (bool staged : {false, true}) run_attn_post(nh, nkv, hd, 4096, pos, norms, st, seed, staged);
+        for (bool staged : {false, true}) run_attn_post(nh, nkv, hd, 4096, pos, norms, st, seed, staged, (seed & 2) != 0);
         ++seed;
       }
   for (bool staged : {false, true})  // MHA, last position of a tiny context
-    run_attn_post(8, 8, 128, 33, 32, true, RopeStyle::NeoX, 600, staged);
+    run_attn_post(8, 8, 128, 33, 32, true, RopeStyle::NeoX, 600, staged, staged);
 }

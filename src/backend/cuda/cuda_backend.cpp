@@ -924,6 +924,7 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
             a.norm_eps = e.eps;
             a.rope = e.rope;
             a.theta = e.theta;
+            a.rope_cs = e.rope_cs;  // the RoPE table when rope_table is on (the same values)
           }
       cuda::attention_decode(a, stream_);
       break;

@@ -186,6 +186,7 @@ struct AttnArgs {
   float norm_eps = 1e-6f;
   RopeStyle rope = RopeStyle::NeoX;
   float theta = 1e6f;
+  const float2* rope_cs = nullptr;  // RoPE's (cos, sin) per position and pair (rope_table_alloc) or null: computed
   unsigned long long* tl = nullptr;  // launch timeline: two slots, split then merge (measurement)
   // Merge fusion (knob LMFUSE_ATTN_MERGE_FUSION, automatic off: measured slower): n_kv_head
   // counters, zeroed once by the caller and left zero by every launch; the last split block of

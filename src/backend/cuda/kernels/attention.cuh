@@ -69,6 +69,7 @@ struct AttnParams {
   float eps;
   int rope_neox;
   float theta;
+  const float2* rope_cs;  // RoPE's (cos, sin) table [n_ctx][HD / 2] (rope_table_alloc) or null: computed
   __half* k_w;
   __half* v_w;
   unsigned long long* tl;  // launch timeline: split slot, merge slot (kTlWords apart) or null
@@ -136,10 +137,13 @@ __device__ __forceinline__ AttnSlice attn_block_slice(const AttnParams& p, int s
 
 // Head `src` [HD] -> out [HD] (shared memory) for one warp: optional RMSNorm (gamma), then RoPE
 // at pos unless rope is false; lane l handles elements l, l + 32, ... Norm and RoPE arithmetic
-// of the unfused kernels (common.cuh, head_sumsq_warp / head_norm / rope_rotate).
+// of the unfused kernels (common.cuh, head_sumsq_warp / head_norm / rope_rotate); RoPE's (cos,
+// sin) from the table when cs_table is set (the same values, rope_table_alloc), as qkv_post reads
+// them.
 template <int HD>
 __device__ __forceinline__ void head_post_warp(const float* src, const float* gamma, float eps, bool rope,
-                                               bool neox, float theta, int pos, float* out, int lane) {
+                                               bool neox, float theta, const float2* cs_table, int pos,
+                                               float* out, int lane) {
   constexpr int NJ = HD / 32;
   float x[NJ];
 #pragma unroll
@@ -170,7 +174,13 @@ __device__ __forceinline__ void head_post_warp(const float* src, const float* ga
       partner = first ? d + 1 : d - 1;
     }
     float c, s;
-    rope_cs(pos, i, HD, theta, &c, &s);
+    if (cs_table) {
+      const float2 cs = __ldg(cs_table + size_t(pos) * size_t(half) + size_t(i));
+      c = cs.x;
+      s = cs.y;
+    } else {
+      rope_cs(pos, i, HD, theta, &c, &s);
+    }
     y[j] = rope_rotate(x[j], out[partner], c, s, first);
   }
   __syncwarp();
@@ -275,12 +285,13 @@ __device__ __forceinline__ void attn_post_epilogue(const AttnParams& p, int kvh,
                                                    __half (*kv_h)[HD]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int g = warp; g < HB; g += kAttnWarps)
-    head_post_warp<HD>(p.raw + size_t(h0 + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, pos,
-                       q_out[g], lane);
+    head_post_warp<HD>(p.raw + size_t(h0 + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, p.rope_cs,
+                       pos, q_out[g], lane);
   if (has_pos && warp < 2) {  // warp 0: k (norm + RoPE), warp 1: v (as is)
     const bool is_k = warp == 0;
     const float* src = p.raw + size_t(p.n_head + (is_k ? 0 : p.n_kv) + kvh) * HD;
-    head_post_warp<HD>(src, is_k ? p.k_norm : nullptr, p.eps, is_k, p.rope_neox != 0, p.theta, pos, kv[warp], lane);
+    head_post_warp<HD>(src, is_k ? p.k_norm : nullptr, p.eps, is_k, p.rope_neox != 0, p.theta, p.rope_cs, pos,
+                       kv[warp], lane);
     __half* dst = (is_k ? p.k_w : p.v_w) + (size_t(kvh) * p.n_ctx + pos) * HD;
     for (int d = lane; d < HD; d += 32) {
       const __half h = __float2half_rn(kv[warp][d]);

@@ -40,7 +40,7 @@ const std::vector<KnobInfo>& knob_table() {
       {"gateup_room", "LMFUSE_GATEUP_ROOM", &Knobs::gateup_room,
        "CUDA decode: the gate/up GEMV's grid leaves SMs free, so down's blocks become resident (and load their weights) while it runs: at most a sixth of the SMs for a wide GEMV, half for a narrow one, and only as many as add no round through its row groups (integer-dot types; auto = on)"},
       {"rope_table", "LMFUSE_ROPE_TABLE", &Knobs::rope_table,
-       "CUDA: the QKV epilogue kernel reads RoPE's cosine and sine from a table of every position filled at load with the same arithmetic, instead of computing them in every layer (auto = on)"},
+       "CUDA: the QKV epilogue (its own kernel, or inside the attention with attn_rope_fusion) reads RoPE's cosine and sine from a table of every position filled at load with the same arithmetic, instead of computing them in every layer (auto = on)"},
       {"attn_staged", "LMFUSE_ATTN_STAGED", &Knobs::attn_staged,
        "CUDA decode: attention pass 1 copies K/V into shared-memory stages and gives each position a lane (0 = the register form)"},
       {"attn_single_split", "LMFUSE_ATTN_SINGLE_SPLIT", &Knobs::attn_single_split,

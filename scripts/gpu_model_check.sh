@@ -2,7 +2,7 @@
 # Whole-engine check on the GPU machine: builds lmfuse with CUDA, compares whole-model logits
 # against the golden references and the CPU backend, and runs the benchmarks. Logs under $OUT.
 # Carry .deps (scripts/carry_deps.sh) so CLI11 / nlohmann-json headers exist there.
-#   STAGES="correct bench ab profile depth" (default: all)
+#   STAGES="correct bench ab profile depth" (default: all); KNOBS / DEPTH_KNOBS: the A/B lists
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -50,5 +50,9 @@ fi
 if has depth; then
   $L bench -m $M/qwen3-8b.gguf -p 0 -n 128 -d 16 -r 2 2>&1 | tee "$OUT/depth.md"
   $L bench -m $M/qwen3-8b.gguf -p 0 -n 128 -d 4096 -r 1 2>&1 | tee -a "$OUT/depth.md"
+  # Knobs A/B'd at depth 4096 (the split + merge steps), e.g. DEPTH_KNOBS="o_room".
+  for k in ${DEPTH_KNOBS:-}; do
+    $L bench -m $M/qwen3-8b.gguf -p 0 -n 128 -d 4096 -r 1 --ab $k 2>&1 | tee -a "$OUT/depth.md"
+  done
 fi
 exit $rc

@@ -312,7 +312,10 @@ class CudaBackend final : public Backend {
     if (!o_room_ || !(direct_step_ || o_room_split_)) return 0;
     const int sms = cuda::device_sm_count();
     if (cuda::gemv_runs_wide(w.type)) {
-      const int hpb = !direct_step_ ? 1 : attn_direct_hpb_ > 0 ? attn_direct_hpb_ : int(m_->hp.n_head / m_->hp.n_head_kv);
+      // Heads per attention block: the direct launch's (its whole KV group without the head
+      // split); the merge kernel takes one.
+      int hpb = 1;
+      if (direct_step_) hpb = attn_direct_hpb_ > 0 ? attn_direct_hpb_ : int(m_->hp.n_head / m_->hp.n_head_kv);
       const int blocks = int(m_->hp.n_head) / std::max(1, hpb);
       return std::min(blocks, sms / 4);
     }
@@ -415,13 +418,14 @@ void CudaBackend::load(const Model& m) {
   const auto& hp = m.hp;
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const Knobs& k = opts_.knobs;
+  const bool rope_table = tri_resolve(k.rope_table, true);
   const uint64_t kv_bytes = uint64_t(hp.n_layer) * 2 * uint64_t(opts_.n_ctx) * uint64_t(hp.kv_dim()) * 2;
-  const uint64_t rope_bytes = uint64_t(opts_.n_ctx) * uint64_t(hp.head_dim / 2) * 8;  // rope_table_alloc
+  const uint64_t rope_bytes = rope_table ? cuda::rope_table_bytes(opts_.n_ctx, int(hp.head_dim)) : 0;
   const uint64_t need = m.weight_bytes() + (hp.tied_output ? m.tok_embd.nbytes : 0) + kv_bytes + rope_bytes;
   if (need + (256ull << 20) > free_b)
     LMF_FAIL("model needs about ", (need >> 20), " MiB of GPU memory (weights + KV cache for ", opts_.n_ctx,
              " positions); ", (free_b >> 20), " MiB are free on ", dev_name_);
-  const Knobs& k = opts_.knobs;
   const bool gateup_fused = k.fusion != Tri::Off && k.gateup_fusion != Tri::Off;
 
   auto upload = [&](LayerDev& L, const cuda::HostPacked& h) {
@@ -487,7 +491,7 @@ void CudaBackend::load(const Model& m) {
   // RoPE's cosine and sine of every position, for the QKV epilogue kernel: computed once here
   // instead of in every layer of every step (docs/PERF.md S33-3: 4B/8B's epilogue kernel waited
   // on its own powf + sincosf). Same values (rope_table_alloc uses the kernel's rope_cs).
-  if (tri_resolve(k.rope_table, true)) {
+  if (rope_table) {
     float2* t = cuda::rope_table_alloc(opts_.n_ctx, int(hp.head_dim), hp.rope_theta, stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     buffers_.push_back(t);

@@ -41,9 +41,7 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
   if (!is_v) {
     if (gamma) g = gamma[d];
     if constexpr (kTable) {
-      const float2 cs = __ldg(a.rope_cs + size_t(pos) * size_t(half) + size_t(i));  // a constant table
-      c = cs.x;
-      s = cs.y;
+      dev::rope_cs_table(a.rope_cs, pos, i, hd, &c, &s);
     } else {
       dev::rope_cs(pos, i, hd, a.theta, &c, &s);
     }
@@ -113,7 +111,7 @@ float2* rope_table_alloc(int64_t n_pos, int head_dim, float theta, cudaStream_t 
   const int half = head_dim / 2;
   const int64_t n = n_pos * half;
   float2* t = nullptr;
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&t), size_t(n) * sizeof(float2)));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&t), size_t(rope_table_bytes(n_pos, head_dim))));
   rope_table_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(t, n, half, head_dim, theta);
   CUDA_CHECK_LAUNCH();
   return t;

@@ -45,6 +45,7 @@ void qkv_post(const QkvPostArgs& a, cudaStream_t s);
 // by rope_cs (kernels/common.cuh), so a kernel that reads them gets the bits it would compute.
 // Free with cudaFree.
 float2* rope_table_alloc(int64_t n_pos, int head_dim, float theta, cudaStream_t s);
+inline uint64_t rope_table_bytes(int64_t n_pos, int head_dim) { return uint64_t(n_pos) * uint64_t(head_dim / 2) * 8; }
 
 // The same epilogue run inside the QKV GEMV (Epilogue::QKV): its parameters from these, with the
 // GEMV's raw scratch and head counters.

@@ -174,13 +174,10 @@ __device__ __forceinline__ void head_post_warp(const float* src, const float* ga
       partner = first ? d + 1 : d - 1;
     }
     float c, s;
-    if (cs_table) {
-      const float2 cs = __ldg(cs_table + size_t(pos) * size_t(half) + size_t(i));
-      c = cs.x;
-      s = cs.y;
-    } else {
+    if (cs_table)
+      rope_cs_table(cs_table, pos, i, HD, &c, &s);
+    else
       rope_cs(pos, i, HD, theta, &c, &s);
-    }
     y[j] = rope_rotate(x[j], out[partner], c, s, first);
   }
   __syncwarp();

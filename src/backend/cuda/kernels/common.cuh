@@ -119,6 +119,13 @@ __device__ __forceinline__ void rope_cs_freq(int pos, float inv_freq, float* c, 
 __device__ __forceinline__ void rope_cs(int pos, int i, int d, float theta, float* c, float* s) {
   rope_cs_freq(pos, rope_inv_freq(i, d, theta), c, s);
 }
+// The same (cos, sin) from the RoPE table (rope_table_alloc: entry pos * d / 2 + i holds
+// rope_cs(pos, i, d)), a constant read through the read-only path.
+__device__ __forceinline__ void rope_cs_table(const float2* t, int pos, int i, int d, float* c, float* s) {
+  const float2 cs = __ldg(t + size_t(pos) * size_t(d / 2) + size_t(i));
+  *c = cs.x;
+  *s = cs.y;
+}
 
 // Launch timeline (measurement only: `lmfuse bench --profile`, cuda_bench_gemv's decode chain): a
 // kernel given a slot of kTlWords u64 records (timeline.h: kTlWays ways of kTlFields fields, a

@@ -1164,6 +1164,10 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       const bool xq = xq_pair(st, grp.leader(), XqRole::Read, grp.kind == GroupKind::OResid);
       a.xq = xq ? st.xq : nullptr;
       if (grp.kind == GroupKind::OResid) a.spare_sms = o_spare_sms(*a.w);
+      if (grp.kind == GroupKind::DownResid && direct_step_) {  // EXPERIMENT (S35-1), removed after
+        if (const char* e = std::getenv("LMFUSE_EXP_DOWN_SPARE")) a.spare_sms = std::atoi(e);
+        if (const char* e = std::getenv("LMFUSE_EXP_DOWN_CORES")) a.coresident = e[0] == '1' ? Tri::On : Tri::Off;
+      }
       cuda::gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
       break;
     }

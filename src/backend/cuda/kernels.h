@@ -152,6 +152,9 @@ struct GemvArgs {
   // its warps take through the row groups (ceil(row groups / warps on the grid)) what it is on
   // every SM (knob gateup_room: a fourth round on 8B gate/up costs 4 %, docs/PERF.md S34-3).
   bool spare_same_rounds = false;
+  // Blocks per SM for this launch: On one, Off as many as are resident; Auto = the global mode
+  // (set_gemv_coresident, which itself chooses by shape: gemv_grid.h gemv_grid_blocks).
+  Tri coresident = Tri::Auto;
 };
 
 // Validates the arguments (throws lmf::Error naming what is wrong) and launches. Grid sizes come

@@ -34,14 +34,14 @@ static int gemv_occupancy(const void* func, int threads, size_t smem) {
 // Blocks for a launch (gemv_grid.h): the shape's row groups and batches, the instance's
 // occupancy; spare_same_rounds makes spare_sms a ceiling (gemv_spare_same_rounds).
 int gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches, int spare_sms,
-              bool spare_same_rounds) {
+              bool spare_same_rounds, Tri coresident) {
   GemvGridShape g;
   g.sms = device_sm_count();
   g.occ = std::max(1, gemv_occupancy(func, threads, smem));
   g.warps = threads / 32;
   g.row_groups = (rows + kRows - 1) / kRows;
   g.rg_batches = rg_batches;
-  g.coresident = gemv_coresident_mode();
+  g.coresident = coresident == Tri::Auto ? gemv_coresident_mode() : coresident;
   if (spare_same_rounds) spare_sms = gemv_spare_same_rounds(g, spare_sms);
   return gemv_grid_blocks(g, spare_sms);
 }
@@ -157,6 +157,7 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
     LMF_FAIL("cuda gemv: spare_sms must be in [0, ", sms, "), got ", a.spare_sms);
   p.spare_sms = a.spare_sms;
   p.spare_same_rounds = a.spare_same_rounds;
+  p.coresident = a.coresident;
   const bool wide = gemv_runs_wide(w.type, a.wide);
   bool ok = false;
   switch (w.type) {

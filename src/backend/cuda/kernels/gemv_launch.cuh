@@ -32,7 +32,7 @@
 namespace lmf::cuda::dev {
 
 int gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches, int spare_sms,
-              bool spare_same_rounds);  // kernels_gemv.cu
+              bool spare_same_rounds, Tri coresident);  // kernels_gemv.cu
 Tri gemv_split_k_mode();                                  // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
 constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
@@ -52,7 +52,7 @@ void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   const int rg_batches = ((p.cols / 32 + 31) / 32 + kSteps<T> - 1) / kSteps<T>;
   constexpr int threads = kGemvThreads<T, W>;
   const int grid = gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, rg_batches, p.spare_sms,
-                             p.spare_same_rounds);
+                             p.spare_same_rounds, p.coresident);
   GemvParams q = p;
   // Split-K (set_gemv_split_k): Auto = the deep shapes only (more than two batches per row group).
   const Tri sk = gemv_split_k_mode();

@@ -223,7 +223,7 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
 
 // Down's x quantized once, by the gate/up GEMV (SiluMulQ -> Int8 prologue), against down
 // quantizing gate/up's output itself (SiluMul -> None): the same h and the same down output, bit
-// for bit, in both block widths. Two rounds: the per-block counters must be left zero. xq starts
+// for bit, in both block widths. Three rounds: the per-block counters must be left zero. xq starts
 // poisoned (unwritten codes would show) and its guard zones must stay intact.
 TEST(CudaGemv, GateUpQuantizedOutputFeedsDownBitwise) {
   uint32_t seed = 900;
@@ -242,7 +242,7 @@ TEST(CudaGemv, GateUpQuantizedOutputFeedsDownBitwise) {
         DevBuf<float> d_in(in), d_gamma(gamma), d_res(res), d_h(s.rows), d_h2(s.rows), d_y(s.cols), d_y2(s.cols);
         DevBuf<uint8_t> d_xq(gemv_xq_bytes(s.rows));
         unsigned* cnt = gemv_xq_counters_alloc(s.rows);
-        for (int round = 0; round < 2; ++round) {
+        for (int round = 0; round < 3; ++round) {
           GemvArgs a;
           a.w = &gu;
           a.in = d_in.p();
@@ -250,20 +250,26 @@ TEST(CudaGemv, GateUpQuantizedOutputFeedsDownBitwise) {
           a.y = d_h.p();
           a.xq = d_xq.p();
           a.xq_counters = cnt;
-          // Round 1: smaller grids (gateup_room's ceiling lowered to keep the rounds, o_room's
-          // spare SMs) change no bit.
+          // Rounds 1-2: smaller grids (gateup_room's ceiling lowered to keep the rounds, o_room's
+          // spare SMs; round 2 with the blocks per SM forced, down's on a quarter of the SMs)
+          // change no bit.
           a.spare_sms = round ? device_sm_count() / 2 : 0;
-          a.spare_same_rounds = round == 1;
+          a.spare_same_rounds = round >= 1;
+          a.coresident = round == 2 ? Tri::On : Tri::Auto;
           gemv(Prologue::Norm, Epilogue::SiluMulQ, a);
           GemvArgs b;
           b.w = &dw;
           b.xq = d_xq.p();
           b.y_residual = d_res.p();
           b.y = d_y.p();
-          b.spare_sms = round ? device_sm_count() / 4 : 0;
+          b.spare_sms = round == 2 ? device_sm_count() * 3 / 4 : round ? device_sm_count() / 4 : 0;
+          b.coresident = round == 2 ? Tri::Off : Tri::Auto;
           gemv(Prologue::Int8, Epilogue::Residual, b);
           a.spare_sms = 0;
           a.spare_same_rounds = false;
+          a.coresident = Tri::Auto;
+          b.spare_sms = 0;  // the reference pass on the full grids
+          b.coresident = Tri::Auto;
           a.xq = nullptr;
           a.xq_counters = nullptr;
           a.y = d_h2.p();

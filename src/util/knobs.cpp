@@ -36,7 +36,7 @@ const std::vector<KnobInfo>& knob_table() {
       {"qkv_post_room", "LMFUSE_QKV_POST_ROOM", &Knobs::qkv_post_room,
        "CUDA decode: the QKV GEMV's grid leaves a few SMs free so the QKV epilogue kernel's blocks become resident while it runs (auto = when the GEMV runs one 16-warp block per SM, whose registers leave no room beside it)"},
       {"o_room", "LMFUSE_O_ROOM", &Knobs::o_room,
-       "CUDA decode: o_proj's GEMV grid leaves SMs free: as many as the attention has blocks for a wide (16-warp) GEMV, so all its blocks become resident during the attention; two thirds of them for a small narrow integer-dot o_proj, so gate/up's blocks find room beside it (auto = on in direct steps; 1 = the split + merge steps too)"},
+       "CUDA decode: o_proj's GEMV grid leaves SMs free: as many as the attention has blocks for a wide (16-warp) GEMV, so all its blocks become resident during the attention; two thirds of them for a small narrow integer-dot o_proj, so gate/up's blocks find room beside it (auto = on, in the direct and the split + merge steps)"},
       {"gateup_room", "LMFUSE_GATEUP_ROOM", &Knobs::gateup_room,
        "CUDA decode: the gate/up GEMV's grid leaves SMs free, so down's blocks become resident (and load their weights) while it runs: at most a sixth of the SMs for a wide GEMV, half for a narrow one, and only as many as add no round through its row groups (integer-dot types; auto = on)"},
       {"rope_table", "LMFUSE_ROPE_TABLE", &Knobs::rope_table,

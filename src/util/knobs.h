@@ -29,7 +29,7 @@ struct Knobs {
   Tri gemv_split_k = Tri::Auto;     // LMFUSE_GEMV_SPLIT_K: several warps per row group in decode GEMVs (auto = the deep shapes: down_proj)
   Tri qkv_post_pdl = Tri::Auto;     // LMFUSE_QKV_POST_PDL: the QKV epilogue kernel launched with PDL (auto = on)
   Tri qkv_post_room = Tri::Auto;    // LMFUSE_QKV_POST_ROOM: the QKV GEMV leaves SMs free for the epilogue kernel's blocks (auto = wide GEMVs)
-  Tri o_room = Tri::Auto;           // LMFUSE_O_ROOM: o_proj's grid leaves SMs free (auto = direct steps; 1 = split steps too)
+  Tri o_room = Tri::Auto;           // LMFUSE_O_ROOM: o_proj's grid leaves SMs free (auto = on, every step)
   Tri gateup_room = Tri::Auto;      // LMFUSE_GATEUP_ROOM: gate/up's grid leaves SMs free for down's blocks where its rounds allow (auto = on)
   Tri rope_table = Tri::Auto;       // LMFUSE_ROPE_TABLE: the QKV epilogue kernel reads RoPE's cos/sin from a per-context table (auto = on)
   Tri attn_staged = Tri::Auto;      // LMFUSE_ATTN_STAGED: decode attention pass 1 from shared-memory stages, a lane per position (auto = on)

@@ -294,8 +294,9 @@ class CudaBackend final : public Backend {
     const int spare = ((e.n_head + 2 * e.n_kv_head) * e.head_dim + kThreadsPerSpareSm - 1) / kThreadsPerSpareSm;
     return std::min(spare, cuda::device_sm_count() / 8);  // a small GPU keeps its SMs for the GEMV
   }
-  // SMs o_proj's GEMV leaves free in direct steps, and with o_room forced on in the split +
-  // merge steps too (not yet measured there; docs/PERF.md S33-7, S34-1, S34-8):
+  // SMs o_proj's GEMV leaves free, in the direct and the split + merge steps (docs/PERF.md S33-7,
+  // S34-1, S34-6; split steps S35-1: 8B -d 4096 tg128 1.052, the merge's blocks in place of the
+  // attention's):
   // - Wide (integer-dot, one 16-warp block per SM filling its register file): one per attention
   //   block (n_head / heads per block; split steps: the merge kernel's n_head blocks), at most a
   //   quarter of the SMs. o_proj blocks placed where an attention block still runs start only
@@ -309,7 +310,7 @@ class CudaBackend final : public Backend {
   //   Only while o's weights stay small per remaining SM (<= 32 KB; 0.6B Q4_0: 27 KB), as each SM
   //   loads its share during the attention; a larger o_proj keeps every SM streaming.
   int o_spare_sms(const cuda::DeviceWeight& w) const {
-    if (!o_room_ || !(direct_step_ || o_room_split_)) return 0;
+    if (!o_room_) return 0;
     const int sms = cuda::device_sm_count();
     if (cuda::gemv_runs_wide(w.type)) {
       // Heads per attention block: the direct launch's (its whole KV group without the head
@@ -374,8 +375,7 @@ class CudaBackend final : public Backend {
   bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
   Tri qkv_post_room_ = Tri::Auto;            // decode: SMs left free for it by the QKV GEMV (qkv_post_spare_sms)
-  bool o_room_ = false;                      // decode, direct steps: o_proj's grid leaves SMs free (o_spare_sms)
-  bool o_room_split_ = false;                // ... in the split + merge steps too (o_room forced on)
+  bool o_room_ = false;                      // decode: o_proj's grid leaves SMs free (o_spare_sms)
   bool gateup_room_ = false;                 // decode: gate/up's grid leaves SMs free for down (gateup_spare_sms)
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
@@ -519,7 +519,6 @@ void CudaBackend::prepare(Graph& g) {
   qkv_post_pdl_ = tri_resolve(k.qkv_post_pdl, true);
   qkv_post_room_ = k.qkv_post_room;
   o_room_ = tri_resolve(k.o_room, true);
-  o_room_split_ = k.o_room == Tri::On;
   gateup_room_ = tri_resolve(k.gateup_room, true);
   // Measured slower (docs/PERF.md S13-1/S13-2: 0.94x 8B, 0.96x 0.6B): gate/up's counting tail
   // costs ~3.8 µs per 8B layer, and down's shorter staging does not shorten down (its weight

@@ -256,7 +256,8 @@ TEST(CudaGemv, GateUpQuantizedOutputFeedsDownBitwise) {
           a.spare_sms = round ? device_sm_count() / 2 : 0;
           a.spare_same_rounds = round >= 1;
           a.coresident = round == 2 ? Tri::On : Tri::Auto;
-          gemv(Prologue::Norm, Epilogue::SiluMulQ, a);
+          const int free_sms = gemv(Prologue::Norm, Epilogue::SiluMulQ, a);
+          EXPECT_TRUE(free_sms >= 0 && free_sms <= a.spare_sms) << free_sms;
           GemvArgs b;
           b.w = &dw;
           b.xq = d_xq.p();
@@ -264,12 +265,15 @@ TEST(CudaGemv, GateUpQuantizedOutputFeedsDownBitwise) {
           b.y = d_y.p();
           b.spare_sms = round == 2 ? device_sm_count() * 3 / 4 : round ? device_sm_count() / 4 : 0;
           b.coresident = round == 2 ? Tri::Off : Tri::Auto;
-          gemv(Prologue::Int8, Epilogue::Residual, b);
+          b.fit_sms = round == 1 ? device_sm_count() / 4 : 0;  // down_fit: where the shape allows
+          const int down_free = gemv(Prologue::Int8, Epilogue::Residual, b);
+          EXPECT_TRUE(down_free == b.spare_sms || down_free == device_sm_count() - b.fit_sms) << down_free;
           a.spare_sms = 0;
           a.spare_same_rounds = false;
           a.coresident = Tri::Auto;
           b.spare_sms = 0;  // the reference pass on the full grids
           b.coresident = Tri::Auto;
+          b.fit_sms = 0;
           a.xq = nullptr;
           a.xq_counters = nullptr;
           a.y = d_h2.p();

@@ -71,5 +71,32 @@ TEST(GemvGrid, CeilingEdges) {
   EXPECT_EQ(gemv_spare_same_rounds(t, kH200 - 1), kH200 - 2);
 }
 
+// down_fit: 0.6B down (256 row groups, two batches each) runs one block per SM on the 36 SMs
+// gate/up leaves free; 4B/8B down (deep rows: five / seven batches) and a too-small set of SMs
+// keep the grid they would have.
+TEST(GemvGrid, DownFitsOnGateUpsFreeSms) {
+  const GemvGridShape d = shape(1024, 3072, 8, 2);  // 0.6B down
+  EXPECT_EQ(gemv_fit_spare(d, 36), kH200 - 36);
+  const GemvGrid fit = gemv_grid_plan(d, 0, false, 36);
+  EXPECT_EQ(fit.blocks, 36);
+  EXPECT_EQ(fit.spare, kH200 - 36);
+  EXPECT_EQ(gemv_fit_spare(d, 31), -1);  // 248 warps for 256 row groups: a second round
+  EXPECT_EQ(gemv_fit_spare(d, 32), kH200 - 32);
+  EXPECT_EQ(gemv_fit_spare(d, 0), -1);
+  EXPECT_EQ(gemv_fit_spare(d, kH200), -1);
+  const GemvGrid none = gemv_grid_plan(d, 0, false, 0);  // the default: one per SM on every SM
+  EXPECT_EQ(none.blocks, kH200);
+  EXPECT_EQ(none.spare, 0);
+  const GemvGridShape d4 = shape(2560, 9728, 16, 1);  // 4B down, gate/up leaves 22 SMs
+  EXPECT_EQ(gemv_fit_spare(d4, 22), -1);
+  const GemvGrid keep = gemv_grid_plan(d4, 0, false, 22);
+  EXPECT_EQ(keep.blocks, kH200);
+  EXPECT_EQ(keep.spare, 0);
+  // Without a fit, the spare ceiling is lowered as before and reported as resolved.
+  const GemvGrid gu = gemv_grid_plan(shape(2 * 3072, 1024, 8, 2), kH200 / 2, true, 0);
+  EXPECT_EQ(gu.spare, 36);
+  EXPECT_EQ(gu.blocks, 2 * 96);
+}
+
 }  // namespace
 }  // namespace lmf::cuda

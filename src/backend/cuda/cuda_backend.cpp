@@ -377,6 +377,8 @@ class CudaBackend final : public Backend {
   Tri qkv_post_room_ = Tri::Auto;            // decode: SMs left free for it by the QKV GEMV (qkv_post_spare_sms)
   bool o_room_ = false;                      // decode: o_proj's grid leaves SMs free (o_spare_sms)
   bool gateup_room_ = false;                 // decode: gate/up's grid leaves SMs free for down (gateup_spare_sms)
+  bool down_fit_ = false;                    // decode: down runs on the SMs gate/up left free (GemvArgs::fit_sms)
+  std::pair<int, int> gateup_free_{-1, 0};   // (layer, SMs) gate/up's launch left free, for that layer's down
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
   bool attn_xq_direct_ = false;              // ... and by the direct split in direct steps (forced only)
@@ -520,6 +522,7 @@ void CudaBackend::prepare(Graph& g) {
   qkv_post_room_ = k.qkv_post_room;
   o_room_ = tri_resolve(k.o_room, true);
   gateup_room_ = tri_resolve(k.gateup_room, true);
+  down_fit_ = tri_resolve(k.down_fit, true);
   // Measured slower (docs/PERF.md S13-1/S13-2: 0.94x 8B, 0.96x 0.6B): gate/up's counting tail
   // costs ~3.8 µs per 8B layer, and down's shorter staging does not shorten down (its weight
   // stream is the bound once the staging is that short). Automatic = off.
@@ -1150,7 +1153,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       a.xq_counters = xq ? st.xq_counters : nullptr;
       a.spare_sms = gateup_spare_sms(a.w->type);
       a.spare_same_rounds = true;
-      cuda::gemv(pro, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, a, stream_);
+      gateup_free_ = {grp.layer, cuda::gemv(pro, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, a, stream_)};
       break;
     }
     case GroupKind::OResid:
@@ -1163,8 +1166,14 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       const bool xq = xq_pair(st, grp.leader(), XqRole::Read, grp.kind == GroupKind::OResid);
       a.xq = xq ? st.xq : nullptr;
       if (grp.kind == GroupKind::OResid) a.spare_sms = o_spare_sms(*a.w);
+      // Down on the SMs gate/up left free, one block per SM, where its row groups fit one round
+      // there (0.6B: 36 SMs, 256 row groups): every block is resident and has its weights in
+      // flight before gate/up ends (docs/PERF.md S35-1/S35-2: tg128 0.6B +0.5 % against one block
+      // per SM on every SM; two per SM on those SMs lost 0.3 %, slowing gate/up beside them).
+      if (grp.kind == GroupKind::DownResid && down_fit_ && gateup_free_.first == grp.layer)
+        a.fit_sms = gateup_free_.second;
       if (grp.kind == GroupKind::DownResid && direct_step_) {  // EXPERIMENT (S35-1), removed after
-        if (const char* e = std::getenv("LMFUSE_EXP_DOWN_SPARE")) a.spare_sms = std::atoi(e);
+        if (const char* e = std::getenv("LMFUSE_EXP_DOWN_SPARE")) a.spare_sms = std::atoi(e), a.fit_sms = 0;
         if (const char* e = std::getenv("LMFUSE_EXP_DOWN_CORES")) a.coresident = e[0] == '1' ? Tri::On : Tri::Off;
       }
       cuda::gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
@@ -1187,6 +1196,7 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile, cuda::Timel
   // Early trigger: per kernel by model size unless forced (docs/PERF.md S15-4..S15-6).
   cuda::set_pdl_early_trigger(cuda::pdl_early_mask(opts_.knobs.pdl_early_trigger, m_->hp.n_embd));
   size_t ev = 0;
+  gateup_free_ = {-1, 0};
   for (const Op& op : g.ops) {
     if (!op.launch || skipped(g, op)) continue;
     if (profile) {

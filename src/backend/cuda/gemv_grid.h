@@ -49,4 +49,28 @@ constexpr int gemv_spare_same_rounds(const GemvGridShape& g, int ceiling) {
   return spare;
 }
 
+// The SMs a grid leaves free when it runs one block per SM on `fit_sms` of them
+// (GemvArgs::fit_sms): only where its row groups fit one round there, each warp's whole row group
+// in the batches it loads before the PDL wait (gemv_grid_blocks' one-per-SM shape); -1 = not.
+constexpr int gemv_fit_spare(const GemvGridShape& g, int fit_sms) {
+  if (fit_sms <= 0 || fit_sms >= g.sms) return -1;
+  return g.rg_batches <= 2 && g.row_groups <= fit_sms * g.warps ? g.sms - fit_sms : -1;
+}
+
+struct GemvGrid {
+  int blocks = 1;
+  int spare = 0;  // SMs left free
+};
+// A launch's grid: on `fit_sms` SMs where the shape fits there (gemv_fit_spare), else with
+// `spare` SMs free, lowered to keep the rounds when `same_rounds`.
+constexpr GemvGrid gemv_grid_plan(GemvGridShape g, int spare, bool same_rounds, int fit_sms) {
+  if (const int f = gemv_fit_spare(g, fit_sms); f >= 0) {
+    g.coresident = Tri::On;
+    spare = f;
+  } else if (same_rounds) {
+    spare = gemv_spare_same_rounds(g, spare);
+  }
+  return {gemv_grid_blocks(g, spare), spare};
+}
+
 }  // namespace lmf::cuda

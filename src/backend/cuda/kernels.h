@@ -155,12 +155,17 @@ struct GemvArgs {
   // Blocks per SM for this launch: On one, Off as many as are resident; Auto = the global mode
   // (set_gemv_coresident, which itself chooses by shape: gemv_grid.h gemv_grid_blocks).
   Tri coresident = Tri::Auto;
+  // > 0: run one block per SM on this many SMs where the shape fits one round there, each warp's
+  // row group wholly in the loads it issues before the PDL wait (gemv_grid.h gemv_fit_spare),
+  // else the grid above (knob down_fit: down on the SMs gate/up leaves free). Same results.
+  int fit_sms = 0;
 };
 
 // Validates the arguments (throws lmf::Error naming what is wrong) and launches. Grid sizes come
 // from a per-device table computed on first use (cached), so this is capture-safe after one
 // warm-up call per (type, prologue, epilogue).
-void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s = nullptr);
+// Returns the SMs the grid left free (GemvArgs::spare_sms / fit_sms as resolved).
+int gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s = nullptr);
 bool gemv_supported(DType t, Prologue pro, Epilogue epi);  // the allow-list
 unsigned* qkv_counters_alloc(int n_head, int n_kv_head);   // zeroed device counters
 size_t gemv_xq_bytes(int64_t cols);                        // 40 bytes per 32 columns

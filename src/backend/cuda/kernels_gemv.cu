@@ -11,11 +11,11 @@
 
 namespace lmf::cuda {
 namespace dev {
-bool launch_gemv_q4_0(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
-bool launch_gemv_q4_1(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
-bool launch_gemv_q8_0(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
-bool launch_gemv_f16(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
-bool launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
+int launch_gemv_q4_0(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
+int launch_gemv_q4_1(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
+int launch_gemv_q8_0(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
+int launch_gemv_f16(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
+int launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
 
 // Blocks of an instance (`threads` per block) resident per SM with `smem` bytes of dynamic
 // shared memory (0: does not fit), cached per (instance, smem).
@@ -31,19 +31,17 @@ static int gemv_occupancy(const void* func, int threads, size_t smem) {
   return occ;
 }
 
-// Blocks for a launch (gemv_grid.h): the shape's row groups and batches, the instance's
-// occupancy; spare_same_rounds makes spare_sms a ceiling (gemv_spare_same_rounds).
-int gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches, int spare_sms,
-              bool spare_same_rounds, Tri coresident) {
+// The grid of a launch (gemv_grid.h gemv_grid_plan): the shape's row groups and batches, the
+// instance's occupancy, the launch's spare / fit SMs and blocks per SM.
+GemvGrid gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches, const GemvParams& p) {
   GemvGridShape g;
   g.sms = device_sm_count();
   g.occ = std::max(1, gemv_occupancy(func, threads, smem));
   g.warps = threads / 32;
   g.row_groups = (rows + kRows - 1) / kRows;
   g.rg_batches = rg_batches;
-  g.coresident = coresident == Tri::Auto ? gemv_coresident_mode() : coresident;
-  if (spare_same_rounds) spare_sms = gemv_spare_same_rounds(g, spare_sms);
-  return gemv_grid_blocks(g, spare_sms);
+  g.coresident = p.coresident == Tri::Auto ? gemv_coresident_mode() : p.coresident;
+  return gemv_grid_plan(g, p.spare_sms, p.spare_same_rounds, p.fit_sms);
 }
 }  // namespace dev
 
@@ -93,7 +91,7 @@ bool gemv_supported(DType t, Prologue pro, Epilogue epi) {
   return false;
 }
 
-void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
+int gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   if (!a.w || !a.w->q) LMF_FAIL("cuda gemv: weight not uploaded");
   const DeviceWeight& w = *a.w;
   if (!gemv_supported(w.type, pro, epi))
@@ -158,17 +156,20 @@ void gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.spare_sms = a.spare_sms;
   p.spare_same_rounds = a.spare_same_rounds;
   p.coresident = a.coresident;
+  if (a.fit_sms < 0) LMF_FAIL("cuda gemv: fit_sms must be >= 0, got ", a.fit_sms);
+  p.fit_sms = a.fit_sms;
   const bool wide = gemv_runs_wide(w.type, a.wide);
-  bool ok = false;
+  int spare = -1;
   switch (w.type) {
-    case DType::Q4_0: ok = dev::launch_gemv_q4_0(pro, epi, p, wide, s); break;
-    case DType::Q4_1: ok = dev::launch_gemv_q4_1(pro, epi, p, wide, s); break;
-    case DType::Q8_0: ok = dev::launch_gemv_q8_0(pro, epi, p, wide, s); break;
-    case DType::F16: ok = dev::launch_gemv_f16(pro, epi, p, wide, s); break;
-    case DType::BF16: ok = dev::launch_gemv_bf16(pro, epi, p, wide, s); break;
+    case DType::Q4_0: spare = dev::launch_gemv_q4_0(pro, epi, p, wide, s); break;
+    case DType::Q4_1: spare = dev::launch_gemv_q4_1(pro, epi, p, wide, s); break;
+    case DType::Q8_0: spare = dev::launch_gemv_q8_0(pro, epi, p, wide, s); break;
+    case DType::F16: spare = dev::launch_gemv_f16(pro, epi, p, wide, s); break;
+    case DType::BF16: spare = dev::launch_gemv_bf16(pro, epi, p, wide, s); break;
     default: break;
   }
-  LMF_CHECK(ok, "gemv instance missing");
+  LMF_CHECK(spare >= 0, "gemv instance missing");
+  return spare;
 }
 
 size_t gemv_xq_bytes(int64_t cols) { return size_t(cols / 32) * 40; }

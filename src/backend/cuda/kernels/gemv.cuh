@@ -168,6 +168,7 @@ struct GemvParams {
   int spare_sms;           // host: SMs the grid leaves free (GemvArgs::spare_sms); not read by the kernel
   bool spare_same_rounds;  // host: GemvArgs::spare_same_rounds; not read by the kernel
   Tri coresident;          // host: GemvArgs::coresident; not read by the kernel
+  int fit_sms;             // host: GemvArgs::fit_sms; not read by the kernel
 };
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a

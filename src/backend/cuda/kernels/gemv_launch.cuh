@@ -3,6 +3,7 @@
 // LMF_GEMV_ALLOW_LIST for its type, so instances compile in parallel, one file per type.
 #pragma once
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv_grid.h"
 #include "backend/cuda/kernels/gemv.cuh"
 
 // The allow-list. Why these: Store (+Norm for the final logits, +AddNorm for fused layers),
@@ -31,14 +32,15 @@
 
 namespace lmf::cuda::dev {
 
-int gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches, int spare_sms,
-              bool spare_same_rounds, Tri coresident);  // kernels_gemv.cu
+GemvGrid gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_batches,
+                   const GemvParams& p);  // kernels_gemv.cu
 Tri gemv_split_k_mode();                                  // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
 constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
 
+// Each launcher returns the SMs its grid left free.
 template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0>
-void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
+int launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   auto* k = &gemv_kernel<T, PRO, EPI, W, SF>;
   const size_t smem = gemv_smem_bytes<T>(p.cols);
   // First call per instance happens before any graph capture. Always opted in: the 48 KB default
@@ -51,52 +53,53 @@ void launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   // Column batches of one row group (a batch is kSteps<T> groups of 32 blocks; gemv_grid).
   const int rg_batches = ((p.cols / 32 + 31) / 32 + kSteps<T> - 1) / kSteps<T>;
   constexpr int threads = kGemvThreads<T, W>;
-  const int grid = gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, rg_batches, p.spare_sms,
-                             p.spare_same_rounds, p.coresident);
+  const GemvGrid grid = gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, rg_batches, p);
   GemvParams q = p;
   // Split-K (set_gemv_split_k): Auto = the deep shapes only (more than two batches per row group).
   const Tri sk = gemv_split_k_mode();
   const bool split = sk == Tri::On || (sk == Tri::Auto && rg_batches > 2);
   q.ksplit = split ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
-  launch_pdl(k, dim3(grid), dim3(threads), smem, s, q);
+  launch_pdl(k, dim3(grid.blocks), dim3(threads), smem, s, q);
+  return grid.spare;
 }
 
 // The narrow block (LMFUSE_GEMV_SPLIT_STAGE: the instance with only the stage form the shape runs).
 template <DType T, Prologue PRO, Epilogue EPI>
-void launch_gemv_narrow(const GemvParams& p, cudaStream_t s) {
+int launch_gemv_narrow(const GemvParams& p, cudaStream_t s) {
   if constexpr (LMFUSE_GEMV_SPLIT_STAGE && PRO != Prologue::Int8) {
     if (gemv_compact_stage<T, PRO, kNarrowWarps>(p.cols)) return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 1>(p, s);
-    launch_gemv_width<T, PRO, EPI, kNarrowWarps, 2>(p, s);
+    return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 2>(p, s);
   } else {
-    launch_gemv_width<T, PRO, EPI, kNarrowWarps>(p, s);
+    return launch_gemv_width<T, PRO, EPI, kNarrowWarps>(p, s);
   }
 }
 
 // wide: the 16-warp block for the integer-dot types (gemv_wide); F16/BF16 have one width.
 template <DType T, Prologue PRO, Epilogue EPI>
-void launch_gemv_instance(const GemvParams& p, bool wide, cudaStream_t s) {
+int launch_gemv_instance(const GemvParams& p, bool wide, cudaStream_t s) {
   if constexpr (kInt8x<T>) {
     if (wide) return launch_gemv_width<T, PRO, EPI, kWideWarps>(p, s);
-    launch_gemv_narrow<T, PRO, EPI>(p, s);
+    return launch_gemv_narrow<T, PRO, EPI>(p, s);
   } else if constexpr (PRO != Prologue::Int8 && EPI != Epilogue::SiluMulQ) {
-    launch_gemv_narrow<T, PRO, EPI>(p, s);
-  }  // (else unreachable: gemv_supported refuses the pair first)
+    return launch_gemv_narrow<T, PRO, EPI>(p, s);
+  }
+  return -1;  // unreachable: gemv_supported refuses the pair first
 }
 
 }  // namespace lmf::cuda::dev
 
 #define LMF_GEMV_CASE(PRO_, EPI_)                                                         \
   if (pro == Prologue::PRO_ && epi == Epilogue::EPI_) {                                  \
-    launch_gemv_instance<kType, Prologue::PRO_, Epilogue::EPI_>(p, wide, s);                   \
-    return true;                                                                         \
+    return launch_gemv_instance<kType, Prologue::PRO_, Epilogue::EPI_>(p, wide, s);            \
   }
 
-// Defines bool launch_gemv_<name>(Prologue, Epilogue, const GemvParams&, bool wide, cudaStream_t).
+// Defines int launch_gemv_<name>(Prologue, Epilogue, const GemvParams&, bool wide, cudaStream_t):
+// the SMs the grid left free, -1 for a pair outside the allow-list.
 #define LMF_GEMV_TYPE_FILE(name, TYPE)                                                    \
   namespace lmf::cuda::dev {                                                              \
-  bool launch_gemv_##name(Prologue pro, Epilogue epi, const GemvParams& p, bool wide, cudaStream_t s) { \
+  int launch_gemv_##name(Prologue pro, Epilogue epi, const GemvParams& p, bool wide, cudaStream_t s) { \
     constexpr DType kType = TYPE;                                                         \
     LMF_GEMV_ALLOW_LIST(LMF_GEMV_CASE)                                                    \
-    return false;                                                                         \
+    return -1;                                                                            \
   }                                                                                       \
   }

@@ -265,9 +265,10 @@ TEST(CudaGemv, GateUpQuantizedOutputFeedsDownBitwise) {
           b.y = d_y.p();
           b.spare_sms = round == 2 ? device_sm_count() * 3 / 4 : round ? device_sm_count() / 4 : 0;
           b.coresident = round == 2 ? Tri::Off : Tri::Auto;
-          b.fit_sms = round == 1 ? device_sm_count() / 4 : 0;  // down_fit: where the shape allows
+          b.fit_sms = round == 1 ? device_sm_count() / 2 : 0;  // down_fit: where the shape allows
           const int down_free = gemv(Prologue::Int8, Epilogue::Residual, b);
-          EXPECT_TRUE(down_free == b.spare_sms || down_free == device_sm_count() - b.fit_sms) << down_free;
+          EXPECT_TRUE(down_free == b.spare_sms || (b.fit_sms > 0 && down_free >= device_sm_count() - b.fit_sms))
+              << down_free;
           a.spare_sms = 0;
           a.spare_same_rounds = false;
           a.coresident = Tri::Auto;

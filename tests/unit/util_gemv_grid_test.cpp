@@ -38,13 +38,19 @@ TEST(GemvGrid, WideGateUpKeepsItsRounds) {
   EXPECT_EQ(gemv_grid_blocks(g4, 22), kH200 - 22);
 }
 
+// 0.6B gate/up (1,024 columns) runs the compact-stage instance: 80 registers, three 8-warp
+// blocks per SM, so gateup_room's narrow ceiling (half the SMs) keeps its one round. With two
+// per SM (a 128-register instance) the ceiling would come down to 36.
 TEST(GemvGrid, NarrowGateUpKeepsOneRound) {
-  const GemvGridShape g = shape(2 * 3072, 1024, 8, 2);  // 0.6B gate/up, two 8-warp blocks per SM
-  EXPECT_EQ(gemv_grid_blocks(g, 0), 2 * kH200);
+  const GemvGridShape g = shape(2 * 3072, 1024, 8, 3);
+  EXPECT_EQ(gemv_grid_blocks(g, 0), 3 * kH200);
   EXPECT_EQ(gemv_grid_rounds(g, 0), 1);
-  EXPECT_EQ(gemv_spare_same_rounds(g, kH200 / 2), 36);
-  EXPECT_EQ(gemv_grid_blocks(g, 36), 2 * 96);
-  EXPECT_EQ(gemv_grid_rounds(g, 37), 2);
+  EXPECT_EQ(gemv_spare_same_rounds(g, kH200 / 2), kH200 / 2);
+  EXPECT_EQ(gemv_grid_blocks(g, kH200 / 2), 3 * 66);
+  const GemvGridShape g2 = shape(2 * 3072, 1024, 8, 2);
+  EXPECT_EQ(gemv_spare_same_rounds(g2, kH200 / 2), 36);
+  EXPECT_EQ(gemv_grid_blocks(g2, 36), 2 * 96);
+  EXPECT_EQ(gemv_grid_rounds(g2, 37), 2);
 }
 
 TEST(GemvGrid, ShortShapesOneBlockPerSm) {
@@ -71,17 +77,18 @@ TEST(GemvGrid, CeilingEdges) {
   EXPECT_EQ(gemv_spare_same_rounds(t, kH200 - 1), kH200 - 2);
 }
 
-// down_fit: 0.6B down (256 row groups, two batches each) runs one block per SM on the 36 SMs
-// gate/up leaves free; 4B/8B down (deep rows: five / seven batches) and a too-small set of SMs
-// keep the grid they would have.
+// down_fit: 0.6B down (256 row groups, two batches each) runs one block per SM on 37 of the 66
+// SMs gate/up leaves free (ceil(256 / 7): a warp per block to spare); 4B/8B down (deep rows:
+// five / seven batches) and a too-small set of SMs keep the grid they would have.
 TEST(GemvGrid, DownFitsOnGateUpsFreeSms) {
   const GemvGridShape d = shape(1024, 3072, 8, 2);  // 0.6B down
-  EXPECT_EQ(gemv_fit_spare(d, 36), kH200 - 36);
-  const GemvGrid fit = gemv_grid_plan(d, 0, false, 36);
-  EXPECT_EQ(fit.blocks, 36);
-  EXPECT_EQ(fit.spare, kH200 - 36);
-  EXPECT_EQ(gemv_fit_spare(d, 31), -1);  // 248 warps for 256 row groups: a second round
-  EXPECT_EQ(gemv_fit_spare(d, 32), kH200 - 32);
+  EXPECT_EQ(gemv_fit_spare(d, 66), kH200 - 37);
+  const GemvGrid fit = gemv_grid_plan(d, 0, false, 66);
+  EXPECT_EQ(fit.blocks, 37);
+  EXPECT_EQ(fit.spare, kH200 - 37);
+  EXPECT_EQ(gemv_grid_rounds(d, fit.spare), 1);
+  EXPECT_EQ(gemv_fit_spare(d, 36), -1);  // 37 needed
+  EXPECT_EQ(gemv_fit_spare(d, 37), kH200 - 37);
   EXPECT_EQ(gemv_fit_spare(d, 0), -1);
   EXPECT_EQ(gemv_fit_spare(d, kH200), -1);
   const GemvGrid none = gemv_grid_plan(d, 0, false, 0);  // the default: one per SM on every SM

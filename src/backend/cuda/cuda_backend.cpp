@@ -1152,6 +1152,7 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       a.xq = xq ? st.xq : nullptr;
       a.xq_counters = xq ? st.xq_counters : nullptr;
       a.spare_sms = gateup_spare_sms(a.w->type);
+      if (const char* e = std::getenv("LMFUSE_EXP_GU_SPARE")) a.spare_sms = std::atoi(e);  // EXPERIMENT (S35-3)
       a.spare_same_rounds = true;
       gateup_free_ = {grp.layer, cuda::gemv(pro, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, a, stream_)};
       break;
@@ -1166,10 +1167,10 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       const bool xq = xq_pair(st, grp.leader(), XqRole::Read, grp.kind == GroupKind::OResid);
       a.xq = xq ? st.xq : nullptr;
       if (grp.kind == GroupKind::OResid) a.spare_sms = o_spare_sms(*a.w);
-      // Down on the SMs gate/up left free, one block per SM, where its row groups fit one round
-      // there (0.6B: 36 SMs, 256 row groups): every block is resident and has its weights in
-      // flight before gate/up ends (docs/PERF.md S35-1/S35-2: tg128 0.6B +0.5 % against one block
-      // per SM on every SM; two per SM on those SMs lost 0.3 %, slowing gate/up beside them).
+      // Down on the SMs gate/up left free, one block per SM on as few of them as take its row
+      // groups in one round with a warp per block to spare (gemv_grid.h gemv_fit_spare; 0.6B:
+      // 37 of 66 SMs for 256 row groups): every block is resident and has its weights in flight
+      // before gate/up ends (docs/PERF.md S35-1 to S35-3).
       if (grp.kind == GroupKind::DownResid && down_fit_ && gateup_free_.first == grp.layer)
         a.fit_sms = gateup_free_.second;
       if (grp.kind == GroupKind::DownResid && direct_step_) {  // EXPERIMENT (S35-1), removed after

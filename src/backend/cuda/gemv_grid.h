@@ -49,12 +49,16 @@ constexpr int gemv_spare_same_rounds(const GemvGridShape& g, int ceiling) {
   return spare;
 }
 
-// The SMs a grid leaves free when it runs one block per SM on `fit_sms` of them
-// (GemvArgs::fit_sms): only where its row groups fit one round there, each warp's whole row group
-// in the batches it loads before the PDL wait (gemv_grid_blocks' one-per-SM shape); -1 = not.
+// The SMs a grid leaves free when it runs one block per SM on at most `fit_sms` SMs
+// (GemvArgs::fit_sms): on the fewest SMs whose blocks take every row group in one round with a
+// warp per block to spare (a grid with no idle warp waits on its slowest row group: 0.6B down at
+// 32 blocks 0.4 % below 36-40, o_proj's at 32 bimodal, docs/PERF.md S34-6, S35-2), each warp's
+// whole row group in the batches it loads before the PDL wait (rg_batches <= 2, gemv_grid_blocks'
+// one-per-SM shape); -1 = no fit.
 constexpr int gemv_fit_spare(const GemvGridShape& g, int fit_sms) {
-  if (fit_sms <= 0 || fit_sms >= g.sms) return -1;
-  return g.rg_batches <= 2 && g.row_groups <= fit_sms * g.warps ? g.sms - fit_sms : -1;
+  if (fit_sms <= 0 || fit_sms >= g.sms || g.warps < 2 || g.rg_batches > 2) return -1;
+  const int need = (g.row_groups + g.warps - 2) / (g.warps - 1);
+  return need <= fit_sms ? g.sms - need : -1;
 }
 
 struct GemvGrid {

@@ -38,7 +38,7 @@ if has bench; then
   done
 fi
 if has ab; then
-  for k in ${KNOBS:-cuda_graph qkv_fusion gateup_fusion ln_fusion resid_fusion rope_fusion qkv_post_pdl pdl_early_trigger gemv_coresident gemv_wide gemv_xq attn_xq rope_table qkv_post_room o_room gateup_room}; do
+  for k in ${KNOBS:-cuda_graph qkv_fusion gateup_fusion ln_fusion resid_fusion rope_fusion qkv_post_pdl pdl_early_trigger gemv_coresident gemv_wide gemv_xq attn_xq rope_table qkv_post_room o_room gateup_room down_fit}; do
     for p in ${AB_PRESETS:-qwen3-0.6b qwen3-4b qwen3-8b}; do
       [ -s $M/$p.gguf ] && $L bench -m $M/$p.gguf -p 0 -n 128 -r ${AB_REPS:-3} --ab $k 2>&1 | tee -a "$OUT/ab.md"
     done

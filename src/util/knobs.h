@@ -31,7 +31,7 @@ struct Knobs {
   Tri qkv_post_room = Tri::Auto;    // LMFUSE_QKV_POST_ROOM: the QKV GEMV leaves SMs free for the epilogue kernel's blocks (auto = wide GEMVs)
   Tri o_room = Tri::Auto;           // LMFUSE_O_ROOM: o_proj's grid leaves SMs free (auto = on, every step)
   Tri gateup_room = Tri::Auto;      // LMFUSE_GATEUP_ROOM: gate/up's grid leaves SMs free for down's blocks where its rounds allow (auto = on)
-  Tri down_fit = Tri::Auto;         // LMFUSE_DOWN_FIT: down's grid one block per SM on the SMs gate/up leaves free, where it fits one round (auto = on)
+  Tri down_fit = Tri::Auto;         // LMFUSE_DOWN_FIT: down's grid one block per SM on (the fewest of) the SMs gate/up leaves free, where it fits one round (auto = on)
   Tri rope_table = Tri::Auto;       // LMFUSE_ROPE_TABLE: the QKV epilogue kernel reads RoPE's cos/sin from a per-context table (auto = on)
   Tri attn_staged = Tri::Auto;      // LMFUSE_ATTN_STAGED: decode attention pass 1 from shared-memory stages, a lane per position (auto = on)
   Tri attn_single_split = Tri::Auto;  // LMFUSE_ATTN_SINGLE_SPLIT: staged decode attention takes up to 64 positions in one split (auto = on)

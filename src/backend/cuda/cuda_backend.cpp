@@ -332,8 +332,9 @@ class CudaBackend final : public Backend {
   // groups than on every SM (GemvArgs::spare_same_rounds; 8B's 6,144 row groups fill 128 SMs'
   // warps three times, so 8B gets 4, where 8 / 20 spare SMs cost 4 % / 2 %). Wide: a sixth of
   // the SMs (4B tg128, spare 12 / 20 / 26 / 30: 1.014 / 1.016 / 1.011 / 1.009; each remaining SM
-  // streams the more); narrow: half (0.6B, 24 / 33 / 36: 1.00 / 1.006 / 1.009, 36 = one full
-  // round of its 1,536 row groups). Integer-dot types only (measured there).
+  // streams the more); narrow: half (0.6B: its compact-stage instance runs three blocks per SM,
+  // so all 66 stay within its one round; against 36 spare, 66 is +2.3 % with down_fit, S35-3).
+  // Integer-dot types only (measured there).
   int gateup_spare_sms(DType w) const {
     if (!gateup_room_ || !cuda::int8_dot(w)) return 0;
     const int sms = cuda::device_sm_count();
@@ -1152,7 +1153,6 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       a.xq = xq ? st.xq : nullptr;
       a.xq_counters = xq ? st.xq_counters : nullptr;
       a.spare_sms = gateup_spare_sms(a.w->type);
-      if (const char* e = std::getenv("LMFUSE_EXP_GU_SPARE")) a.spare_sms = std::atoi(e);  // EXPERIMENT (S35-3)
       a.spare_same_rounds = true;
       gateup_free_ = {grp.layer, cuda::gemv(pro, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, a, stream_)};
       break;
@@ -1170,13 +1170,10 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       // Down on the SMs gate/up left free, one block per SM on as few of them as take its row
       // groups in one round with a warp per block to spare (gemv_grid.h gemv_fit_spare; 0.6B:
       // 37 of 66 SMs for 256 row groups): every block is resident and has its weights in flight
-      // before gate/up ends (docs/PERF.md S35-1 to S35-3).
+      // before gate/up ends (docs/PERF.md S35-1 to S35-3: `--ab down_fit` tg128 0.6B 1.008, 4B
+      // 1.000 as its down does not fit; two blocks per SM there lost 0.3 %, 48 blocks 1.4 %).
       if (grp.kind == GroupKind::DownResid && down_fit_ && gateup_free_.first == grp.layer)
         a.fit_sms = gateup_free_.second;
-      if (grp.kind == GroupKind::DownResid && direct_step_) {  // EXPERIMENT (S35-1), removed after
-        if (const char* e = std::getenv("LMFUSE_EXP_DOWN_SPARE")) a.spare_sms = std::atoi(e), a.fit_sms = 0;
-        if (const char* e = std::getenv("LMFUSE_EXP_DOWN_CORES")) a.coresident = e[0] == '1' ? Tri::On : Tri::Off;
-      }
       cuda::gemv(xq ? Prologue::Int8 : Prologue::None, Epilogue::Residual, a, stream_);
       break;
     }

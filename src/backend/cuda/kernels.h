@@ -155,9 +155,10 @@ struct GemvArgs {
   // Blocks per SM for this launch: On one, Off as many as are resident; Auto = the global mode
   // (set_gemv_coresident, which itself chooses by shape: gemv_grid.h gemv_grid_blocks).
   Tri coresident = Tri::Auto;
-  // > 0: run one block per SM on this many SMs where the shape fits one round there, each warp's
-  // row group wholly in the loads it issues before the PDL wait (gemv_grid.h gemv_fit_spare),
-  // else the grid above (knob down_fit: down on the SMs gate/up leaves free). Same results.
+  // > 0: run one block per SM on at most this many SMs, the fewest that take the row groups in
+  // one round with a warp per block to spare, where each warp's row group is wholly in the loads
+  // it issues before the PDL wait (gemv_grid.h gemv_fit_spare); else the grid above. Knob
+  // down_fit: down on the SMs gate/up leaves free. Same results.
   int fit_sms = 0;
 };
 

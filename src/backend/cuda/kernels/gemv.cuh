@@ -102,7 +102,7 @@ constexpr int kRows = 4;  // rows per warp (row group)
 // SM: twice the loads in flight and the 8B shapes' row groups in one round (qkv: 1536 groups vs
 // 2112 warps). F16/BF16 keep 64 B per lane per row in registers: one block per SM.
 template <DType T>
-constexpr bool kInt8x = T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q8_0;
+constexpr bool kInt8x = int8_dot(T);  // kernels.h: the one list of integer-dot types
 // Warps per block W. The integer-dot types run as 8 (two blocks per SM) or 16 (one block of 16
 // warps per SM, "wide": the same warps and loads in flight, but x staged once per SM instead of
 // twice; chosen per launch by set_gemv_wide, docs/PERF.md session 12). F16/BF16: always 8.

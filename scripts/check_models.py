@@ -16,7 +16,7 @@ quantized-weight tolerance of each other (3e-2: the outer route rounds both fact
 these small quantized models that moves int8 activation codes, ~1e-2), and the automatic routing
 (routes timed per shape, a mix of the two) within the same 3e-2 of both. The CPU runs use 8-bit
 activation blocks (LMFUSE_CPU_ACT16=0), the arithmetic the CUDA kernels share with it."""
-import argparse, json, os, subprocess, sys, tempfile
+import argparse, collections, json, os, subprocess, sys, tempfile
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,6 +61,16 @@ def generate(exe, model, tokens, device, n, ctx=None):
 
 TIE_REL_L2 = 1e-3  # the rows must agree as closely as the fused / unfused and prefill gates ask
 
+# A greedy difference that is not a tie: its position, each backend's token, each recomputed row's
+# argmax, the CPU's margin, the rows' largest difference and their rel-L2.
+Difference = collections.namedtuple("Difference", "pos tok_dev tok_cpu argmax_dev argmax_cpu margin bound rel")
+
+
+def describe(d):
+    return (f"difference at {d.pos}: device {d.tok_dev}, CPU {d.tok_cpu}; recomputed rows' argmax device "
+            f"{d.argmax_dev}, CPU {d.argmax_cpu}; CPU margin {d.margin:.1e}, largest |device - CPU| {d.bound:.1e}, "
+            f"rel-L2 {d.rel:.1e}: not a tie")
+
 
 def classify_difference(dev_row, cpu_row, tok_dev, tok_cpu):
     """Whether a greedy difference (the device chose tok_dev, the CPU tok_cpu) at one step is a
@@ -84,7 +94,7 @@ def greedy_agreement(exe, model, prompt, device, n, max_ties=4, gen=generate, ro
     backends' logits for the common prefix: the prompt as one prefill, then one decode step per
     token, as the generation ran), after which both continue from the CPU's token, so all n
     tokens are still compared. At most max_ties ties. Returns (ok, [(position, margin, bound)],
-    position of the failing difference or None)."""
+    the failing Difference or None)."""
     ctx_size = len(prompt) + n + 8  # one context size for every run (the attention's plan follows it)
     rows = rows or (lambda toks, dev, pre: logits(exe, model, toks, dev, env_for(dev), prefill=pre, ctx=ctx_size))
     ctx, done, ties = list(prompt), 0, []
@@ -98,9 +108,10 @@ def greedy_agreement(exe, model, prompt, device, n, max_ties=4, gen=generate, ro
         d = rows(common, device, len(ctx))
         c = rows(common, "cpu", len(ctx))
         V = d.size // len(common)
-        tie, margin, bound, _ = classify_difference(d[-V:], c[-V:], g_dev[k], g_cpu[k])
+        tie, margin, bound, rel = classify_difference(d[-V:], c[-V:], g_dev[k], g_cpu[k])
         if not tie or len(ties) == max_ties:
-            return False, ties, done + k
+            return False, ties, Difference(done + k, g_dev[k], g_cpu[k], int(np.argmax(d[-V:])),
+                                           int(np.argmax(c[-V:])), margin, bound, rel)
         ties.append((done + k, margin, bound))
         ctx = common + [g_cpu[k]]
         done += k + 1
@@ -156,7 +167,7 @@ def main():
             if args.gen > 0:
                 g_ok, ties, bad = greedy_agreement(args.lmfuse, model, c["tokens"][:8], args.device, args.gen)
                 tie_s = "; ".join(f"tie at {p}: margin {m:.1e} <= {b:.1e}" for p, m, b in ties)
-                same = ("yes" if g_ok else f"no (difference at {bad}, not a tie)") + (f" ({tie_s})" if ties else "")
+                same = ("yes" if g_ok else f"no ({describe(bad)})") + (f" ({tie_s})" if ties else "")
                 ok = ok and g_ok
             print(f"| {c['name']} | {e_hf:.2e} ({tol['rel_l2']:.0e}) | {am:.3f} | {e_cpu:.2e} | {e_fu:.2e} | {e_one:.2e} | {e_chunk:.2e} | {e_route:.2e} | {e_auto:.2e} | {same} |"
                   + ("" if ok else " **FAIL**"))

@@ -15,7 +15,7 @@ const char* tri_name(Tri t);
 
 struct Knobs {
   Tri ln_fusion = Tri::Auto;        // LMFUSE_LN_FUSION: residual add + RMSNorm folded into the consuming projection
-  Tri logits_norm_fusion = Tri::Auto;  // LMFUSE_LOGITS_NORM_FUSION: the output RMSNorm folded into the decode logits GEMV (auto: hidden <= 2560)
+  Tri logits_norm_fusion = Tri::Auto;  // LMFUSE_LOGITS_NORM_FUSION: the output RMSNorm folded into the decode logits GEMV (auto = on)
   Tri qkv_fusion = Tri::Auto;       // LMFUSE_QKV_FUSION: Q/K/V as one launch (leader + followers)
   Tri gateup_fusion = Tri::Auto;    // LMFUSE_GATEUP_FUSION: gate/up as one launch with silu*mul epilogue
   Tri resid_fusion = Tri::Auto;     // LMFUSE_RESID_FUSION: residual add in o_proj / down epilogues
@@ -25,7 +25,7 @@ struct Knobs {
   Tri gemv_coresident = Tri::Auto;  // LMFUSE_GEMV_CORESIDENT: one GEMV block per SM, room for the next kernel's (auto = short shapes)
   Tri gemv_wide = Tri::Auto;        // LMFUSE_GEMV_WIDE: integer-dot decode GEMVs as one 16-warp block per SM (auto = hidden size >= 2560)
   Tri gemv_xq = Tri::Auto;          // LMFUSE_GEMV_XQ: down's x quantized once, by the gate/up GEMV (auto = off: measured slower, PERF.md S13-1)
-  Tri attn_xq = Tri::Auto;          // LMFUSE_ATTN_XQ: o_proj's x quantized once, by the attention merge kernel (auto = hidden size >= 2560, S13-2)
+  Tri attn_xq = Tri::Auto;          // LMFUSE_ATTN_XQ: o_proj's x quantized once, by the attention (auto: merge from hidden size 2560, direct split from 4096)
   Tri gemv_split_k = Tri::Auto;     // LMFUSE_GEMV_SPLIT_K: several warps per row group in decode GEMVs (auto = the deep shapes: down_proj)
   Tri qkv_post_pdl = Tri::Auto;     // LMFUSE_QKV_POST_PDL: the QKV epilogue kernel launched with PDL (auto = on)
   Tri qkv_post_room = Tri::Auto;    // LMFUSE_QKV_POST_ROOM: the QKV GEMV leaves SMs free for the epilogue kernel's blocks (auto = wide GEMVs)

@@ -77,11 +77,13 @@ def test_loop():
     # A real difference at 4: fails there.
     gen, rows = scripted([5, 6, 7, 8, 31, 10, 11, 12], cpu_seq, set())
     ok, ties, bad = cm.greedy_agreement("x", "m", [1, 2, 3], "cuda", 8, gen=gen, rows=rows)
-    expect(not ok and bad == 4 and ties == [], f"a real difference fails: {ok} {ties} {bad}")
+    expect(not ok and bad.pos == 4 and (bad.tok_dev, bad.tok_cpu) == (31, 9) and ties == [],
+           f"a real difference fails: {ok} {ties} {bad}")
+    expect("difference at 4: device 31, CPU 9" in cm.describe(bad), cm.describe(bad))
     # Ties beyond max_ties fail.
     gen, rows = scripted([40, 41, 42, 8, 9, 10, 11, 12], cpu_seq, {0, 1, 2})
     ok, ties, bad = cm.greedy_agreement("x", "m", [1, 2, 3], "cuda", 8, max_ties=2, gen=gen, rows=rows)
-    expect(not ok and bad == 2 and len(ties) == 2, f"a third tie with max_ties 2 fails: {ok} {ties} {bad}")
+    expect(not ok and bad.pos == 2 and len(ties) == 2, f"a third tie with max_ties 2 fails: {ok} {ties} {bad}")
 
 
 def test_real_binary():

@@ -548,10 +548,12 @@ void CudaBackend::prepare(Graph& g) {
   // per model (docs/PERF.md, session 13, `--ab attn_xq`, two runs): 4B 1.012 / 1.012, 8B 1.013 /
   // 0.999, 0.6B 0.983 / 0.993: automatic = on from the wide GEMVs' hidden size.
   attn_xq_ = fusion && tri_resolve(k.attn_xq, cuda::large_decode_model(hp.n_embd)) && !attn_merge_fusion_;
-  // In the direct steps' graph the codes would come from the direct split's tail, on its critical
-  // path: measured slower on every size (docs/PERF.md S18-6/S18-7, `--ab attn_xq` with every
-  // tg128 step direct: 4B 0.989-0.993, 8B 0.993-0.998, 0.6B 0.981-0.989), so only when forced.
-  attn_xq_direct_ = attn_xq_ && k.attn_xq == Tri::On;
+  // In the direct steps' graph the codes come from the direct split's tail, on its critical path:
+  // slower where o_proj is small (docs/PERF.md S36-2/S36-3, `--ab attn_xq` with every tg128 step
+  // direct: 0.6B 0.967, 4B 0.985 and 0.992 twice), faster on 8B's (1.005, 1.006 twice), whose
+  // staging of x in o_proj's blocks costs more than the codes cost the split (S18-6/S18-7 had
+  // measured 8B 0.993-0.998 before the grids of sessions 33-35). Automatic from hidden size 4096.
+  attn_xq_direct_ = attn_xq_ && tri_resolve(k.attn_xq, cuda::attn_xq_direct_auto(hp.n_embd));
   // o_proj inside the direct attention: automatic off (docs/PERF.md S23-1: tg128 0.6B 1.011-1.032,
   // 4B 0.971-0.976, 8B 0.900-0.907; its atomics make the last bits vary run to run). Its residual
   // add then folds into gate/up in every step (the split + merge steps launch o_proj plainly), so
@@ -617,13 +619,13 @@ void CudaBackend::prepare(Graph& g) {
   }
   // The output norm folded into the logits GEMV (Norm prologue; AddNorm when the last residual
   // add was not taken by down's epilogue), as the layers' norms fold into qkv and gate/up: one
-  // launch fewer per token, the same bits. Automatic up to hidden size 2560: the norm's staging
-  // in every block grows with the width and outweighs the launch at 4096 (docs/PERF.md S24-4:
-  // tg128 0.6B 1.006, 4B 1.003, 8B 0.997).
+  // launch fewer per token, the same bits. Automatic on: tg128 0.6B 1.012, 4B 1.003 and 1.000,
+  // 8B 1.005, 1.005 and 1.004 (docs/PERF.md S36-2/S36-3; S24-4 had measured 8B 0.997, before the
+  // grids of sessions 33-35, and kept it off from hidden size 4096).
   for (auto& grp : g.groups) {
     if (grp.kind != GroupKind::Logits) continue;
     const Op& lead = g.ops[size_t(grp.leader())];
-    if (!fusion || !tri_resolve(k.ln_fusion, true) || !tri_resolve(k.logits_norm_fusion, hp.n_embd <= 2560)) {
+    if (!fusion || !tri_resolve(k.ln_fusion, true) || !tri_resolve(k.logits_norm_fusion, true)) {
       grp.reject_reason = "knob off";
       continue;
     }

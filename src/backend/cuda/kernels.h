@@ -348,6 +348,9 @@ bool gemv_runs_wide(DType t, Tri wide = Tri::Auto);
 // trigger and o_proj's x quantized by the merge), so it is asked of large_decode_model.
 constexpr int64_t kWideMinEmbd = 2560;
 constexpr bool large_decode_model(int64_t n_embd) { return n_embd >= kWideMinEmbd; }
+// Whether the direct attention split quantizes o_proj's x (knob attn_xq in direct steps; the
+// split + merge steps follow large_decode_model): 8B, not 4B or 0.6B (docs/PERF.md S36-2/S36-3).
+constexpr bool attn_xq_direct_auto(int64_t n_embd) { return n_embd >= 4096; }
 // The direct graph's length bound. One block per query head (S19-3, `-n 128 -d D`, direct vs
 // split + merge over the 128 steps after D): D = 128 0.6B 1.011, 4B 1.043, 8B 1.063; D = 256
 // 0.6B 0.911, 4B 1.009, 8B 1.028; D = 384 4B 0.971, 8B 0.987. So 384 from the wide GEMVs'

@@ -72,19 +72,20 @@ def describe(d):
             f"rel-L2 {d.rel:.1e}: not a tie")
 
 
-def classify_difference(dev_row, cpu_row, tok_dev, tok_cpu):
+def classify_difference(dev_row, cpu_row, tok_dev, tok_cpu, quant_rel=0.0):
     """Whether a greedy difference (the device chose tok_dev, the CPU tok_cpu) at one step is a
     rounding tie: each row's argmax is its backend's token (the rows were recomputed along the
-    generation's path), the rows agree to rel-L2 <= TIE_REL_L2, and the CPU's margin of its token
-    over the device's is within the largest |device - CPU| logit difference of the row, so the
-    two backends' rounding alone decides between them. Returns (tie, CPU margin, that bound, rel-L2)."""
+    generation's path), the rows agree to rel-L2 <= TIE_REL_L2 (or, for a flipped activation code,
+    <= quant_rel: see greedy_agreement), and the CPU's margin of its token over the device's is
+    within the largest |device - CPU| logit difference of the row, so the two backends' rounding
+    alone decides between them. Returns (tie, CPU margin, that bound, rel-L2)."""
     dev_row = np.asarray(dev_row, dtype=np.float64)
     cpu_row = np.asarray(cpu_row, dtype=np.float64)
     err = float(np.max(np.abs(dev_row - cpu_row)))
     margin = float(cpu_row[tok_cpu] - cpu_row[tok_dev])
     rel = rel_l2(dev_row, cpu_row)
-    tie = (int(np.argmax(dev_row)) == tok_dev and int(np.argmax(cpu_row)) == tok_cpu and rel <= TIE_REL_L2
-           and 0 <= margin <= err)
+    tie = (int(np.argmax(dev_row)) == tok_dev and int(np.argmax(cpu_row)) == tok_cpu
+           and rel <= max(TIE_REL_L2, quant_rel) and 0 <= margin <= err)
     return tie, margin, err, rel
 
 
@@ -93,10 +94,22 @@ def greedy_agreement(exe, model, prompt, device, n, max_ties=4, gen=generate, ro
     difference passes only as a rounding tie (classify_difference, on the last row of both
     backends' logits for the common prefix: the prompt as one prefill, then one decode step per
     token, as the generation ran), after which both continue from the CPU's token, so all n
-    tokens are still compared. At most max_ties ties. Returns (ok, [(position, margin, bound)],
-    the failing Difference or None)."""
+    tokens are still compared. At most max_ties ties. Returns (ok, [(position, margin, bound, kind)],
+    the failing Difference or None).
+
+    Two kinds of tie. "tie": the rows agree to TIE_REL_L2. "code flip": quantized-weight models
+    quantize each matmul's activations to int8 codes per 32-block (the CPU's 8-bit activations and
+    the device's kernels alike); the backends' fp32 sums before it agree to ~1e-7, but a value
+    within that of a rounding boundary gets codes one apart, which moves that step's row by a
+    share of what 8-bit activations move it in all (qwen2-tiny-q4_0, docs/PERF.md S36-6: rows at
+    1e-7 for 47 steps, then 6.5e-3 at one, 2.5e-6 at the next). So the rows may differ by up to
+    the row's own 8-bit activation error, measured: the CPU's row with 16-bit activations
+    ("cpu16") against its 8-bit row. A float-weight model has no codes (that error is 0), so only
+    "tie" applies there."""
     ctx_size = len(prompt) + n + 8  # one context size for every run (the attention's plan follows it)
-    rows = rows or (lambda toks, dev, pre: logits(exe, model, toks, dev, env_for(dev), prefill=pre, ctx=ctx_size))
+    rows = rows or (lambda toks, dev, pre: logits(exe, model, toks, "cpu" if dev == "cpu16" else dev,
+                                                  {"LMFUSE_CPU_ACT16": "1"} if dev == "cpu16" else env_for(dev),
+                                                  prefill=pre, ctx=ctx_size))
     ctx, done, ties = list(prompt), 0, []
     while done < n:
         g_dev = gen(exe, model, ctx, device, n - done, ctx_size)
@@ -109,10 +122,14 @@ def greedy_agreement(exe, model, prompt, device, n, max_ties=4, gen=generate, ro
         c = rows(common, "cpu", len(ctx))
         V = d.size // len(common)
         tie, margin, bound, rel = classify_difference(d[-V:], c[-V:], g_dev[k], g_cpu[k])
+        kind = "tie"
+        if not tie and rel > TIE_REL_L2:
+            q = rel_l2(rows(common, "cpu16", len(ctx))[-V:], c[-V:])
+            tie, kind = classify_difference(d[-V:], c[-V:], g_dev[k], g_cpu[k], q)[0], f"code flip (8-bit activations move the row {q:.1e})"
         if not tie or len(ties) == max_ties:
             return False, ties, Difference(done + k, g_dev[k], g_cpu[k], int(np.argmax(d[-V:])),
                                            int(np.argmax(c[-V:])), margin, bound, rel)
-        ties.append((done + k, margin, bound))
+        ties.append((done + k, margin, bound, f"{kind}, rel-L2 {rel:.1e}"))
         ctx = common + [g_cpu[k]]
         done += k + 1
     return True, ties, None
@@ -166,7 +183,7 @@ def main():
             same = "-"
             if args.gen > 0:
                 g_ok, ties, bad = greedy_agreement(args.lmfuse, model, c["tokens"][:8], args.device, args.gen)
-                tie_s = "; ".join(f"tie at {p}: margin {m:.1e} <= {b:.1e}" for p, m, b in ties)
+                tie_s = "; ".join(f"{kind} at {p}: margin {m:.1e} <= {b:.1e}" for p, m, b, kind in ties)
                 same = ("yes" if g_ok else f"no ({describe(bad)})") + (f" ({tie_s})" if ties else "")
                 ok = ok and g_ok
             print(f"| {c['name']} | {e_hf:.2e} ({tol['rel_l2']:.0e}) | {am:.3f} | {e_cpu:.2e} | {e_fu:.2e} | {e_one:.2e} | {e_chunk:.2e} | {e_route:.2e} | {e_auto:.2e} | {same} |"

@@ -108,7 +108,8 @@ def test_loop():
     # Ties beyond max_ties fail.
     gen, rows = scripted([40, 41, 42, 8, 9, 10, 11, 12], cpu_seq, {0, 1, 2})
     ok, ties, bad = cm.greedy_agreement("x", "m", [1, 2, 3], "cuda", 8, max_ties=2, gen=gen, rows=rows)
-    expect(not ok and bad.pos == 2 and len(ties) == 2, f"a third tie with max_ties 2 fails: {ok} {ties} {bad}")
+    expect(not ok and bad.pos == 2 and len(ties) == 2 and bad.why == "a tie beyond the 2 allowed",
+           f"a third tie with max_ties 2 fails: {ok} {ties} {bad}")
     # A code flip at 3 (rows 5e-3 apart, 8-bit activations move the row 1e-2): passes, named so.
     gen, rows = scripted([5, 6, 7, 32, 9, 10, 11, 12], cpu_seq, set(), flips_at={3})
     ok, ties, bad = cm.greedy_agreement("x", "m", [1, 2, 3], "cuda", 8, gen=gen, rows=rows)

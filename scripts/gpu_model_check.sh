@@ -3,6 +3,7 @@
 # against the golden references and the CPU backend, and runs the benchmarks. Logs under $OUT.
 # Carry .deps (scripts/carry_deps.sh) so CLI11 / nlohmann-json headers exist there.
 #   STAGES="correct bench ab profile depth" (default: all); KNOBS / DEPTH_KNOBS: the A/B lists
+#   (KNOBS defaults to every decode knob: docs/PERF.md S36-2's table, ~6 min with AB_REPS=2)
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -38,7 +39,7 @@ if has bench; then
   done
 fi
 if has ab; then
-  for k in ${KNOBS:-cuda_graph qkv_fusion gateup_fusion ln_fusion resid_fusion rope_fusion qkv_post_pdl pdl_early_trigger gemv_coresident gemv_wide gemv_xq attn_xq rope_table qkv_post_room o_room gateup_room down_fit}; do
+  for k in ${KNOBS:-ln_fusion qkv_fusion gateup_fusion cuda_graph resid_fusion fusion logits_norm_fusion rope_fusion attn_rope_fusion qkv_post_pdl qkv_post_room o_room gateup_room down_fit rope_table pdl_early_trigger gemv_coresident gemv_wide gemv_split_k gemv_xq attn_xq attn_direct attn_head_split attn_staged attn_single_split attn_merge_fusion attn_o_fusion decode_pipeline}; do
     for p in ${AB_PRESETS:-qwen3-0.6b qwen3-4b qwen3-8b}; do
       [ -s $M/$p.gguf ] && $L bench -m $M/$p.gguf -p 0 -n 128 -r ${AB_REPS:-3} --ab $k 2>&1 | tee -a "$OUT/ab.md"
     done

@@ -30,7 +30,7 @@ if has sanitize; then
   for tool in memcheck racecheck synccheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 "$L" logits -m tests/data/golden/qwen3-tiny-q4_0.gguf \
       --device cuda --tokens 1,2,3,4,5 --all --prefill 2 --generate 4 -o /tmp/san.bin --knob cuda_graph=0 >"$OUT/sanitize_$tool.log" 2>&1
-    echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitize_$tool.log") clean summaries)" | tee -a "$OUT/golden.md"
+    echo "compute-sanitizer $tool: exit $? ($(grep -c -E 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitize_$tool.log") clean summaries)" | tee -a "$OUT/golden.md"
   done
 fi
 if has bench; then

@@ -550,7 +550,7 @@ void CudaBackend::prepare(Graph& g) {
   attn_xq_ = fusion && tri_resolve(k.attn_xq, cuda::large_decode_model(hp.n_embd)) && !attn_merge_fusion_;
   // In the direct steps' graph the codes come from the direct split's tail, on its critical path:
   // slower where o_proj is small (docs/PERF.md S36-2/S36-3, `--ab attn_xq` with every tg128 step
-  // direct: 0.6B 0.967, 4B 0.985 and 0.992 twice), faster on 8B's (1.005, 1.006 twice), whose
+  // direct: 0.6B 0.967, 4B 0.985, 0.993 and 0.991), faster on 8B's (1.005, 1.006 twice), whose
   // staging of x in o_proj's blocks costs more than the codes cost the split (S18-6/S18-7 had
   // measured 8B 0.993-0.998 before the grids of sessions 33-35). Automatic from hidden size 4096.
   attn_xq_direct_ = attn_xq_ && tri_resolve(k.attn_xq, cuda::attn_xq_direct_auto(hp.n_embd));

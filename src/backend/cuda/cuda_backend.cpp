@@ -382,7 +382,7 @@ class CudaBackend final : public Backend {
   std::pair<int, int> gateup_free_{-1, 0};   // (layer, SMs) gate/up's launch left free, for that layer's down
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
-  bool attn_xq_direct_ = false;              // ... and by the direct split in direct steps (forced only)
+  bool attn_xq_direct_ = false;              // ... and by the direct split in direct steps (attn_xq_direct_auto)
   bool attn_merge_fusion_ = false;           // decode: the last split block merges (no merge kernel)
   bool attn_staged_ = false;                 // decode: attention pass 1 from shared-memory stages
   bool attn_single_split_ = false;           // decode: staged attention up to 64 positions in one split

@@ -94,14 +94,6 @@
 #ifndef LMFUSE_GEMV_COMPACT_ONE_STEP
 #define LMFUSE_GEMV_COMPACT_ONE_STEP 1
 #endif
-// Experiment build (docs/PERF.md, prepared in session 36): 1 = the Norm-prologue Store instances
-// (the QKV GEMV when its epilogue is a kernel of its own, and the logits) issue only their first
-// batch of weights before the PDL wait and the second after it; 2 = every instance. 0 (default) =
-// both batches before the wait. Asks whether 8B's QKV wait returns 1.40 us after down's end (4B:
-// 0.72) because the release queues behind the in-flight pre-wait loads.
-#ifndef LMFUSE_GEMV_PREWAIT_ONE
-#define LMFUSE_GEMV_PREWAIT_ONE 0
-#endif
 
 namespace lmf::cuda::dev {
 
@@ -647,10 +639,8 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         if (at.g + u < ngroups) buf[u].load(p, at.rg, at.g + u, nblk, lane, pol);
   };
   // Two batches in flight while x is staged (for the 8B shapes that is a whole row group).
-  constexpr bool kOnePre = LMFUSE_GEMV_PREWAIT_ONE == 2 ||
-                           (LMFUSE_GEMV_PREWAIT_ONE == 1 && PRO == Prologue::Norm && EPI == Epilogue::Store);
   load_batch(cur, a);
-  if constexpr (!kOnePre) load_batch(nxt, b);
+  load_batch(nxt, b);
   // The Norm prologue's second pass reads gamma after the block reduction: its lines are
   // brought into L1 now (gamma is a weight), so that pass does not wait for L2 again.
   if constexpr (PRO == Prologue::Norm || PRO == Prologue::AddNorm)
@@ -658,7 +648,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // Everything above reads only weights; from here on inputs of the previous kernel are read
   // and outputs written (PDL, see pdl_launch.cuh).
   pdl_wait_trigger(false);
-  if constexpr (kOnePre) load_batch(nxt, b);
   __shared__ unsigned long long tl_w;  // thread 0's wait return (timeline)
 #if LMFUSE_GEMV_STAGE_MARKS == 5
   // (marks set 5: deferred stamps, kept by thread 0 in shared memory: no registers held)

@@ -60,6 +60,8 @@ class Model {
   std::vector<float> eval(std::span<const int32_t> tokens, bool all_logits = false);
   // Appends `prompt` (tokenized, special tokens parsed) and generates up to max_tokens, stopping
   // at end-of-generation tokens or when on_text returns false. Returns the generated text.
+  // A prompt that is not valid UTF-8 throws (tokenize() instead replaces ill-formed bytes with
+  // U+FFFD, as Hugging Face tokenizers do).
   std::string generate(const std::string& prompt, int64_t max_tokens, const SamplingOptions& sampling = {},
                        const std::function<bool(std::string_view)>& on_text = {});
   void reset();  // forget the conversation

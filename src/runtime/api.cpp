@@ -11,6 +11,7 @@
 #include "sampling/sampler.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 #include "util/status.h"
 #include "util/threadpool.h"
 
@@ -89,6 +90,7 @@ std::string Model::generate(const std::string& prompt, int64_t max_tokens, const
                             const std::function<bool(std::string_view)>& on_text) {
   return guard([&] {
     auto& I = *impl_;
+    if (auto bad = lmf::utf8::invalid_message(prompt, "the prompt"); !bad.empty()) throw lmf::Error(bad);
     const auto& t = I.tokenizer();
     auto ids = t.encode(prompt, I.history.empty() && t.add_bos() && prompt.rfind(t.piece(std::max(t.bos(), 0)), 0) != 0, true);
     if (ids.empty()) throw lmf::Error("the prompt is empty");

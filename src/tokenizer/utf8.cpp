@@ -1,5 +1,6 @@
 #include "tokenizer/utf8.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "util/status.h"
@@ -47,16 +48,26 @@ size_t seq_len(std::string_view s, size_t i, size_t* bad_len, bool* truncated) {
   return need;
 }
 
-bool is_valid(std::string_view s) {
+size_t first_invalid(std::string_view s) {
   size_t i = 0, bad;
   bool tr;
   while (i < s.size()) {
     if (uint8_t(s[i]) < 0x80) { ++i; continue; }
     size_t l = seq_len(s, i, &bad, &tr);
-    if (!l) return false;
+    if (!l) return i;
     i += l;
   }
-  return true;
+  return std::string_view::npos;
+}
+
+bool is_valid(std::string_view s) { return first_invalid(s) == std::string_view::npos; }
+
+std::string invalid_message(std::string_view s, std::string_view what) {
+  const size_t at = first_invalid(s);
+  if (at == std::string_view::npos) return {};
+  char b[8];
+  std::snprintf(b, sizeof b, "0x%02X", unsigned(uint8_t(s[at])));
+  return std::string(what) + " is not valid UTF-8 (byte " + b + " at offset " + std::to_string(at) + ")";
 }
 
 std::string sanitize(std::string_view s) {

@@ -16,6 +16,11 @@ size_t seq_len(std::string_view s, size_t i, size_t* bad_len, bool* truncated);
 // Replaces every ill-formed subsequence with U+FFFD. Returns s unchanged when it is valid.
 std::string sanitize(std::string_view s);
 bool is_valid(std::string_view s);
+// Offset of the first byte of the first ill-formed sequence, or npos when s is valid.
+size_t first_invalid(std::string_view s);
+// "" when s is valid, else "WHAT is not valid UTF-8 (byte 0xNN at offset K)": the one-line error
+// for text that must be UTF-8 (a prompt), where replacing bytes would answer another text.
+std::string invalid_message(std::string_view s, std::string_view what);
 
 // Decodes one code point from a valid sequence (caller guarantees validity).
 uint32_t decode_at(std::string_view s, size_t i, size_t* len);

@@ -80,6 +80,9 @@ def main():
     bad("unknown type", ["random-model", "--preset", "qwen3-0.6b", "--type", "q3_k", "-o", out], "--type")
     bad("zero layers", ["random-model", "--preset", "qwen3-0.6b", "--layers", "0", "-o", out], "--layers")
     bad("unknown knob", ["bench", "-m", m, "--ab", "warp_speed"], "unknown knob")
+    bad("prompt that is not UTF-8", ["run", "-m", m, "-p", b"caf\xc3 au lait"], "the prompt is not valid UTF-8 (byte 0xC3 at offset 3)")
+    bad("system message that is not UTF-8", ["run", "-m", m, "-p", "hi", "--system", b"\xff"], "system message is not valid UTF-8")
+    bad("text to tokenize that is not UTF-8", ["tokenize", "-m", m, b"a\xed\xa0\x80"], "the text is not valid UTF-8 (byte 0xED at offset 1)")
     bad("cuda without CUDA", ["logits", "-m", m, "--tokens", "1", "--device", "cuda", "-o", out], "CUDA")
     with open(m, "rb") as f, open(os.path.join(TMP, "trunc.gguf"), "wb") as g:
         g.write(f.read(1 << 20))

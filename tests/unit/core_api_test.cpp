@@ -99,6 +99,13 @@ TEST(PublicApi, ErrorsAreLmfuseErrors) {
   } catch (const lmfuse::Error& e) {
     EXPECT_NE(std::string(e.what()).find("context holds 4"), std::string::npos) << e.what();
   }
+  // A prompt that is not UTF-8 is refused, not answered as its U+FFFD replacement.
+  try {
+    m->generate("caf\xC3 au lait", 1);
+    FAIL() << "no error";
+  } catch (const lmfuse::Error& e) {
+    EXPECT_STREQ(e.what(), "the prompt is not valid UTF-8 (byte 0xC3 at offset 3)");
+  }
   o.device = "tpu";
   EXPECT_THROW(lmfuse::Model::open(kGolden + "llama-tiny-q8_0.gguf", o), lmfuse::Error);
 }

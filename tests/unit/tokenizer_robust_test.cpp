@@ -3,6 +3,7 @@
 // one-shot decode for any id sequence; concurrent encode() gives the same ids.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 #include <thread>
 
@@ -61,6 +62,34 @@ TEST(TokenizerRobust, StreamDecoderEqualsDecodeOnRandomIds) {
       EXPECT_EQ(s, t.decode(ids, skip));
     }
   }
+}
+
+// first_invalid: the valid prefix ends exactly there (sanitize keeps it byte for byte and
+// replaces what follows); invalid_message names that byte and offset, and is empty iff valid.
+TEST(TokenizerRobust, FirstInvalidByte) {
+  std::mt19937 rng(11);
+  int invalid = 0;
+  for (int it = 0; it < 3000; ++it) {
+    const std::string s = random_text(rng, 1 + it % 40);
+    const size_t at = utf8::first_invalid(s);
+    const std::string msg = utf8::invalid_message(s, "x");
+    ASSERT_EQ(at == std::string::npos, utf8::is_valid(s));
+    ASSERT_EQ(msg.empty(), utf8::is_valid(s));
+    if (at == std::string::npos) continue;
+    ++invalid;
+    ASSERT_TRUE(utf8::is_valid(s.substr(0, at)));
+    const std::string clean = utf8::sanitize(s);
+    ASSERT_EQ(clean.compare(0, at, s, 0, at), 0);
+    ASSERT_EQ(clean.compare(at, 3, "\xEF\xBF\xBD"), 0) << "U+FFFD where the first bad byte was";
+    char b[8];
+    std::snprintf(b, sizeof b, "0x%02X", unsigned(uint8_t(s[at])));
+    ASSERT_EQ(msg, "x is not valid UTF-8 (byte " + std::string(b) + " at offset " + std::to_string(at) + ")");
+  }
+  EXPECT_GT(invalid, 500);
+  EXPECT_EQ(utf8::first_invalid("\xED\xA0\x80"), 0u);   // a surrogate
+  EXPECT_EQ(utf8::first_invalid("ab\xF0\x9F"), 2u);       // cut short at the end
+  EXPECT_EQ(utf8::first_invalid("\xC0\xAF"), 0u);         // overlong
+  EXPECT_EQ(utf8::first_invalid("é中😀"), std::string::npos);
 }
 
 TEST(TokenizerRobust, StreamDecoderHoldsSplitCharacters) {

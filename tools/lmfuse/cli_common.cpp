@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "tokenizer/utf8.h"
 #include "util/progress.h"
 #include "util/status.h"
 #include "util/threadpool.h"
@@ -47,6 +48,10 @@ Engine load_engine(const EngineFlags& f, int64_t min_ctx) {
   e.backend = make_backend(dev, o);
   e.backend->load(*e.model);
   return e;
+}
+
+void require_utf8(const std::string& text, const char* what) {
+  if (auto e = utf8::invalid_message(text, what); !e.empty()) LMF_FAIL(e);
 }
 
 std::vector<int32_t> parse_token_list(const std::string& s) {

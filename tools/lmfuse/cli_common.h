@@ -29,6 +29,11 @@ struct Engine {
 };
 Engine load_engine(const EngineFlags& f, int64_t min_ctx = 0);
 
+// Text typed by the user (a prompt, a system message, the text to tokenize) must be UTF-8: the
+// tokenizer would otherwise replace ill-formed bytes with U+FFFD (as Hugging Face's decode does)
+// and the model would answer a prompt nobody wrote. Throws utf8::invalid_message.
+void require_utf8(const std::string& text, const char* what);
+
 // Parses "1,2,3" into token ids; clear error on anything else.
 std::vector<int32_t> parse_token_list(const std::string& s);
 

@@ -15,6 +15,7 @@
 #include "sampling/sampler.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 #include "util/status.h"
 
 namespace lmf::cli {
@@ -75,6 +76,7 @@ int cmd_chat(int argc, char** argv) {
   app.add_option("--seed", sp.seed, "random seed");
   app.add_flag("--no-think", no_think, "Qwen3: disable thinking");
   CLI11_PARSE(app, argc, argv);
+  require_utf8(system, "the system message");
 
   Engine e = load_engine(ef);
   auto tok = Tokenizer::from_gguf(*e.model->file);
@@ -114,6 +116,10 @@ int cmd_chat(int argc, char** argv) {
       continue;
     }
     if (line.empty()) continue;
+    if (auto bad = utf8::invalid_message(line, "that line"); !bad.empty()) {  // the conversation goes on
+      std::printf("(%s: type it again)\n", bad.c_str());
+      continue;
+    }
     msgs.push_back({"user", line});
     std::string prompt = render_chat(tok->chat_template(), msgs, true, bos, eos, !no_think);
     std::vector<int32_t> ids = tok->encode(prompt, false, true);

@@ -42,6 +42,8 @@ int cmd_run(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (greedy) sp.temperature = 0;
   if (n_predict < 0) n_predict = INT64_MAX;  // llama.cpp's -n -1
+  require_utf8(prompt, "the prompt");
+  require_utf8(system, "the system message");
 
   Engine e = load_engine(ef);
   auto tok = Tokenizer::from_gguf(*e.model->file);

@@ -34,6 +34,7 @@ int cmd_tokenize(int argc, char** argv) {
   app.add_flag("--bos", bos, "add the BOS token if the tokenizer uses one");
   app.add_option("text", text, "text to tokenize")->required();
   CLI11_PARSE(app, argc, argv);
+  require_utf8(text, "the text");
   auto tok = load_tokenizer(model, tok_json);
   auto out = tok->encode(text, bos, !no_special);
   if (pieces) {

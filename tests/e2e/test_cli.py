@@ -80,6 +80,13 @@ def main():
     bad("unknown type", ["random-model", "--preset", "qwen3-0.6b", "--type", "q3_k", "-o", out], "--type")
     bad("zero layers", ["random-model", "--preset", "qwen3-0.6b", "--layers", "0", "-o", out], "--layers")
     bad("unknown knob", ["bench", "-m", m, "--ab", "warp_speed"], "unknown knob")
+    bad("negative bench length", ["bench", "-m", m, "-p", "0", "-n", "2,-1"], "--n-gen: must be >= 0, got -1")
+    bad("negative bench depth", ["bench", "-m", m, "-d", "-5"], "--depth: must be >= 0, got -5")
+    bad("a context whose KV cache cannot fit in memory", ["logits", "-m", m, "--tokens", "1", "-c", "100000000", "-o", out],
+        "the KV cache for 100000000 positions needs 2197265 MiB")
+    r = lm("logits", "-m", small, "--tokens", "1,2", "-c", "9000", "-o", os.path.join(TMP, "small.bin"))
+    check("-c past the training context runs with a warning", r.returncode == 0
+          and "longer than the model's training context (8192)" in r.stderr, r.stderr)
     bad("prompt that is not UTF-8", ["run", "-m", m, "-p", b"caf\xc3 au lait"], "the prompt is not valid UTF-8 (byte 0xC3 at offset 3)")
     bad("system message that is not UTF-8", ["run", "-m", m, "-p", "hi", "--system", b"\xff"], "system message is not valid UTF-8")
     bad("text to tokenize that is not UTF-8", ["tokenize", "-m", m, b"a\xed\xa0\x80"], "the text is not valid UTF-8 (byte 0xED at offset 1)")

@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "tokenizer/utf8.h"
+#include "util/log.h"
 #include "util/progress.h"
 #include "util/status.h"
 #include "util/threadpool.h"
@@ -41,6 +42,9 @@ Engine load_engine(const EngineFlags& f, int64_t min_ctx) {
   // An explicit -c is honoured (a longer input is then a clear error); the default grows to
   // what the command needs.
   o.n_ctx = f.n_ctx > 0 ? f.n_ctx : std::max(std::min<int64_t>(e.model->hp.n_ctx_train, 4096), min_ctx);
+  if (f.n_ctx > 0 && e.model->hp.n_ctx_train > 0 && f.n_ctx > e.model->hp.n_ctx_train)  // as llama.cpp warns
+    LMF_LOG(Warn, "-c ", f.n_ctx, " is longer than the model's training context (", e.model->hp.n_ctx_train,
+            "): positions past it may give poor text");
   o.knobs = knobs_from(f);
   std::string dev = f.device;
   if (f.ngl == 0) dev = "cpu";

@@ -144,9 +144,12 @@ int cmd_bench(int argc, char** argv) {
   int reps = 5;
   bool json = false;
   std::string ab;
-  app.add_option("-p,--n-prompt", pp, "prompt lengths to test (0 = none)")->delimiter(',');
-  app.add_option("-n,--n-gen", tg, "generation lengths to test (0 = none)")->delimiter(',');
-  app.add_option("-d,--depth", depth, "tokens already in the KV cache before each test");
+  // CLI11's NonNegativeNumber would print the range up to DBL_MAX.
+  const CLI::Validator kNonNegative(
+      [](std::string& v) { return !v.empty() && v[0] == '-' ? "must be >= 0, got " + v : std::string(); }, "N>=0");
+  app.add_option("-p,--n-prompt", pp, "prompt lengths to test (0 = none)")->delimiter(',')->check(kNonNegative);
+  app.add_option("-n,--n-gen", tg, "generation lengths to test (0 = none)")->delimiter(',')->check(kNonNegative);
+  app.add_option("-d,--depth", depth, "tokens already in the KV cache before each test")->check(kNonNegative);
   app.add_option("-r,--repetitions", reps, "timed repetitions (after one warm-up)")->check(CLI::Range(1, 1000));
   app.add_flag("--json", json, "print JSON lines instead of a table");
   app.add_option("--ab", ab, "run every test with KNOB=0 and KNOB=1 and print the ratio");

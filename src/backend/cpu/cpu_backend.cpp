@@ -3,7 +3,10 @@
 // quantized once and the rows of all members are split across threads together).
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -19,6 +22,18 @@ namespace {
 // 9e-2 with 8 bits) at ~0.69x the 8-bit prefill speed, still >= 1.3x llama.cpp on the 2-core
 // box (docs/PERF.md, "CPU 16-bit activations").
 constexpr bool kAct16Auto = true;
+
+// Memory the kernel says a new allocation can get without swapping (MemAvailable), 0 if unknown.
+uint64_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  while (f >> key >> kib) {
+    if (key == "MemAvailable:") return kib << 10;
+    f.ignore(64, '\n');
+  }
+  return 0;
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -38,6 +53,12 @@ class CpuBackend final : public Backend {
     m_ = &m;
     const auto& hp = m.hp;
     LMF_CHECK(opts_.n_ctx > 0);
+    // The KV cache is zero-filled now: past the memory there is, that is an OOM kill, not an
+    // error, so a context that cannot fit is refused first.
+    const uint64_t kv_bytes = uint64_t(hp.n_layer) * 2 * uint64_t(opts_.n_ctx) * uint64_t(hp.kv_dim()) * 2;
+    if (const uint64_t avail = available_memory_bytes(); avail > 0 && kv_bytes > avail)
+      LMF_FAIL("the KV cache for ", opts_.n_ctx, " positions needs ", (kv_bytes >> 20), " MiB; ", (avail >> 20),
+               " MiB of memory are available (lower -c)");
     kc_.assign(size_t(hp.n_layer), std::vector<uint16_t>(size_t(opts_.n_ctx * hp.kv_dim())));
     vc_.assign(size_t(hp.n_layer), std::vector<uint16_t>(size_t(opts_.n_ctx * hp.kv_dim())));
   }

@@ -1,5 +1,6 @@
 // Loads a Hugging Face tokenizer.json (+ tokenizer_config.json). Only what byte-level BPE
 // tokenizers use is accepted; anything else fails with the name of the unsupported part.
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -171,23 +172,37 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf(const std::string& tokenizer_json,
 #endif
 }
 
+namespace {
+std::string slurp(const std::string& p, bool required) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) {
+    if (required) LMF_FAIL(p, ": cannot open");
+    return std::string();
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
 std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& dir) {
-  auto slurp = [](const std::string& p, bool required) {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) {
-      if (required) LMF_FAIL(p, ": cannot open");
-      return std::string();
-    }
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  std::string tj = slurp(dir + "/tokenizer.json", true);
-  std::string cj = slurp(dir + "/tokenizer_config.json", false);
+  return from_hf_path(dir);
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_hf_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool dir = fs::is_directory(path, ec);
+  const std::string tok_file = dir ? path + "/tokenizer.json" : path;
+  const std::string folder = dir ? path : fs::path(path).parent_path().string();
+  std::string tj = slurp(tok_file, true);
+  std::string cj = slurp((folder.empty() ? std::string(".") : folder) + "/tokenizer_config.json", false);
   try {
     return from_hf(tj, cj);
-  } catch (const Error& e) {
-    LMF_FAIL(dir, "/", e.what());
+  } catch (const Error& e) {  // from_hf's messages start "tokenizer.json: "; name the real file
+    std::string_view what = e.what();
+    if (what.starts_with("tokenizer.json: ")) what.remove_prefix(16);
+    LMF_FAIL(tok_file, ": ", what);
   }
 }
 

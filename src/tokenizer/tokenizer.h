@@ -36,6 +36,9 @@ class Tokenizer {
                                             const std::string& tokenizer_config_json);
   // Reads "<dir>/tokenizer.json" and, if present, "<dir>/tokenizer_config.json".
   static std::unique_ptr<Tokenizer> from_hf_dir(const std::string& dir);
+  // A tokenizer.json file (its tokenizer_config.json beside it is read if present) or a folder
+  // holding them (from_hf_dir).
+  static std::unique_ptr<Tokenizer> from_hf_path(const std::string& path);
 
   // Writes llama.cpp's tokenizer keys. pad_vocab_to > n_vocab() appends "[PAD<i>]" tokens of
   // type UNUSED so the vocabulary matches an embedding matrix with more rows.

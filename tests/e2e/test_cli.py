@@ -97,6 +97,21 @@ def main():
     with open(os.path.join(TMP, "junk.gguf"), "wb") as g:
         g.write(b"NOTAGGUF" * 10)
     bad("not a GGUF file", ["inspect", os.path.join(TMP, "junk.gguf")], "magic")
+    # tokenize --tokenizer takes a tokenizer.json file or its folder (the file's path was once
+    # parsed as JSON text); ids against transformers' (tests/data/tokenizer/qwen3_refs.json).
+    tok_dirs = [d for d in (tok_dir, "/work/shared/models/qwen3-tokenizer") if os.path.exists(os.path.join(d, "tokenizer.json"))]
+    if tok_dirs:
+        refs = json.load(open(os.path.join(SRC, "tests", "data", "tokenizer", "qwen3_refs.json")))["cases"]
+        case = next(c for c in refs if c["text"].startswith("CONTRACTIONS"))
+        want = ",".join(str(i) for i in case["ids"])
+        for form, where in (("file", os.path.join(tok_dirs[0], "tokenizer.json")), ("folder", tok_dirs[0])):
+            r = lm("tokenize", "--tokenizer", where, case["text"])
+            check(f"tokenize --tokenizer <{form}> gives transformers' ids", r.returncode == 0 and r.stdout.strip() == want,
+                  r.stderr + r.stdout[:200])
+    else:
+        print("SKIP tokenize --tokenizer (no qwen3 tokenizer.json)")
+    bad("tokenizer.json that is not JSON", ["tokenize", "--tokenizer", os.path.join(TMP, "junk.gguf"), "hi"],
+        "junk.gguf: cannot parse")
     r = lm("--help")
     check("--help lists commands with examples", r.returncode == 0 and "random-model" in r.stdout and "examples" in r.stdout)
     for c in ("run", "chat", "bench", "logits", "inspect", "random-model", "convert", "tokenize", "detokenize"):

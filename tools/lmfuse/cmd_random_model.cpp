@@ -152,12 +152,7 @@ int cmd_random_model(int argc, char** argv) {
       const char* env = std::getenv("LMFUSE_TOKENIZER");
       tok_path = env ? env : "../shared/models/qwen3-tokenizer";
     }
-    std::unique_ptr<Tokenizer> tok;
-    if (tok_path.size() >= 5 && tok_path.substr(tok_path.size() - 5) == ".json") {
-      tok = Tokenizer::from_hf(tok_path, "");
-    } else {
-      tok = Tokenizer::from_hf_dir(tok_path);
-    }
+    std::unique_ptr<Tokenizer> tok = Tokenizer::from_hf_path(tok_path);
     if (tok->n_vocab() > p.n_vocab) {
       // Keep the real shapes: a tokenizer larger than the vocabulary cannot be embedded.
       std::fprintf(stderr,

@@ -10,7 +10,7 @@ namespace lmf::cli {
 namespace {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model, const std::string& tok_json) {
-  if (!tok_json.empty()) return Tokenizer::from_hf(tok_json, "");
+  if (!tok_json.empty()) return Tokenizer::from_hf_path(tok_json);
   if (model.empty()) LMF_FAIL("give -m MODEL.gguf or --tokenizer tokenizer.json");
   auto f = gguf::File::open(model);
   return Tokenizer::from_gguf(*f);
@@ -27,7 +27,7 @@ int cmd_tokenize(int argc, char** argv) {
   std::string model, tok_json, text;
   bool ids = false, pieces = false, no_special = false, bos = false;
   app.add_option("-m,--model", model, "GGUF model (its tokenizer is used)");
-  app.add_option("--tokenizer", tok_json, "a Hugging Face tokenizer.json instead of a model");
+  app.add_option("--tokenizer", tok_json, "a Hugging Face tokenizer.json, or the folder holding it, instead of a model");
   app.add_flag("--ids", ids, "print ids only (default)");
   app.add_flag("--pieces", pieces, "print id and piece per line");
   app.add_flag("--no-special", no_special, "treat special-token text as plain text");
@@ -52,7 +52,7 @@ int cmd_detokenize(int argc, char** argv) {
                "lmfuse detokenize"};
   std::string model, tok_json, ids;
   app.add_option("-m,--model", model, "GGUF model (its tokenizer is used)");
-  app.add_option("--tokenizer", tok_json, "a Hugging Face tokenizer.json instead of a model");
+  app.add_option("--tokenizer", tok_json, "a Hugging Face tokenizer.json, or the folder holding it, instead of a model");
   app.add_option("ids", ids, "comma-separated token ids")->required();
   CLI11_PARSE(app, argc, argv);
   auto tok = load_tokenizer(model, tok_json);

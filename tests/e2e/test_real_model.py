@@ -45,6 +45,13 @@ def main():
     r2 = run("run", "-m", MODEL, "-p", "Hello", "-n", "4", "--temp", "0.8", "--seed", "7")
     check("same seed, same text", r.stdout == r2.stdout, repr(r.stdout))
     check("speed printed to stderr", "t/s" in r.stderr, r.stderr.strip())
+    # -n -1 runs until the context is full and says so; -n reached says nothing.
+    r = run("run", "-m", MODEL, "-p", "Count from one to one hundred:", "-n", "-1", "-c", "48", "--temp", "0")
+    check("a generation stopped by a full context says so",
+          "generation: 42 tokens" in r.stderr and "the context of 48 tokens is full" in r.stderr, r.stderr.strip())
+    r = run("run", "-m", MODEL, "-p", "Count from one to one hundred:", "-n", "5", "-c", "48", "--temp", "0")
+    check("a generation stopped by -n does not", "generation: 5 tokens" in r.stderr and "is full" not in r.stderr,
+          r.stderr.strip())
 
     # Logits of a real prompt vs transformers on the same (dequantized) GGUF.
     ref = json.load(open(os.path.join(SRC, "tests", "data", "real", "smollm2_ref.json")))

@@ -77,12 +77,16 @@ int cmd_run(int argc, char** argv) {
   int32_t next = gen.first(ids);
   auto t1 = clk::now();
   int64_t generated = 0;
+  bool context_full = false;  // stopped by -c, not by -n or an end-of-generation token
   while (n_predict > 0 && !tok->is_eog(next)) {
     std::string text = dec.push(next);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     ++generated;
-    if (!gen.more()) break;
+    if (!gen.more()) {
+      context_full = generated < n_predict;
+      break;
+    }
     next = gen.next();
   }
   gen.finish();
@@ -92,6 +96,9 @@ int cmd_run(int argc, char** argv) {
   auto t2 = clk::now();
   const double pp = std::chrono::duration<double>(t1 - t0).count();
   const double tg = std::chrono::duration<double>(t2 - t1).count();
+  if (context_full)
+    std::fprintf(stderr, "\n(stopped: the context of %lld tokens is full; a larger -c lets it go on)",
+                 (long long)s.n_ctx());
   std::fprintf(stderr, "\nprompt: %zu tokens, %.2f t/s | generation: %lld tokens, %.2f t/s | %s\n", ids.size(),
                double(ids.size()) / pp, (long long)generated, generated > 1 ? double(generated - 1) / tg : 0.0,
                e.backend->description().c_str());

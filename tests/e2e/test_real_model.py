@@ -49,6 +49,11 @@ def main():
     r = run("run", "-m", MODEL, "-p", "Count from one to one hundred:", "-n", "-1", "-c", "48", "--temp", "0")
     check("a generation stopped by a full context says so",
           "generation: 42 tokens" in r.stderr and "the context of 48 tokens is full" in r.stderr, r.stderr.strip())
+    # chat -n -1 answers (it once gave empty answers) until the context is full, and says so.
+    r = subprocess.run([EXE, "chat", "-m", MODEL, "-n", "-1", "-c", "80", "--temp", "0"], input="Write a long story about a dragon.\n",
+                       capture_output=True, text=True, timeout=300)
+    check("chat -n -1 answers until the context is full", r.returncode == 0 and "dragon" in r.stdout.lower()
+          and "[the context is full" in r.stdout, r.stdout[-300:] + r.stderr[-300:])
     r = run("run", "-m", MODEL, "-p", "Count from one to one hundred:", "-n", "5", "-c", "48", "--temp", "0")
     check("a generation stopped by -n does not", "generation: 5 tokens" in r.stderr and "is full" not in r.stderr,
           r.stderr.strip())

@@ -67,7 +67,7 @@ int cmd_chat(int argc, char** argv) {
   int64_t n_predict = 1024;
   bool no_think = false;
   app.add_option("--system", system, "system message");
-  app.add_option("-n,--n-predict", n_predict, "most tokens per answer (default 1024)");
+  app.add_option("-n,--n-predict", n_predict, "most tokens per answer (default 1024; -1 = until end of text or context)");
   app.add_option("--temp", sp.temperature, "temperature (0 = greedy; default 0.7)");
   app.add_option("--top-k", sp.top_k, "top-k (default 40)");
   app.add_option("--top-p", sp.top_p, "top-p (default 0.95)");
@@ -76,6 +76,7 @@ int cmd_chat(int argc, char** argv) {
   app.add_option("--seed", sp.seed, "random seed");
   app.add_flag("--no-think", no_think, "Qwen3: disable thinking");
   CLI11_PARSE(app, argc, argv);
+  if (n_predict < 0) n_predict = INT64_MAX;  // llama.cpp's -n -1, as in run (it gave empty answers)
   require_utf8(system, "the system message");
 
   Engine e = load_engine(ef);
@@ -145,6 +146,7 @@ int cmd_chat(int argc, char** argv) {
     StreamDecoder dec(*tok, true);
     std::string answer;
     g_interrupted = false;
+    bool full = false;  // the answer was cut by the context, not by -n or its end
     for (int64_t i = 0; i < n_predict && !g_interrupted; ++i) {
       if (tok->is_eog(next)) break;
       std::string piece = dec.push(next);
@@ -152,13 +154,18 @@ int cmd_chat(int argc, char** argv) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
       // (one position kept free for the next turn, as before)
-      if (!gen.more() || gen.pos() + 1 >= s.n_ctx() || g_interrupted) break;
+      if (gen.pos() + 1 >= s.n_ctx() || (!gen.more() && i + 1 < n_predict)) {
+        full = i + 1 < n_predict;
+        break;
+      }
+      if (!gen.more() || g_interrupted) break;
       next = gen.next();
     }
     gen.finish();
     std::string tail = dec.flush();
     answer += tail;
-    std::printf("%s%s\n", tail.c_str(), g_interrupted ? " [stopped]" : "");
+    std::printf("%s%s\n", tail.c_str(),
+                g_interrupted ? " [stopped]" : full ? " [the context is full: /clear to start over, or a larger -c]" : "");
     g_interrupted = false;
     msgs.push_back({"assistant", answer});
   }

@@ -81,6 +81,8 @@ def main():
     bad("zero layers", ["random-model", "--preset", "qwen3-0.6b", "--layers", "0", "-o", out], "--layers")
     bad("unknown knob", ["bench", "-m", m, "--ab", "warp_speed"], "unknown knob")
     bad("negative bench length", ["bench", "-m", m, "-p", "0", "-n", "2,-1"], "--n-gen: must be >= 0, got -1")
+    bad("bench with nothing to measure", ["bench", "-m", m, "-p", "0", "-n", "0"], "nothing to measure")
+    bad("negative --generate", ["logits", "-m", m, "--tokens", "1", "--generate", "-3", "-o", out], "--generate: must be >= 0, got -3")
     bad("negative bench depth", ["bench", "-m", m, "-d", "-5"], "--depth: must be >= 0, got -5")
     bad("a context whose KV cache cannot fit in memory", ["logits", "-m", m, "--tokens", "1", "-c", "100000000", "-o", out],
         "the KV cache for 100000000 positions needs 2197265 MiB")

@@ -54,6 +54,11 @@ Engine load_engine(const EngineFlags& f, int64_t min_ctx) {
   return e;
 }
 
+CLI::Validator non_negative() {
+  return CLI::Validator(
+      [](std::string& v) { return !v.empty() && v[0] == '-' ? "must be >= 0, got " + v : std::string(); }, "N>=0");
+}
+
 void require_utf8(const std::string& text, const char* what) {
   if (auto e = utf8::invalid_message(text, what); !e.empty()) LMF_FAIL(e);
 }

@@ -34,6 +34,9 @@ Engine load_engine(const EngineFlags& f, int64_t min_ctx = 0);
 // and the model would answer a prompt nobody wrote. Throws utf8::invalid_message.
 void require_utf8(const std::string& text, const char* what);
 
+// Option check "must be >= 0, got V" (CLI11's NonNegativeNumber prints its range up to DBL_MAX).
+CLI::Validator non_negative();
+
 // Parses "1,2,3" into token ids; clear error on anything else.
 std::vector<int32_t> parse_token_list(const std::string& s);
 

@@ -144,12 +144,9 @@ int cmd_bench(int argc, char** argv) {
   int reps = 5;
   bool json = false;
   std::string ab;
-  // CLI11's NonNegativeNumber would print the range up to DBL_MAX.
-  const CLI::Validator kNonNegative(
-      [](std::string& v) { return !v.empty() && v[0] == '-' ? "must be >= 0, got " + v : std::string(); }, "N>=0");
-  app.add_option("-p,--n-prompt", pp, "prompt lengths to test (0 = none)")->delimiter(',')->check(kNonNegative);
-  app.add_option("-n,--n-gen", tg, "generation lengths to test (0 = none)")->delimiter(',')->check(kNonNegative);
-  app.add_option("-d,--depth", depth, "tokens already in the KV cache before each test")->check(kNonNegative);
+  app.add_option("-p,--n-prompt", pp, "prompt lengths to test (0 = none)")->delimiter(',')->check(non_negative());
+  app.add_option("-n,--n-gen", tg, "generation lengths to test (0 = none)")->delimiter(',')->check(non_negative());
+  app.add_option("-d,--depth", depth, "tokens already in the KV cache before each test")->check(non_negative());
   app.add_option("-r,--repetitions", reps, "timed repetitions (after one warm-up)")->check(CLI::Range(1, 1000));
   app.add_flag("--json", json, "print JSON lines instead of a table");
   app.add_option("--ab", ab, "run every test with KNOB=0 and KNOB=1 and print the ratio");
@@ -158,6 +155,9 @@ int cmd_bench(int argc, char** argv) {
                "per-kernel time breakdown of one decode step: each launch timed alone, then (CUDA) the step's "
                "launch timeline as its graph replays it");
   CLI11_PARSE(app, argc, argv);
+  if (std::all_of(pp.begin(), pp.end(), [](int64_t p) { return p == 0; }) &&
+      std::all_of(tg.begin(), tg.end(), [](int64_t n) { return n == 0; }) && !profile)
+    LMF_FAIL("nothing to measure: every -p and -n is 0");
 
   double copy_bw = 0, gemm_peak = 0;
   std::vector<std::string> variants = {""};

@@ -33,7 +33,8 @@ int cmd_logits(int argc, char** argv) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   int64_t generate = 0;
   app.add_option("--generate", generate,
-                 "then decode N tokens greedily and print their ids to stdout (CPU/GPU agreement checks)");
+                 "then decode N tokens greedily and print their ids to stdout (CPU/GPU agreement checks)")
+      ->check(non_negative());
   CLI11_PARSE(app, argc, argv);
 
   auto tokens = parse_token_list(tokens_s);

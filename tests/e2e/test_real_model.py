@@ -45,6 +45,11 @@ def main():
     r2 = run("run", "-m", MODEL, "-p", "Hello", "-n", "4", "--temp", "0.8", "--seed", "7")
     check("same seed, same text", r.stdout == r2.stdout, repr(r.stdout))
     check("speed printed to stderr", "t/s" in r.stderr, r.stderr.strip())
+    # --seed -1 draws a seed and prints it (llama.cpp's convention); that seed repeats the text.
+    r = run("run", "-m", MODEL, "-p", "Hello", "-n", "8", "--temp", "0.8", "--seed", "-1")
+    seed = next((l.split()[1] for l in r.stderr.splitlines() if l.startswith("seed: ")), None)
+    r2 = run("run", "-m", MODEL, "-p", "Hello", "-n", "8", "--temp", "0.8", "--seed", seed or "0")
+    check("--seed -1 prints a seed that repeats the text", seed is not None and r.stdout == r2.stdout, r.stderr.strip())
     # -n -1 runs until the context is full and says so; -n reached says nothing.
     r = run("run", "-m", MODEL, "-p", "Count from one to one hundred:", "-n", "-1", "-c", "48", "--temp", "0")
     check("a generation stopped by a full context says so",

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <random>
 
 #include "tokenizer/utf8.h"
 #include "util/log.h"
@@ -52,6 +54,21 @@ Engine load_engine(const EngineFlags& f, int64_t min_ctx) {
   e.backend = make_backend(dev, o);
   e.backend->load(*e.model);
   return e;
+}
+
+void add_seed_flag(CLI::App& app, int64_t& seed, const char* default_note) {
+  app.add_option("--seed", seed, std::string("random seed (-1: a random one, printed; ") + default_note + ")")
+      ->check(CLI::Validator(
+          [](std::string& v) { return v.starts_with("-") && v != "-1" ? "must be >= 0 or -1, got " + v : std::string(); },
+          "N>=-1"));
+}
+
+uint64_t resolve_seed(int64_t seed) {
+  if (seed >= 0) return uint64_t(seed);
+  std::random_device rd;
+  const uint64_t s = (uint64_t(rd()) << 32 | rd()) >> 1;  // fits --seed, to repeat the run
+  std::fprintf(stderr, "seed: %llu\n", (unsigned long long)s);
+  return s;
 }
 
 CLI::Validator non_negative() {

@@ -34,6 +34,11 @@ Engine load_engine(const EngineFlags& f, int64_t min_ctx = 0);
 // and the model would answer a prompt nobody wrote. Throws utf8::invalid_message.
 void require_utf8(const std::string& text, const char* what);
 
+// --seed for sampling: N >= 0 seeds it; -1 (llama.cpp's convention) draws a seed from
+// std::random_device and prints it to stderr, so the run can be repeated.
+void add_seed_flag(CLI::App& app, int64_t& seed, const char* default_note);
+uint64_t resolve_seed(int64_t seed);
+
 // Option check "must be >= 0, got V" (CLI11's NonNegativeNumber prints its range up to DBL_MAX).
 CLI::Validator non_negative();
 

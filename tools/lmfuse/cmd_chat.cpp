@@ -73,9 +73,11 @@ int cmd_chat(int argc, char** argv) {
   app.add_option("--top-p", sp.top_p, "top-p (default 0.95)");
   app.add_option("--min-p", sp.min_p, "min-p (default 0.05)");
   app.add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (1 = off)");
-  app.add_option("--seed", sp.seed, "random seed");
+  int64_t seed = 0;
+  add_seed_flag(app, seed, "default 0");
   app.add_flag("--no-think", no_think, "Qwen3: disable thinking");
   CLI11_PARSE(app, argc, argv);
+  sp.seed = resolve_seed(seed);
   if (n_predict < 0) n_predict = INT64_MAX;  // llama.cpp's -n -1, as in run (it gave empty answers)
   require_utf8(system, "the system message");
 

@@ -34,12 +34,14 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--min-p", sp.min_p, "min-p (0 = off; default 0.05)");
   app.add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (1 = off)");
   app.add_option("--repeat-last-n", sp.repeat_last_n, "tokens the penalty looks back over (default 64)");
-  app.add_option("--seed", sp.seed, "random seed (default 0)");
+  int64_t seed = 0;
+  add_seed_flag(app, seed, "default 0");
   app.add_flag("--greedy", greedy, "greedy decoding (same as --temp 0)");
   app.add_flag("--chat", chat, "wrap the prompt in the model's chat template (a user turn + generation prompt)");
   app.add_option("--system", system, "system message (with --chat)");
   app.add_flag("--no-think", no_think, "Qwen3: disable thinking (enable_thinking=false)");
   CLI11_PARSE(app, argc, argv);
+  sp.seed = resolve_seed(seed);
   if (greedy) sp.temperature = 0;
   if (n_predict < 0) n_predict = INT64_MAX;  // llama.cpp's -n -1
   require_utf8(prompt, "the prompt");

@@ -89,6 +89,9 @@ def main():
     r = lm("logits", "-m", small, "--tokens", "1,2", "-c", "9000", "-o", os.path.join(TMP, "small.bin"))
     check("-c past the training context runs with a warning", r.returncode == 0
           and "longer than the model's training context (8192)" in r.stderr, r.stderr)
+    bad("prompt file that does not exist", ["run", "-m", m, "-f", os.path.join(TMP, "none.txt")], "none.txt: cannot open")
+    bad("both -p and -f", ["run", "-m", m, "-p", "x", "-f", out], "excludes")
+    bad("no prompt", ["run", "-m", m], "give a prompt: -p TEXT or -f FILE")
     bad("prompt that is not UTF-8", ["run", "-m", m, "-p", b"caf\xc3 au lait"], "the prompt is not valid UTF-8 (byte 0xC3 at offset 3)")
     bad("system message that is not UTF-8", ["run", "-m", m, "-p", "hi", "--system", b"\xff"], "system message is not valid UTF-8")
     bad("text to tokenize that is not UTF-8", ["tokenize", "-m", m, b"a\xed\xa0\x80"], "the text is not valid UTF-8 (byte 0xED at offset 1)")

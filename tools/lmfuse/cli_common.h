@@ -39,6 +39,9 @@ void require_utf8(const std::string& text, const char* what);
 void add_seed_flag(CLI::App& app, int64_t& seed, const char* default_note);
 uint64_t resolve_seed(int64_t seed);
 
+// The whole of a text file ("-" = standard input), or a one-line error naming it.
+std::string read_text_file(const std::string& path);
+
 // Option check "must be >= 0, got V" (CLI11's NonNegativeNumber prints its range up to DBL_MAX).
 CLI::Validator non_negative();
 

@@ -17,7 +17,8 @@ int cmd_run(int argc, char** argv) {
                "examples:\n"
                "  lmfuse run -m models/smollm2-135m-instruct-q4_1.gguf -p \"The capital of France is\" -n 32\n"
                "  lmfuse run -m model.gguf -p \"Write a haiku about GPUs\" --chat --temp 0.7 --seed 42\n"
-               "  lmfuse run -m qwen3.gguf -p \"2+2?\" --chat --no-think",
+               "  lmfuse run -m qwen3.gguf -p \"2+2?\" --chat --no-think\n"
+               "  lmfuse run -m model.gguf -f prompt.txt -n 256",
                "lmfuse run"};
   EngineFlags ef;
   add_engine_flags(app, ef);
@@ -26,7 +27,9 @@ int cmd_run(int argc, char** argv) {
   SamplingParams sp;
   bool greedy = false, chat = false, no_think = false;
   std::string system;
-  app.add_option("-p,--prompt", prompt, "prompt text")->required();
+  std::string prompt_file;
+  auto* p_opt = app.add_option("-p,--prompt", prompt, "prompt text");
+  app.add_option("-f,--file", prompt_file, "read the prompt from this file instead (- = standard input)")->excludes(p_opt);
   app.add_option("-n,--n-predict", n_predict, "tokens to generate (default 128; -1 = until end of text or context)");
   app.add_option("--temp", sp.temperature, "temperature (0 = greedy; default 0.8)");
   app.add_option("--top-k", sp.top_k, "top-k (0 = off; default 40)");
@@ -41,6 +44,8 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--system", system, "system message (with --chat)");
   app.add_flag("--no-think", no_think, "Qwen3: disable thinking (enable_thinking=false)");
   CLI11_PARSE(app, argc, argv);
+  if (!prompt_file.empty()) prompt = read_text_file(prompt_file);
+  else if (p_opt->count() == 0) LMF_FAIL("give a prompt: -p TEXT or -f FILE");
   sp.seed = resolve_seed(seed);
   if (greedy) sp.temperature = 0;
   if (n_predict < 0) n_predict = INT64_MAX;  // llama.cpp's -n -1

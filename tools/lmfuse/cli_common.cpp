@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
-#include <cstdio>
 #include <random>
+#include <sstream>
 
 #include "tokenizer/utf8.h"
 #include "util/log.h"
@@ -62,8 +62,8 @@ Engine load_engine(const EngineFlags& f, int64_t min_ctx) {
   return e;
 }
 
-void add_seed_flag(CLI::App& app, int64_t& seed, const char* default_note) {
-  app.add_option("--seed", seed, std::string("random seed (-1: a random one, printed; ") + default_note + ")")
+void add_seed_flag(CLI::App& app, int64_t& seed) {
+  app.add_option("--seed", seed, "random seed (default 0; -1: a random one, printed)")
       ->check(CLI::Validator(
           [](std::string& v) { return v.starts_with("-") && v != "-1" ? "must be >= 0 or -1, got " + v : std::string(); },
           "N>=-1"));

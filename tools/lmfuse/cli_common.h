@@ -36,7 +36,7 @@ void require_utf8(const std::string& text, const char* what);
 
 // --seed for sampling: N >= 0 seeds it; -1 (llama.cpp's convention) draws a seed from
 // std::random_device and prints it to stderr, so the run can be repeated.
-void add_seed_flag(CLI::App& app, int64_t& seed, const char* default_note);
+void add_seed_flag(CLI::App& app, int64_t& seed);
 uint64_t resolve_seed(int64_t seed);
 
 // The whole of a text file ("-" = standard input), or a one-line error naming it.

@@ -74,7 +74,7 @@ int cmd_chat(int argc, char** argv) {
   app.add_option("--min-p", sp.min_p, "min-p (default 0.05)");
   app.add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (1 = off)");
   int64_t seed = 0;
-  add_seed_flag(app, seed, "default 0");
+  add_seed_flag(app, seed);
   app.add_flag("--no-think", no_think, "Qwen3: disable thinking");
   CLI11_PARSE(app, argc, argv);
   sp.seed = resolve_seed(seed);

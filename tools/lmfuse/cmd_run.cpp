@@ -38,7 +38,7 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (1 = off)");
   app.add_option("--repeat-last-n", sp.repeat_last_n, "tokens the penalty looks back over (default 64)");
   int64_t seed = 0;
-  add_seed_flag(app, seed, "default 0");
+  add_seed_flag(app, seed);
   app.add_flag("--greedy", greedy, "greedy decoding (same as --temp 0)");
   app.add_flag("--chat", chat, "wrap the prompt in the model's chat template (a user turn + generation prompt)");
   app.add_option("--system", system, "system message (with --chat)");

@@ -24,6 +24,8 @@ struct HParams {
   bool tied_output = false;
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
+  // The fp16 K and V cache of every layer for n_ctx positions (what each backend allocates).
+  uint64_t kv_cache_bytes(int64_t n_ctx) const { return uint64_t(n_layer) * 2 * uint64_t(n_ctx) * uint64_t(kv_dim()) * 2; }
 };
 
 struct LayerWeights {

@@ -200,8 +200,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_path(const std::string& path) {
   try {
     return from_hf(tj, cj);
   } catch (const Error& e) {  // from_hf's messages start "tokenizer.json: "; name the real file
+    constexpr std::string_view kPrefix = "tokenizer.json: ";
     std::string_view what = e.what();
-    if (what.starts_with("tokenizer.json: ")) what.remove_prefix(16);
+    if (what.starts_with(kPrefix)) what.remove_prefix(kPrefix.size());
     LMF_FAIL(tok_file, ": ", what);
   }
 }

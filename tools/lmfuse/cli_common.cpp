@@ -1,18 +1,15 @@
 #include "cli_common.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <random>
 #include <sstream>
 
 #include "tokenizer/utf8.h"
 #include "util/log.h"
+#include "util/mmap.h"
 #include "util/progress.h"
 #include "util/status.h"
 #include "util/threadpool.h"
@@ -63,10 +60,7 @@ Engine load_engine(const EngineFlags& f, int64_t min_ctx) {
 }
 
 void add_seed_flag(CLI::App& app, int64_t& seed) {
-  app.add_option("--seed", seed, "random seed (default 0; -1: a random one, printed)")
-      ->check(CLI::Validator(
-          [](std::string& v) { return v.starts_with("-") && v != "-1" ? "must be >= 0 or -1, got " + v : std::string(); },
-          "N>=-1"));
+  app.add_option("--seed", seed, "random seed (default 0; -1: a random one, printed)")->check(at_least(-1));
 }
 
 uint64_t resolve_seed(int64_t seed) {
@@ -78,22 +72,23 @@ uint64_t resolve_seed(int64_t seed) {
 }
 
 std::string read_text_file(const std::string& path) {
-  std::ostringstream ss;
   if (path == "-") {
+    std::ostringstream ss;
     ss << std::cin.rdbuf();
     return ss.str();
   }
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) LMF_FAIL(path, ": is a directory, expected a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) LMF_FAIL(path, ": cannot open: ", std::strerror(errno));
-  ss << in.rdbuf();
-  return ss.str();
+  const MappedFile f(path);  // its errors name the path: cannot open, is a directory
+  return std::string(reinterpret_cast<const char*>(f.data()), f.size());
 }
 
-CLI::Validator non_negative() {
+CLI::Validator at_least(int64_t min) {
   return CLI::Validator(
-      [](std::string& v) { return !v.empty() && v[0] == '-' ? "must be >= 0, got " + v : std::string(); }, "N>=0");
+      [min](std::string& v) {
+        int64_t x = 0;
+        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+        return ec == std::errc() && end == v.data() + v.size() && x < min ? cat("must be >= ", min, ", got ", v) : std::string();
+      },
+      cat("N>=", min));
 }
 
 void require_utf8(const std::string& text, const char* what) {

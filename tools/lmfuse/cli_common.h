@@ -42,8 +42,8 @@ uint64_t resolve_seed(int64_t seed);
 // The whole of a text file ("-" = standard input), or a one-line error naming it.
 std::string read_text_file(const std::string& path);
 
-// Option check "must be >= 0, got V" (CLI11's NonNegativeNumber prints its range up to DBL_MAX).
-CLI::Validator non_negative();
+// Option check "must be >= MIN, got V" for integers (CLI11's Range prints its whole range).
+CLI::Validator at_least(int64_t min);
 
 // Parses "1,2,3" into token ids; clear error on anything else.
 std::vector<int32_t> parse_token_list(const std::string& s);

@@ -144,9 +144,9 @@ int cmd_bench(int argc, char** argv) {
   int reps = 5;
   bool json = false;
   std::string ab;
-  app.add_option("-p,--n-prompt", pp, "prompt lengths to test (0 = none)")->delimiter(',')->check(non_negative());
-  app.add_option("-n,--n-gen", tg, "generation lengths to test (0 = none)")->delimiter(',')->check(non_negative());
-  app.add_option("-d,--depth", depth, "tokens already in the KV cache before each test")->check(non_negative());
+  app.add_option("-p,--n-prompt", pp, "prompt lengths to test (0 = none)")->delimiter(',')->check(at_least(0));
+  app.add_option("-n,--n-gen", tg, "generation lengths to test (0 = none)")->delimiter(',')->check(at_least(0));
+  app.add_option("-d,--depth", depth, "tokens already in the KV cache before each test")->check(at_least(0));
   app.add_option("-r,--repetitions", reps, "timed repetitions (after one warm-up)")->check(CLI::Range(1, 1000));
   app.add_flag("--json", json, "print JSON lines instead of a table");
   app.add_option("--ab", ab, "run every test with KNOB=0 and KNOB=1 and print the ratio");
@@ -223,7 +223,7 @@ int cmd_bench(int argc, char** argv) {
         if (wb > 0 && copy_bw > 0) {
           // bytes per token: weights + the KV cache read at the mean context of the run
           const double ctx = double(depth) + double(n + 1) / 2.0;
-          const double kv = double(hp.n_layer) * 2.0 * double(hp.kv_dim()) * 2.0 * ctx;
+          const double kv = double(hp.kv_cache_bytes(1)) * ctx;
           const double bw = (double(wb) + kv) * rows.back().mean;
           char b[96];
           std::snprintf(b, sizeof b, "%.0f GB/s = %.1f %% of copy %.0f GB/s", bw / 1e9, 100.0 * bw / copy_bw, copy_bw / 1e9);

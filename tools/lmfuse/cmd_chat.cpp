@@ -156,11 +156,10 @@ int cmd_chat(int argc, char** argv) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
       // (one position kept free for the next turn, as before)
-      if (gen.pos() + 1 >= s.n_ctx() || (!gen.more() && i + 1 < n_predict)) {
-        full = i + 1 < n_predict;
+      if (!gen.more() || gen.pos() + 1 >= s.n_ctx() || g_interrupted) {
+        full = i + 1 < n_predict;  // short of -n: the context stopped it (an interrupt prints as such)
         break;
       }
-      if (!gen.more() || g_interrupted) break;
       next = gen.next();
     }
     gen.finish();

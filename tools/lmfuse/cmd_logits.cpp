@@ -34,7 +34,7 @@ int cmd_logits(int argc, char** argv) {
   int64_t generate = 0;
   app.add_option("--generate", generate,
                  "then decode N tokens greedily and print their ids to stdout (CPU/GPU agreement checks)")
-      ->check(non_negative());
+      ->check(at_least(0));
   CLI11_PARSE(app, argc, argv);
 
   auto tokens = parse_token_list(tokens_s);

@@ -55,7 +55,7 @@ class CpuBackend final : public Backend {
     LMF_CHECK(opts_.n_ctx > 0);
     // The KV cache is zero-filled now: past the memory there is, that is an OOM kill, not an
     // error, so a context that cannot fit is refused first.
-    const uint64_t kv_bytes = uint64_t(hp.n_layer) * 2 * uint64_t(opts_.n_ctx) * uint64_t(hp.kv_dim()) * 2;
+    const uint64_t kv_bytes = hp.kv_cache_bytes(opts_.n_ctx);
     if (const uint64_t avail = available_memory_bytes(); avail > 0 && kv_bytes > avail)
       LMF_FAIL("the KV cache for ", opts_.n_ctx, " positions needs ", (kv_bytes >> 20), " MiB; ", (avail >> 20),
                " MiB of memory are available (lower -c)");

@@ -423,7 +423,7 @@ void CudaBackend::load(const Model& m) {
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const Knobs& k = opts_.knobs;
   const bool rope_table = tri_resolve(k.rope_table, true);
-  const uint64_t kv_bytes = uint64_t(hp.n_layer) * 2 * uint64_t(opts_.n_ctx) * uint64_t(hp.kv_dim()) * 2;
+  const uint64_t kv_bytes = hp.kv_cache_bytes(opts_.n_ctx);
   const uint64_t rope_bytes = rope_table ? cuda::rope_table_bytes(opts_.n_ctx, int(hp.head_dim)) : 0;
   const uint64_t need = m.weight_bytes() + (hp.tied_output ? m.tok_embd.nbytes : 0) + kv_bytes + rope_bytes;
   if (need + (256ull << 20) > free_b)

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <exception>
 
+#include "util/status.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define LMF_PAUSE() _mm_pause()
@@ -28,6 +30,7 @@ int ThreadPool::default_threads() {
 }
 
 ThreadPool::ThreadPool(int n) : n_threads_(n <= 0 ? default_threads() : n) {
+  if (n_threads_ > kMaxThreads) LMF_FAIL("at most ", kMaxThreads, " threads, asked for ", n_threads_);
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 

@@ -16,6 +16,10 @@ namespace lmf {
 
 class ThreadPool {
  public:
+  // More threads than this is a mistake (each one spins, and a pool of thousands takes minutes to
+  // start and stop); the CLI refuses it, the constructor throws. ggml has the same limit.
+  static constexpr int kMaxThreads = 512;
+
   explicit ThreadPool(int n_threads = 0);  // 0 = hardware concurrency
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

@@ -84,6 +84,10 @@ def main():
     bad("bench with nothing to measure", ["bench", "-m", m, "-p", "0", "-n", "0"], "nothing to measure")
     bad("negative --generate", ["logits", "-m", m, "--tokens", "1", "--generate", "-3", "-o", out], "--generate: must be >= 0, got -3")
     bad("negative bench depth", ["bench", "-m", m, "-d", "-5"], "--depth: must be >= 0, got -5")
+    # thousands of threads once took minutes to start (each spins); ggml's limit, 512, is ours
+    bad("too many threads", ["logits", "-m", m, "--tokens", "1", "-t", "100000", "-o", out], "--threads: must be 0 to 512, got 100000")
+    bad("negative threads", ["run", "-m", m, "-p", "x", "-t", "-2"], "--threads: must be 0 to 512, got -2")
+    bad("too many convert threads", ["convert", TMP, "-o", out, "-t", "513"], "--threads: must be 0 to 512, got 513")
     bad("a context whose KV cache cannot fit in memory", ["logits", "-m", m, "--tokens", "1", "-c", "100000000", "-o", out],
         "the KV cache for 100000000 positions needs 2197265 MiB")
     r = lm("logits", "-m", small, "--tokens", "1,2", "-c", "9000", "-o", os.path.join(TMP, "small.bin"))

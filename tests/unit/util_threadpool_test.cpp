@@ -2,8 +2,10 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "util/status.h"
 #include "util/threadpool.h"
 
 namespace lmf {
@@ -32,6 +34,17 @@ TEST(ThreadPool, ExceptionsReachTheCaller) {
   std::atomic<int> n{0};
   pool.run_all([&](int) { n++; });  // still usable afterwards
   EXPECT_EQ(n.load(), 3);
+}
+
+TEST(ThreadPool, RefusesMoreThanTheLimit) {
+  ThreadPool at_limit(ThreadPool::kMaxThreads);  // the limit itself starts and stops
+  EXPECT_EQ(at_limit.size(), ThreadPool::kMaxThreads);
+  try {
+    ThreadPool pool(ThreadPool::kMaxThreads + 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 512 threads, asked for 513"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -19,7 +20,7 @@ namespace lmf::cli {
 void add_engine_flags(CLI::App& app, EngineFlags& f, bool model_required) {
   auto* m = app.add_option("-m,--model", f.model, "GGUF model file");
   if (model_required) m->required();
-  app.add_option("-t,--threads", f.threads, "CPU threads (default: all cores)");
+  add_threads_flag(app, f.threads);
   app.add_option("-c,--ctx-size", f.n_ctx, "context length (default: min(model's, 4096))");
   app.add_option("--device", f.device, "cpu, cuda or auto (default auto: CUDA when present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
@@ -39,7 +40,6 @@ Knobs knobs_from(const EngineFlags& f) {
 
 Engine load_engine(const EngineFlags& f, int64_t min_ctx) {
   if (f.n_ctx < 0) LMF_FAIL("-c/--ctx-size must be positive, got ", f.n_ctx);
-  if (f.threads < 0) LMF_FAIL("-t/--threads must be positive, got ", f.threads);
   Engine e;
   e.model = Model::load(f.model);
   BackendOptions o;
@@ -81,14 +81,23 @@ std::string read_text_file(const std::string& path) {
   return std::string(reinterpret_cast<const char*>(f.data()), f.size());
 }
 
-CLI::Validator at_least(int64_t min) {
+CLI::Validator in_range(int64_t min, int64_t max) {
+  const bool open = max == std::numeric_limits<int64_t>::max();
   return CLI::Validator(
-      [min](std::string& v) {
+      [min, max, open](std::string& v) {
         int64_t x = 0;
         const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-        return ec == std::errc() && end == v.data() + v.size() && x < min ? cat("must be >= ", min, ", got ", v) : std::string();
+        if (ec != std::errc() || end != v.data() + v.size() || (x >= min && x <= max)) return std::string();
+        return open ? cat("must be >= ", min, ", got ", v) : cat("must be ", min, " to ", max, ", got ", v);
       },
-      cat("N>=", min));
+      open ? cat("N>=", min) : cat("N in ", min, "..", max));
+}
+
+CLI::Validator at_least(int64_t min) { return in_range(min, std::numeric_limits<int64_t>::max()); }
+
+void add_threads_flag(CLI::App& app, int& threads) {
+  app.add_option("-t,--threads", threads, cat("CPU threads (default 0: all ", ThreadPool::default_threads(), " cores)"))
+      ->check(in_range(0, ThreadPool::kMaxThreads));
 }
 
 void require_utf8(const std::string& text, const char* what) {

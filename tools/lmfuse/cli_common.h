@@ -42,8 +42,13 @@ uint64_t resolve_seed(int64_t seed);
 // The whole of a text file ("-" = standard input), or a one-line error naming it.
 std::string read_text_file(const std::string& path);
 
-// Option check "must be >= MIN, got V" for integers (CLI11's Range prints its whole range).
+// Option checks for integers: "must be >= MIN, got V" and "must be MIN to MAX, got V" (CLI11's
+// Range prints its whole range in a longer sentence).
 CLI::Validator at_least(int64_t min);
+CLI::Validator in_range(int64_t min, int64_t max);
+
+// -t/--threads: 0 (the default) = every core, at most ThreadPool::kMaxThreads.
+void add_threads_flag(CLI::App& app, int& threads);
 
 // Parses "1,2,3" into token ids; clear error on anything else.
 std::vector<int32_t> parse_token_list(const std::string& s);

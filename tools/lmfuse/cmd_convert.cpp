@@ -44,7 +44,7 @@ int cmd_convert(int argc, char** argv) {
   app.add_option("--type", type_s, "weight type of 2-D tensors: q4_1|q4_0|q8_0|f16|bf16|f32 (default f16, as llama.cpp)");
   app.add_option("--output-type", out_type_s, "type of output.weight (default: --type)");
   app.add_option("--embed-type", embed_type_s, "type of token_embd.weight (default: --type)");
-  app.add_option("-t,--threads", o.threads, "threads (default: all cores)");
+  add_threads_flag(app, o.threads);
   app.add_flag("--force", o.force, "overwrite the output file if it exists");
   app.add_flag("--better-rounding", o.better_rounding,
                "4-bit types: search each block's scale (and minimum) for the least squared error "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "sampling/pick.h"
@@ -15,6 +16,11 @@ int32_t argmax(std::span<const float> l) {
 }
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
+  // NaN passes every comparison below and would sample from NaN probabilities; infinity is no
+  // setting anyone means (temperature inf = uniform over the vocabulary).
+  for (auto [name, v] : {std::pair{"temperature", p.temperature}, {"top-p", p.top_p}, {"min-p", p.min_p},
+                         {"repeat penalty", p.repeat_penalty}})
+    if (!std::isfinite(v)) LMF_FAIL(name, " must be a finite number, got ", v);
   if (p.top_p <= 0) LMF_FAIL("top-p must be > 0, got ", p.top_p);
   if (p.repeat_penalty <= 0) LMF_FAIL("repeat penalty must be > 0, got ", p.repeat_penalty);
 }

@@ -87,6 +87,7 @@ def main():
     # thousands of threads once took minutes to start (each spins); ggml's limit, 512, is ours
     bad("too many threads", ["logits", "-m", m, "--tokens", "1", "-t", "100000", "-o", out], "--threads: must be 0 to 512, got 100000")
     bad("negative threads", ["run", "-m", m, "-p", "x", "-t", "-2"], "--threads: must be 0 to 512, got -2")
+    bad("a temperature that is not a number", ["run", "-m", m, "-p", "x", "--temp", "nan"], "temperature must be a finite number, got nan")
     bad("too many convert threads", ["convert", TMP, "-o", out, "-t", "513"], "--threads: must be 0 to 512, got 513")
     bad("a context whose KV cache cannot fit in memory", ["logits", "-m", m, "--tokens", "1", "-c", "100000000", "-o", out],
         "the KV cache for 100000000 positions needs 2197265 MiB")

@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
+#include <string>
 
 #include "sampling/sampler.h"
 #include "util/status.h"
@@ -107,6 +109,23 @@ TEST(Sampling, BadParametersAreErrors) {
   p = {};
   p.repeat_penalty = -1;
   EXPECT_THROW(Sampler{p}, Error);
+  // NaN slips past every <= test; each float setting refuses it (and infinity) by name
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (float SamplingParams::*f : {&SamplingParams::temperature, &SamplingParams::top_p, &SamplingParams::min_p,
+                                   &SamplingParams::repeat_penalty})
+    for (float v : {nan, inf, -inf}) {
+      p = {};
+      p.*f = v;
+      EXPECT_THROW(Sampler{p}, Error) << v;
+    }
+  p = {};
+  p.temperature = nan;
+  try {
+    Sampler s(p);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("temperature must be a finite number, got nan"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -80,13 +80,13 @@ int cmd_chat(int argc, char** argv) {
   sp.seed = resolve_seed(seed);
   if (n_predict < 0) n_predict = INT64_MAX;  // llama.cpp's -n -1, as in run (it gave empty answers)
   require_utf8(system, "the system message");
+  Sampler sampler(sp);  // bad settings fail before the model loads
 
   Engine e = load_engine(ef);
   auto tok = Tokenizer::from_gguf(*e.model->file);
   if (tok->chat_template().empty())
     LMF_FAIL(ef.model, ": the model has no chat template (tokenizer.chat_template); use `lmfuse run`");
   Session s(*e.model, *e.backend);
-  Sampler sampler(sp);
   auto text_of = [&](int32_t id) { return id >= 0 ? tok->piece(id) : std::string(); };
   const std::string bos = text_of(tok->bos()), eos = text_of(tok->eos());
 

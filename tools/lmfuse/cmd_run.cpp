@@ -51,6 +51,7 @@ int cmd_run(int argc, char** argv) {
   if (n_predict < 0) n_predict = INT64_MAX;  // llama.cpp's -n -1
   require_utf8(prompt, "the prompt");
   require_utf8(system, "the system message");
+  Sampler sampler(sp);  // bad settings fail before the model loads
 
   Engine e = load_engine(ef);
   auto tok = Tokenizer::from_gguf(*e.model->file);
@@ -69,7 +70,6 @@ int cmd_run(int argc, char** argv) {
   Session s(*e.model, *e.backend);
   if (int64_t(ids.size()) >= s.n_ctx())
     LMF_FAIL("prompt is ", ids.size(), " tokens long; the context holds ", s.n_ctx(), " (use a larger -c)");
-  Sampler sampler(sp);
   StreamDecoder dec(*tok, true);
   std::vector<int32_t> history = ids;
 

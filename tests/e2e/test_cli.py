@@ -88,6 +88,10 @@ def main():
     bad("too many threads", ["logits", "-m", m, "--tokens", "1", "-t", "100000", "-o", out], "--threads: must be 0 to 512, got 100000")
     bad("negative threads", ["run", "-m", m, "-p", "x", "-t", "-2"], "--threads: must be 0 to 512, got -2")
     bad("a temperature that is not a number", ["run", "-m", m, "-p", "x", "--temp", "nan"], "temperature must be a finite number, got nan")
+    env = {k: v for k, v in os.environ.items() if k != "LMFUSE_TOKENIZER"}
+    r = subprocess.run([EXE, "random-model", "--preset", "qwen3-0.6b", "-o", out], cwd=TMP, env=env, capture_output=True, text=True, timeout=60)
+    check("random-model without its default tokenizer says how to give one", r.returncode != 0 and len(r.stderr.splitlines()) == 1
+          and "no tokenizer at the default ../shared/models/qwen3-tokenizer" in r.stderr and "--no-tokenizer" in r.stderr, r.stderr)
     bad("too many convert threads", ["convert", TMP, "-o", out, "-t", "513"], "--threads: must be 0 to 512, got 513")
     bad("a context whose KV cache cannot fit in memory", ["logits", "-m", m, "--tokens", "1", "-c", "100000000", "-o", out],
         "the KV cache for 100000000 positions needs 2197265 MiB")

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "cli_common.h"
@@ -151,6 +152,9 @@ int cmd_random_model(int argc, char** argv) {
     if (tok_path.empty()) {
       const char* env = std::getenv("LMFUSE_TOKENIZER");
       tok_path = env ? env : "../shared/models/qwen3-tokenizer";
+      if (!env && !std::filesystem::exists(tok_path))
+        LMF_FAIL("no tokenizer at the default ", tok_path, " (relative to this folder): give --tokenizer DIR, set ",
+                 "LMFUSE_TOKENIZER, or write none with --no-tokenizer");
     }
     std::unique_ptr<Tokenizer> tok = Tokenizer::from_hf_path(tok_path);
     if (tok->n_vocab() > p.n_vocab) {

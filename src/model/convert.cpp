@@ -4,13 +4,12 @@
 // memory stays at one output tensor plus one float32 row per thread.
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "format/quant/quantize.h"
 #include "model/convert.h"
 #include "tokenizer/tokenizer.h"
+#include "util/mmap.h"
 #include "util/progress.h"
 #include "util/status.h"
 #include "util/threadpool.h"
@@ -21,21 +20,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) LMF_FAIL(p.string(), ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // generation_config.json "eos_token_id" (an id or a list); empty when absent.
 std::vector<int32_t> generation_eos(const fs::path& p) {
   std::vector<int32_t> out;
   if (!fs::exists(p)) return out;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(slurp(p));
+    j = nlohmann::json::parse(read_file(p.string()));
   } catch (const nlohmann::json::exception& e) {
     LMF_FAIL(p.string(), ": not valid JSON: ", e.what());
   }
@@ -106,7 +97,7 @@ ConvertResult convert_hf(const ConvertOptions& o) {
   if (!fs::is_directory(dir)) LMF_FAIL(o.in_dir, ": not a directory (expected a Hugging Face checkpoint folder)");
 
   ConvertResult res;
-  const HfConfig cfg = parse_hf_config(slurp(dir / "config.json"), (dir / "config.json").string());
+  const HfConfig cfg = parse_hf_config(read_file((dir / "config.json").string()), (dir / "config.json").string());
   const safetensors::Checkpoint ck = safetensors::Checkpoint::open_dir(o.in_dir);
   const std::vector<TensorPlan> plan = plan_tensors(cfg, ck, o.types, &res.notes);
 

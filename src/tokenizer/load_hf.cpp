@@ -1,10 +1,9 @@
 // Loads a Hugging Face tokenizer.json (+ tokenizer_config.json). Only what byte-level BPE
 // tokenizers use is accepted; anything else fails with the name of the unsupported part.
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "tokenizer/loader.h"
+#include "util/mmap.h"
 #include "util/status.h"
 
 #ifdef LMFUSE_HAVE_JSON
@@ -172,19 +171,6 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf(const std::string& tokenizer_json,
 #endif
 }
 
-namespace {
-std::string slurp(const std::string& p, bool required) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) {
-    if (required) LMF_FAIL(p, ": cannot open");
-    return std::string();
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-}  // namespace
-
 std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& dir) {
   return from_hf_path(dir);
 }
@@ -195,8 +181,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_path(const std::string& path) {
   const bool dir = fs::is_directory(path, ec);
   const std::string tok_file = dir ? path + "/tokenizer.json" : path;
   const std::string folder = dir ? path : fs::path(path).parent_path().string();
-  std::string tj = slurp(tok_file, true);
-  std::string cj = slurp((folder.empty() ? std::string(".") : folder) + "/tokenizer_config.json", false);
+  std::string tj = read_file(tok_file);
+  const std::string cfg = (folder.empty() ? std::string(".") : folder) + "/tokenizer_config.json";
+  std::string cj = fs::exists(cfg) ? read_file(cfg) : std::string();
   try {
     return from_hf(tj, cj);
   } catch (const Error& e) {  // from_hf's messages start "tokenizer.json: "; name the real file

@@ -56,4 +56,29 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
   return *this;
 }
 
+std::string read_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) LMF_FAIL(path, ": cannot open: ", std::strerror(errno));
+    std::string out;
+    char buf[1 << 16];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int e = errno;
+        ::close(fd);
+        LMF_FAIL(path, ": cannot read: ", std::strerror(e));
+      }
+      if (n == 0) break;
+      out.append(buf, size_t(n));
+    }
+    ::close(fd);
+    return out;
+  }
+  const MappedFile f(path);  // its errors: cannot open, is a directory
+  return std::string(reinterpret_cast<const char*>(f.data()), f.size());
+}
+
 }  // namespace lmf

@@ -26,4 +26,8 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// The whole of a file as a string: a regular file through MappedFile, anything else that can be
+// read (a pipe, /dev/stdin) by reading it to its end. Errors name the path.
+std::string read_file(const std::string& path);
+
 }  // namespace lmf

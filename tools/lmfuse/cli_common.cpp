@@ -77,8 +77,7 @@ std::string read_text_file(const std::string& path) {
     ss << std::cin.rdbuf();
     return ss.str();
   }
-  const MappedFile f(path);  // its errors name the path: cannot open, is a directory
-  return std::string(reinterpret_cast<const char*>(f.data()), f.size());
+  return read_file(path);  // its errors name the path: cannot open, is a directory
 }
 
 CLI::Validator in_range(int64_t min, int64_t max) {

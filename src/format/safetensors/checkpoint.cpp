@@ -2,12 +2,11 @@
 // The index is checked against the shards: a missing shard file, or a tensor the index places
 // in a shard that does not hold it, is an error naming both.
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "format/safetensors/safetensors.h"
+#include "util/mmap.h"
 #include "util/status.h"
 
 namespace lmf::safetensors {
@@ -29,12 +28,10 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
   const fs::path single = d / "model.safetensors";
   const fs::path index = d / "model.safetensors.index.json";
   if (fs::exists(index)) {
-    std::ifstream in(index);
-    std::stringstream ss;
-    ss << in.rdbuf();
+    const std::string text = read_file(index.string());
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(ss.str());
+      j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
       LMF_FAIL(index.string(), ": not valid JSON: ", e.what());
     }

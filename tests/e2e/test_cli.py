@@ -73,7 +73,7 @@ def main():
         lines = [l for l in r.stderr.splitlines() if l.strip()]
         check(name, r.returncode != 0 and any(phrase in l for l in lines) and len(lines) <= 2, r.stderr)
 
-    bad("garbage token list", ["logits", "-m", m, "--tokens", "1,x,3", "-o", out], "expected comma-separated integers")
+    bad("garbage token list", ["logits", "-m", m, "--tokens", "1,x,3", "-o", out], "--tokens: expected integers separated by commas or spaces, got 'x'")
     bad("token outside the vocabulary", ["logits", "-m", m, "--tokens", "1,999999", "-o", out], "outside the vocabulary")
     bad("sequence longer than the context", ["logits", "-m", m, "--tokens", ",".join(["1"] * 40), "-c", "16", "-o", out], "context holds 16")
     bad("unknown preset", ["random-model", "--preset", "gpt5", "-o", out], "qwen3-0.6b")
@@ -122,6 +122,12 @@ def main():
             r = lm("tokenize", "--tokenizer", where, case["text"])
             check(f"tokenize --tokenizer <{form}> gives transformers' ids", r.returncode == 0 and r.stdout.strip() == want,
                   r.stderr + r.stdout[:200])
+        # detokenize reads what tokenize prints, ids as separate words, and a pasted Python list
+        texts = [lm("detokenize", "--tokenizer", tok_dirs[0], *a).stdout for a in
+                 ([want], want.split(","), ["[" + want.replace(",", ", ") + "]"])]
+        check("detokenize of tokenize's ids (comma, space and list forms) gives the text back",
+              all(t == case["text"] + "\n" for t in texts), repr(texts)[:300])
+        bad("detokenize of a trailing comma", ["detokenize", "--tokenizer", tok_dirs[0], "1,2,"], "ids: a comma with no id after it")
     else:
         print("SKIP tokenize --tokenizer (no qwen3 tokenizer.json)")
     bad("tokenizer.json that is not JSON", ["tokenize", "--tokenizer", os.path.join(TMP, "junk.gguf"), "hi"],

@@ -103,23 +103,35 @@ void require_utf8(const std::string& text, const char* what) {
   if (auto e = utf8::invalid_message(text, what); !e.empty()) LMF_FAIL(e);
 }
 
-std::vector<int32_t> parse_token_list(const std::string& s) {
+std::vector<int32_t> parse_token_list(const std::string& s, const char* what) {
+  // Ids separated by commas and/or whitespace, optionally in brackets: "1,2,3", "1 2 3" and a
+  // pasted Python list "[1, 2, 3]" all read the same.
+  std::string_view rest(s);
+  auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  auto trim = [&](std::string_view v) {
+    while (!v.empty() && is_space(v.front())) v.remove_prefix(1);
+    while (!v.empty() && is_space(v.back())) v.remove_suffix(1);
+    return v;
+  };
+  rest = trim(rest);
+  if (rest.size() >= 2 && rest.front() == '[' && rest.back() == ']') rest = trim(rest.substr(1, rest.size() - 2));
   std::vector<int32_t> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    std::string_view tok(s.data() + i, j - i);
-    while (!tok.empty() && tok.front() == ' ') tok.remove_prefix(1);
-    while (!tok.empty() && tok.back() == ' ') tok.remove_suffix(1);
+  while (!rest.empty()) {
+    size_t j = 0;
+    while (j < rest.size() && rest[j] != ',' && !is_space(rest[j])) ++j;
+    const std::string_view tok = rest.substr(0, j);
     int32_t v = 0;
     auto [p, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
     if (tok.empty() || ec != std::errc() || p != tok.data() + tok.size())
-      LMF_FAIL("--tokens: expected comma-separated integers, got '", tok, "'");
+      LMF_FAIL(what, ": expected integers separated by commas or spaces, got '", tok, "'");
     out.push_back(v);
-    i = j + 1;
+    rest = trim(rest.substr(j));
+    if (!rest.empty() && rest.front() == ',') {
+      rest = trim(rest.substr(1));
+      if (rest.empty()) LMF_FAIL(what, ": a comma with no id after it");
+    }
   }
-  if (out.empty()) LMF_FAIL("--tokens: no token ids given");
+  if (out.empty()) LMF_FAIL(what, ": no token ids given");
   return out;
 }
 

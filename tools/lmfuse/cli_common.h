@@ -50,8 +50,9 @@ CLI::Validator in_range(int64_t min, int64_t max);
 // -t/--threads: 0 (the default) = every core, at most ThreadPool::kMaxThreads.
 void add_threads_flag(CLI::App& app, int& threads);
 
-// Parses "1,2,3" into token ids; clear error on anything else.
-std::vector<int32_t> parse_token_list(const std::string& s);
+// Parses "1,2,3", "1 2 3" or "[1, 2, 3]" into token ids; a clear error naming `what` (the flag)
+// on anything else.
+std::vector<int32_t> parse_token_list(const std::string& s, const char* what);
 
 // Each subcommand: returns the process exit code; errors are thrown as lmf::Error.
 int cmd_run(int argc, char** argv);

@@ -24,7 +24,7 @@ int cmd_logits(int argc, char** argv) {
   std::string tokens_s, out;
   bool all = false;
   int64_t prefill = -1;
-  app.add_option("--tokens", tokens_s, "comma-separated token ids")->required();
+  app.add_option("--tokens", tokens_s, "token ids, separated by commas or spaces")->required();
   app.add_flag("--all", all, "logits for every position, not only the last");
   app.add_option("--prefill", prefill, "evaluate the first N tokens as one batch, then one at a time");
   app.add_option("-o,--output", out, "output file")->required();
@@ -37,7 +37,7 @@ int cmd_logits(int argc, char** argv) {
       ->check(at_least(0));
   CLI11_PARSE(app, argc, argv);
 
-  auto tokens = parse_token_list(tokens_s);
+  auto tokens = parse_token_list(tokens_s, "--tokens");
   Engine e = load_engine(ef, int64_t(tokens.size()) + generate);
   Session s(*e.model, *e.backend);
   if (ubatch > 0) s.set_max_batch(ubatch);

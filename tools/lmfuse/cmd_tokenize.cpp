@@ -47,16 +47,19 @@ int cmd_tokenize(int argc, char** argv) {
 }
 
 int cmd_detokenize(int argc, char** argv) {
-  CLI::App app{"Print the text of comma-separated token ids.\n\n"
-               "example:\n  lmfuse detokenize -m model.gguf 9707,1879",
+  CLI::App app{"Print the text of token ids (what `lmfuse tokenize` prints).\n\n"
+               "examples:\n  lmfuse detokenize -m model.gguf 9707,1879\n  lmfuse detokenize -m model.gguf 9707 1879",
                "lmfuse detokenize"};
-  std::string model, tok_json, ids;
+  std::string model, tok_json;
+  std::vector<std::string> ids;
   app.add_option("-m,--model", model, "GGUF model (its tokenizer is used)");
   app.add_option("--tokenizer", tok_json, "a Hugging Face tokenizer.json, or the folder holding it, instead of a model");
-  app.add_option("ids", ids, "comma-separated token ids")->required();
+  app.add_option("ids", ids, "token ids, separated by commas or spaces")->required();
   CLI11_PARSE(app, argc, argv);
   auto tok = load_tokenizer(model, tok_json);
-  auto v = parse_token_list(ids);
+  std::string joined;
+  for (const auto& a : ids) joined += a + " ";
+  auto v = parse_token_list(joined, "ids");
   for (int32_t id : v)
     if (id < 0 || id >= tok->n_vocab()) LMF_FAIL("token id ", id, " is outside the vocabulary (0..", tok->n_vocab() - 1, ")");
   std::printf("%s\n", tok->decode(v).c_str());

@@ -1,6 +1,7 @@
 #include "model/arch_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "util/status.h"
@@ -86,6 +87,22 @@ void read_common_hparams(const gguf::File& f, HParams& hp) {
     LMF_FAIL(f.path(), ": head dimension: expected an even number in 2..1024, got ", hp.head_dim);
   if (auto vl = f.get_int_opt(fmt_key(key::kValLen, a)); vl && *vl != hp.head_dim)
     LMF_FAIL(f.path(), ": value_length ", *vl, " != key_length ", hp.head_dim, " is not supported");
+  // Numbers that would make every logit NaN or wrong without a word.
+  if (!(std::isfinite(hp.rms_eps) && hp.rms_eps > 0 && hp.rms_eps < 1))
+    LMF_FAIL(f.path(), ": ", fmt_key(key::kRmsEps, a), ": expected a small positive number, got ", hp.rms_eps);
+  if (!(std::isfinite(hp.rope_theta) && hp.rope_theta > 0))
+    LMF_FAIL(f.path(), ": ", fmt_key(key::kRopeBase, a), ": expected a positive number, got ", hp.rope_theta);
+  // RoPE variants: refused, never run as plain RoPE (their logits differ at every position).
+  const char* plain_only = " (lmfuse runs plain RoPE only)";
+  if (auto t = f.get_str_opt(fmt_key(key::kRopeScalingType, a)); t && *t != "none")
+    LMF_FAIL(f.path(), ": rope scaling type '", *t, "' is not supported", plain_only);
+  if (auto s = f.get_float_opt(fmt_key(key::kRopeFreqScale, a)); s && *s != 1.0)
+    LMF_FAIL(f.path(), ": ", fmt_key(key::kRopeFreqScale, a), " ", *s, " (linear rope scaling) is not supported", plain_only);
+  if (f.find_tensor(tname::kRopeFreqs))
+    LMF_FAIL(f.path(), ": tensor '", tname::kRopeFreqs, "' (Llama 3.1+ rope scaling) is not supported", plain_only);
+  if (auto rd = f.get_int_opt(fmt_key(key::kRopeDims, a)); rd && *rd != hp.head_dim)
+    LMF_FAIL(f.path(), ": ", fmt_key(key::kRopeDims, a), " ", *rd, " != head dimension ", hp.head_dim,
+             ": partial rotary embeddings are not supported");
   const auto* emb = f.find_tensor(tname::kTokEmbd);
   if (!emb) LMF_FAIL(f.path(), ": missing tensor '", tname::kTokEmbd, "'");
   if (emb->ne.size() != 2) LMF_FAIL(f.path(), ": tensor '", tname::kTokEmbd, "': expected 2 dimensions");

@@ -24,12 +24,16 @@ inline constexpr const char* kRmsEps = "%s.attention.layer_norm_rms_epsilon";
 inline constexpr const char* kRopeBase = "%s.rope.freq_base";
 inline constexpr const char* kVocab = "%s.vocab_size";
 inline constexpr const char* kRopeDims = "%s.rope.dimension_count";  // written by llama.cpp for llama
+// RoPE variants lmfuse does not run; a file that asks for one is refused, not run with plain RoPE.
+inline constexpr const char* kRopeScalingType = "%s.rope.scaling.type";
+inline constexpr const char* kRopeFreqScale = "%s.rope.freq_scale";  // older files' linear scaling
 }  // namespace key
 
 namespace tname {  // "%d" is replaced by the layer index
 inline constexpr const char* kTokEmbd = "token_embd.weight";
 inline constexpr const char* kOutNorm = "output_norm.weight";
 inline constexpr const char* kOutput = "output.weight";
+inline constexpr const char* kRopeFreqs = "rope_freqs.weight";  // Llama 3.1+ per-frequency factors
 inline constexpr const char* kAttnNorm = "blk.%d.attn_norm.weight";
 inline constexpr const char* kQ = "blk.%d.attn_q.weight";
 inline constexpr const char* kK = "blk.%d.attn_k.weight";

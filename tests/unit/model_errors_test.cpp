@@ -5,6 +5,10 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "format/gguf/gguf.h"
@@ -20,11 +24,13 @@ const std::string kGolden = std::string(LMFUSE_SOURCE_DIR) + "/tests/data/golden
 // Copies a golden model, letting the caller drop/replace metadata and tensors.
 std::string remake(const std::string& src, const std::string& tag,
                    const std::function<bool(std::string&, gguf::Value&)>& kv_edit,
-                   const std::function<bool(gguf::TensorInfo&)>& t_edit, bool add_extra_tensor = false) {
+                   const std::function<bool(gguf::TensorInfo&)>& t_edit, const std::string& extra_tensor = "",
+                   const std::vector<std::pair<std::string, gguf::Value>>& extra_kv = {}) {
   auto f = gguf::File::open(kGolden + src);
   gguf::Writer w;
   for (auto [k, v] : f->metadata())
     if (kv_edit(k, v)) w.set(k, v);
+  for (const auto& [k, v] : extra_kv) w.set(k, v);
   static std::vector<std::vector<uint8_t>> keep;  // data for re-shaped tensors
   for (auto t : f->tensors()) {
     const uint8_t* data = t.data;
@@ -34,9 +40,9 @@ std::string remake(const std::string& src, const std::string& tag,
     std::memcpy(keep.back().data(), data, std::min(n, t.nbytes));
     w.add_tensor(t.name, t.type, t.ne, keep.back().data());
   }
-  if (add_extra_tensor) {
+  if (!extra_tensor.empty()) {
     keep.emplace_back(64 * 4, 0);
-    w.add_tensor("blk.0.mystery.weight", DType::F32, {64}, keep.back().data());
+    w.add_tensor(extra_tensor, DType::F32, {64}, keep.back().data());
   }
   std::string out = testing::TempDir() + "/bad_" + tag + ".gguf";
   w.write(out);
@@ -90,9 +96,52 @@ TEST(ModelErrors, MissingTensor) {
 }
 
 TEST(ModelErrors, UnknownTensorIsReported) {
-  auto p = remake("llama-tiny-f32.gguf", "extra", keep_all_kv, keep_all_t, true);
+  auto p = remake("llama-tiny-f32.gguf", "extra", keep_all_kv, keep_all_t, "blk.0.mystery.weight");
   std::string e = load_error(p);
   EXPECT_NE(e.find("'blk.0.mystery.weight' is not part of architecture 'llama'"), std::string::npos) << e;
+}
+
+// Hyperparameters that would give NaN or silently different logits (a RoPE variant run as plain
+// RoPE) are refused by name.
+TEST(ModelErrors, BadNormAndRopeNumbers) {
+  struct Case {
+    const char* tag;
+    const char* key;
+    gguf::Value v;
+    const char* phrase;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const Case& c : {Case{"eps0", "qwen3.attention.layer_norm_rms_epsilon", gguf::Value::f32(0), "layer_norm_rms_epsilon: expected a small positive number, got 0"},
+                        Case{"epsnan", "qwen3.attention.layer_norm_rms_epsilon", gguf::Value::f32(nan), "expected a small positive number, got nan"},
+                        Case{"theta", "qwen3.rope.freq_base", gguf::Value::f32(-1), "qwen3.rope.freq_base: expected a positive number, got -1"}}) {
+    auto p = remake("qwen3-tiny-f32.gguf", c.tag, [&](std::string& k, gguf::Value& v) {
+      if (k == c.key) v = c.v;
+      return true;
+    }, keep_all_t);
+    std::string e = load_error(p);
+    EXPECT_NE(e.find(c.phrase), std::string::npos) << c.tag << ": " << e;
+  }
+}
+
+TEST(ModelErrors, RopeVariantsAreRefusedNotRunAsPlainRope) {
+  const std::vector<std::pair<std::vector<std::pair<std::string, gguf::Value>>, const char*>> cases = {
+      {{{"llama.rope.scaling.type", gguf::Value::str("yarn")}}, "rope scaling type 'yarn' is not supported (lmfuse runs plain RoPE only)"},
+      {{{"llama.rope.freq_scale", gguf::Value::f32(0.25f)}}, "llama.rope.freq_scale 0.25 (linear rope scaling) is not supported"},
+      {{{"llama.rope.dimension_count", gguf::Value::u32(16)}}, "llama.rope.dimension_count 16 != head dimension"},
+  };
+  int i = 0;
+  for (const auto& [kv, phrase] : cases) {
+    auto p = remake("llama-tiny-f32.gguf", "rope" + std::to_string(i++), keep_all_kv, keep_all_t, "", kv);
+    std::string e = load_error(p);
+    EXPECT_NE(e.find(phrase), std::string::npos) << e;
+  }
+  // "none" and a scale of 1 are plain RoPE and load
+  auto ok = remake("llama-tiny-f32.gguf", "rope_plain", keep_all_kv, keep_all_t, "",
+                   {{"llama.rope.scaling.type", gguf::Value::str("none")}, {"llama.rope.freq_scale", gguf::Value::f32(1)}});
+  EXPECT_EQ(load_error(ok), "(no error)");
+  auto freqs = remake("llama-tiny-f32.gguf", "rope_freqs", keep_all_kv, keep_all_t, "rope_freqs.weight");
+  std::string e = load_error(freqs);
+  EXPECT_NE(e.find("tensor 'rope_freqs.weight' (Llama 3.1+ rope scaling) is not supported"), std::string::npos) << e;
 }
 
 TEST(ModelErrors, InconsistentHeadCounts) {

@@ -34,7 +34,7 @@ int cmd_convert(int argc, char** argv) {
                "tokenizer.json, tokenizer_config.json and generation_config.json. 1-D tensors stay f32.\n\n"
                "examples:\n"
                "  lmfuse convert ./Qwen3-0.6B -o qwen3-0.6b-q4_1.gguf --type q4_1\n"
-               "  lmfuse convert ./Llama-3.2-1B -o l.gguf --type q4_0 --better-rounding --output-type q8_0 -t 8",
+               "  lmfuse convert ./SmolLM2-135M-Instruct -o s.gguf --type q4_0 --better-rounding --output-type q8_0 -t 8",
                "lmfuse convert"};
   std::string in_dir, out, type_s = "f16", out_type_s, embed_type_s;
   ConvertOptions o;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <string>
 #include <unordered_map>
 
 #include "tokenizer/jinja.h"
@@ -19,6 +20,18 @@ using T = Value::T;
 
 [[noreturn]] void fail(const Expr& e, const std::string& what) {
   LMF_FAIL("chat template line ", e.line, ": ", what);
+}
+
+// Budgets of one render. A template comes from a model file (untrusted input); real chat
+// templates stay orders of magnitude below each, and one that does not is refused by name
+// instead of hanging, exhausting memory, or overflowing the stack.
+constexpr int64_t kMaxSteps = 2'000'000;      // expressions evaluated + loop iterations (~1 s)
+constexpr size_t kMaxText = size_t(64) << 20;  // bytes of any string, and of the output
+constexpr size_t kMaxItems = size_t(1) << 20;  // elements of any list or dict
+constexpr int kMaxDepth = 64;                  // containers inside containers
+
+void check_text(const Expr& e, size_t n) {
+  if (n > kMaxText) fail(e, "a string longer than " + std::to_string(kMaxText >> 20) + " MiB");
 }
 
 std::vector<std::string> code_points(const std::string& s) {
@@ -98,7 +111,10 @@ class Interp {
     for (const Node& n : nodes) {
       switch (n.k) {
         case Node::K::Text: out_ += n.text; break;
-        case Node::K::Output: out_ += eval(*n.expr).to_str(); break;
+        case Node::K::Output:
+          out_ += eval(*n.expr).to_str();
+          if (out_.size() > kMaxText) LMF_FAIL("chat template line ", n.line, ": output longer than ", kMaxText >> 20, " MiB");
+          break;
         case Node::K::If:
           for (const auto& [cond, body] : n.branches) {
             if (!cond || eval(*cond).truthy()) {
@@ -113,11 +129,12 @@ class Interp {
           if (n.targets.size() == 1) {
             scopes_.back()[n.targets[0]] = std::move(v);
           } else {
-            Value ns = lookup(n.targets[0]);
-            if (ns.t != T::Dict || !ns.is_namespace)
+            Value* ns = find(n.targets[0]);
+            if (!ns || ns->t != T::Dict || !ns->is_namespace)
               LMF_FAIL("chat template line ", n.line, ": cannot set attribute '", n.targets[1],
                        "' of '", n.targets[0], "' (not a namespace)");
-            ns.set(n.targets[1], std::move(v));
+            ns->set(n.targets[1], std::move(v));
+            check_depth(*n.expr, ns->depth);
           }
           break;
         }
@@ -132,7 +149,14 @@ class Interp {
   std::string out_;
 
  private:
+  int64_t steps_ = 0;
   std::vector<std::unordered_map<std::string, Value>> scopes_;
+
+  Value* find(const std::string& name) {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
+      if (auto f = it->find(name); f != it->end()) return &f->second;
+    return nullptr;
+  }
 
   Value lookup(const std::string& name) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
@@ -199,6 +223,7 @@ class Interp {
     }
     const int64_t len = int64_t(items.size());
     for (int64_t i = 0; i < len; ++i) {
+      step(*n.expr);
       scopes_.emplace_back();
       auto& sc = scopes_.back();
       bind(sc, n, items[size_t(i)]);
@@ -246,7 +271,28 @@ class Interp {
     fail(e, std::string("cannot index ") + obj.type_name() + " with " + key.type_name());
   }
 
+  void step(const Expr& e, int64_t n = 1) {
+    steps_ += n;
+    if (steps_ > kMaxSteps) fail(e, "rendering takes more than " + std::to_string(kMaxSteps) + " steps; refused");
+  }
+
+  // Every value an expression makes passes here: the step budget and the size limits.
   Value eval(const Expr& e) {
+    step(e);
+    Value v = eval_node(e);
+    if (v.is_str()) check_text(e, v.s.size());
+    else if ((v.t == T::List && v.l->size() > kMaxItems) || (v.t == T::Dict && v.d->size() > kMaxItems))
+      fail(e, "a list or dict of more than " + std::to_string(kMaxItems) + " items");
+    check_depth(e, v.depth);
+    return v;
+  }
+
+  // Value::depth as counted when containers are made or set into.
+  void check_depth(const Expr& e, int depth) {
+    if (depth > kMaxDepth) fail(e, "values nested more than " + std::to_string(kMaxDepth) + " levels deep");
+  }
+
+  Value eval_node(const Expr& e) {
     switch (e.k) {
       case Expr::K::Lit: return e.lit;
       case Expr::K::Name: return lookup(e.name);
@@ -362,8 +408,12 @@ class Interp {
       return Value::boolean(res);
     }
     if (op == "+") {
-      if (l.is_str() && r.is_str()) return Value::str(l.s + r.s);
+      if (l.is_str() && r.is_str()) {
+        check_text(e, l.s.size() + r.s.size());
+        return Value::str(l.s + r.s);
+      }
       if (l.t == T::List && r.t == T::List) {
+        if (l.l->size() + r.l->size() > kMaxItems) fail(e, "a list of more than " + std::to_string(kMaxItems) + " items");
         List x = *l.l;
         x.insert(x.end(), r.l->begin(), r.l->end());
         return Value::list(std::move(x));
@@ -372,6 +422,7 @@ class Interp {
     if (op == "*" && ((l.is_str() && r.t == T::Int) || (r.is_str() && l.t == T::Int))) {
       const Value& s = l.is_str() ? l : r;
       int64_t n = l.is_str() ? r.i : l.i;
+      if (n > 0 && !s.s.empty()) check_text(e, s.s.size() > kMaxText / size_t(n) ? kMaxText + 1 : s.s.size() * size_t(n));
       std::string o;
       for (int64_t k = 0; k < n; ++k) o += s.s;
       return Value::str(o);
@@ -489,6 +540,7 @@ class Interp {
           size_t j = s.find(from, i);
           if (j == std::string::npos || n == 0) { r += s.substr(i); break; }
           r += s.substr(i, j - i) + to;
+          check_text(e, r.size());
           i = j + from.size();
           if (n > 0) --n;
         }
@@ -508,7 +560,10 @@ class Interp {
         const Value* it = a.get(0, "iterable");
         if (!it || it->t != T::List) fail(e, "join(): expected a list");
         std::string r;
-        for (size_t k = 0; k < it->l->size(); ++k) r += (k ? s : "") + (*it->l)[k].to_str();
+        for (size_t k = 0; k < it->l->size(); ++k) {
+          r += (k ? s : "") + (*it->l)[k].to_str();
+          check_text(e, r.size());
+        }
         return Value::str(r);
       }
     }
@@ -551,6 +606,8 @@ class Interp {
       if (a.pos.size() == 1) t = ival(a.pos[0]);
       else if (a.pos.size() >= 2) { s = ival(a.pos[0]); t = ival(a.pos[1]); if (a.pos.size() > 2) st = ival(a.pos[2]); }
       if (st == 0) fail(e, "range() step must not be zero");
+      const double count = st > 0 ? std::ceil((double(t) - double(s)) / double(st)) : std::ceil((double(s) - double(t)) / double(-st));
+      if (count > double(kMaxItems)) fail(e, "range() of more than " + std::to_string(kMaxItems) + " items");
       List r;
       for (int64_t i = s; st > 0 ? i < t : i > t; i += st) r.push_back(Value::integer(i));
       return Value::list(std::move(r));
@@ -613,7 +670,10 @@ class Interp {
       std::string s = sep ? sep->to_str() : "";
       std::string r;
       std::vector<Value> items = v.t == T::List ? *v.l : std::vector<Value>{};
-      for (size_t k = 0; k < items.size(); ++k) r += (k ? s : "") + items[k].to_str();
+      for (size_t k = 0; k < items.size(); ++k) {
+        r += (k ? s : "") + items[k].to_str();
+        check_text(e, r.size());
+      }
       return Value::str(r);
     }
     if (f == "list") {

@@ -1,7 +1,9 @@
 // Parser for the Jinja subset. Whitespace handling follows the Environment that transformers
 // renders chat templates with: trim_blocks=True, lstrip_blocks=True, plus the "-" / "+" tag
 // modifiers.
+#include <charconv>
 #include <cstring>
+#include <string>
 
 #include "tokenizer/jinja_ast.h"
 #include "tokenizer/utf8.h"
@@ -10,6 +12,11 @@
 namespace lmf::jinja {
 
 namespace {
+
+// A template comes from a model file, so it is untrusted input: these bound the parser's recursion
+// (and the evaluator's, which walks the same trees) far above what any real chat template uses.
+constexpr int kMaxNesting = 64;       // parentheses, lists, not/unary chains; blocks inside blocks
+constexpr size_t kMaxTagTokens = 2048;  // tokens in one {{ }} or {% %} (bounds operator chains)
 
 [[noreturn]] void fail(int line, const std::string& what) {
   LMF_FAIL("chat template line ", line, ": ", what);
@@ -23,11 +30,18 @@ struct Segment {
   int line;
 };
 
-int line_at(const std::string& src, size_t pos) {
-  int n = 1;
-  for (size_t i = 0; i < pos && i < src.size(); ++i) n += src[i] == '\n';
-  return n;
-}
+// Line numbers for positions that mostly move forward (one count from the start per tag was
+// quadratic in the number of tags).
+struct LineAt {
+  const std::string& src;
+  size_t pos = 0;
+  int line = 1;
+  int operator()(size_t p) {
+    if (p < pos) pos = 0, line = 1;
+    for (; pos < p && pos < src.size(); ++pos) line += src[pos] == '\n';
+    return line;
+  }
+};
 
 // End of a tag's inner part (index of the closing delimiter), skipping quoted strings.
 size_t find_close(const std::string& src, size_t from, const char* close) {
@@ -53,6 +67,7 @@ size_t find_close(const std::string& src, size_t from, const char* close) {
 
 std::vector<Segment> scan(const std::string& src) {
   std::vector<Segment> out;
+  LineAt line_at{src};
   size_t pos = 0;
   bool strip_next = false;  // previous tag ended with "-"
   bool trim_next = false;   // previous tag was a block/comment: drop one newline (trim_blocks)
@@ -84,13 +99,13 @@ std::vector<Segment> scan(const std::string& src) {
       if (text[0] == '\n') text.erase(0, 1);
       else if (text.compare(0, 2, "\r\n") == 0) text.erase(0, 2);
     }
-    if (!text.empty()) out.push_back({Segment::K::Text, text, line_at(src, pos)});
+    if (!text.empty()) out.push_back({Segment::K::Text, text, line_at(pos)});
     if (!open) break;
 
     const char* close = open == '{' ? "}}" : open == '%' ? "%}" : "#}";
     size_t inner = start + 2 + ((mod == '-' || mod == '+') ? 1 : 0);
     size_t end = open == '#' ? src.find("#}", inner) : find_close(src, inner, close);
-    int line = line_at(src, start);
+    int line = line_at(start);
     if (end == std::string::npos) fail(line, std::string("unclosed '{") + open + "'");
     size_t inner_end = end;
     char endmod = end > inner ? src[end - 1] : 0;
@@ -111,6 +126,7 @@ std::vector<Segment> scan(const std::string& src) {
         e = src.find("{%", r);
         if (e == std::string::npos) fail(line, "unclosed {% raw %}");
         size_t c = src.find("%}", e);
+        if (c == std::string::npos) fail(line, "unclosed {% raw %}");
         std::string t = src.substr(e + 2, c - e - 2);
         if (!t.empty() && (t[0] == '-' || t[0] == '+')) t.erase(0, 1);
         if (!t.empty() && (t.back() == '-' || t.back() == '+')) t.pop_back();
@@ -203,7 +219,9 @@ std::vector<Tok> lex(const std::string& s, int line) {
       std::string num;
       for (size_t k = i; k < j; ++k) if (s[k] != '_') num += s[k];
       Tok tk{fl ? Tok::K::Float : Tok::K::Int, num};
-      if (fl) tk.f = std::stod(num); else tk.i = std::stoll(num);
+      const char* end = num.data() + num.size();
+      const auto r = fl ? std::from_chars(num.data(), end, tk.f) : std::from_chars(num.data(), end, tk.i);
+      if (r.ec != std::errc() || r.ptr != end) fail(line, "number '" + num + "' out of range");
       t.push_back(tk);
       i = j;
     } else if (c == '\'' || c == '"') {
@@ -223,6 +241,7 @@ std::vector<Tok> lex(const std::string& s, int line) {
       i += op.size();
     }
   }
+  if (t.size() > kMaxTagTokens) fail(line, "a tag of more than " + std::to_string(kMaxTagTokens) + " tokens");
   t.push_back({Tok::K::End, ""});
   return t;
 }
@@ -251,7 +270,19 @@ class ExprParser {
     if (!at_end()) fail(line_, "unexpected '" + t_[p_].s + "'");
   }
 
+  // Counts the recursion of expr() (every bracket, argument and subscript passes it once) and of
+  // not_() and unary() into themselves ("not not x", "- -x").
+  struct Nest {
+    explicit Nest(ExprParser& p) : p_(p) {
+      if (++p_.depth_ > kMaxNesting)
+        fail(p_.line_, "expression nested deeper than " + std::to_string(kMaxNesting) + " levels");
+    }
+    ~Nest() { --p_.depth_; }
+    ExprParser& p_;
+  };
+
   ExprP expr() {  // ternary
+    Nest nest(*this);
     ExprP e = or_();
     while (is_name("if")) {
       ++p_;
@@ -295,6 +326,7 @@ class ExprParser {
   }
   ExprP not_() {
     if (is_name("not")) {
+      Nest nest(*this);
       ++p_;
       auto n = mk(Expr::K::Unary);
       n->name = "not";
@@ -346,6 +378,7 @@ class ExprParser {
   ExprP unary(bool with_filter) {
     ExprP e;
     if (is_op("-") || is_op("+")) {
+      Nest nest(*this);
       std::string op = t_[p_++].s;
       e = mk(Expr::K::Unary);
       e->name = op;
@@ -526,6 +559,7 @@ class ExprParser {
   std::vector<Tok> t_;
   size_t p_ = 0;
   int line_;
+  int depth_ = 0;
 };
 
 // ---- statements -------------------------------------------------------------------------------
@@ -536,6 +570,12 @@ class StmtParser {
 
   // Parses nodes until a block tag whose first word is in `stops`; returns that word ("" at end).
   std::string block(std::vector<Node>& out, std::initializer_list<const char*> stops) {
+    if (++depth_ > kMaxNesting)
+      fail(s_[i_ - 1].line, "blocks nested deeper than " + std::to_string(kMaxNesting) + " levels");
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{depth_};
     while (i_ < s_.size()) {
       const Segment& seg = s_[i_];
       if (seg.k == Segment::K::Text) {
@@ -632,6 +672,7 @@ class StmtParser {
  private:
   std::vector<Segment> s_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

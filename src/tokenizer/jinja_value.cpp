@@ -1,5 +1,7 @@
 #include "tokenizer/jinja_value.h"
 
+#include <algorithm>
+
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -29,7 +31,26 @@ const Value* Value::get(const std::string& key) const {
   return nullptr;
 }
 
+Value Value::list(List x) {
+  Value v;
+  v.t = T::List;
+  v.depth = 1;
+  for (const auto& e : x) v.depth = std::max(v.depth, e.depth + 1);
+  v.l = std::make_shared<List>(std::move(x));
+  return v;
+}
+
+Value Value::dict(Dict x) {
+  Value v;
+  v.t = T::Dict;
+  v.depth = 1;
+  for (const auto& [k, e] : x) v.depth = std::max(v.depth, e.depth + 1);
+  v.d = std::make_shared<Dict>(std::move(x));
+  return v;
+}
+
 void Value::set(const std::string& key, Value v) {
+  depth = std::max(depth, v.depth + 1);
   for (auto& [k, x] : *d)
     if (k == key) { x = std::move(v); return; }
   d->emplace_back(key, std::move(v));
@@ -106,7 +127,20 @@ std::string Value::to_str() const {
   }
 }
 
-std::string Value::repr() const {
+namespace {
+// Printing and comparing recurse through containers; a value holding itself (a namespace set to
+// contain itself) or nested past this is an error, not a stack overflow. The evaluator refuses to
+// build values nested deeper than 64 (jinja_eval.cpp), so only such cycles reach this.
+constexpr int kMaxPrintDepth = 128;
+void check_print_depth(int depth) {
+  if (depth > kMaxPrintDepth) LMF_FAIL("chat template: a value nested more than ", kMaxPrintDepth, " levels deep (or holding itself)");
+}
+}  // namespace
+
+std::string Value::repr() const { return repr_at(0); }
+
+std::string Value::repr_at(int depth) const {
+  check_print_depth(depth);
   switch (t) {
     case T::Func: return "<function " + s + ">";
     case T::Undefined: return "";
@@ -117,7 +151,7 @@ std::string Value::repr() const {
     case T::Str: return py_quote(s);
     case T::List: {
       std::string o = is_tuple ? "(" : "[";
-      for (size_t k = 0; k < l->size(); ++k) o += (k ? ", " : "") + (*l)[k].repr();
+      for (size_t k = 0; k < l->size(); ++k) o += (k ? ", " : "") + (*l)[k].repr_at(depth + 1);
       if (is_tuple) return o + (l->size() == 1 ? ",)" : ")");
       return o + "]";
     }
@@ -125,7 +159,7 @@ std::string Value::repr() const {
       if (is_namespace) return "<Namespace>";
       std::string o = "{";
       for (size_t k = 0; k < d->size(); ++k)
-        o += (k ? ", " : "") + py_quote((*d)[k].first) + ": " + (*d)[k].second.repr();
+        o += (k ? ", " : "") + py_quote((*d)[k].first) + ": " + (*d)[k].second.repr_at(depth + 1);
       return o + "}";
     }
   }
@@ -133,6 +167,7 @@ std::string Value::repr() const {
 }
 
 std::string Value::to_json(int indent, int depth) const {
+  check_print_depth(depth);
   auto nl = [&](int dd) { return indent < 0 ? std::string() : "\n" + std::string(size_t(indent * dd), ' '); };
   switch (t) {
     case T::Func: LMF_FAIL("chat template: tojson of a function");
@@ -161,8 +196,9 @@ std::string Value::to_json(int indent, int depth) const {
   return "";
 }
 
-bool equal(const Value& a, const Value& b) {
+bool equal(const Value& a, const Value& b, int depth) {
   using T = Value::T;
+  check_print_depth(depth);
   if (a.is_num() && b.is_num()) {
     if (a.t != T::Float && b.t != T::Float) return a.as_double() == b.as_double() && (a.t == T::Bool ? int64_t(a.b) : a.i) == (b.t == T::Bool ? int64_t(b.b) : b.i);
     return a.as_double() == b.as_double();
@@ -174,14 +210,14 @@ bool equal(const Value& a, const Value& b) {
     case T::List:
       if (a.l->size() != b.l->size()) return false;
       for (size_t k = 0; k < a.l->size(); ++k)
-        if (!equal((*a.l)[k], (*b.l)[k])) return false;
+        if (!equal((*a.l)[k], (*b.l)[k], depth + 1)) return false;
       return true;
     case T::Dict:
       if (a.d == b.d) return true;
       if (a.d->size() != b.d->size()) return false;
       for (const auto& [k, v] : *a.d) {
         const Value* o = b.get(k);
-        if (!o || !equal(v, *o)) return false;
+        if (!o || !equal(v, *o, depth + 1)) return false;
       }
       return true;
     default: return false;

@@ -25,6 +25,10 @@ struct Value {
   std::shared_ptr<Dict> d;
   bool is_namespace = false;  // namespace(): a dict whose attributes `set ns.x` may assign
   bool is_tuple = false;      // a list that prints as Python's (a, b)
+  // Containers inside containers, counted when a list or dict is made or set into (a scalar 0,
+  // an empty list 1), so the evaluator can refuse deep values without walking them. A dict
+  // reached through another handle may have grown since; printing checks its own depth too.
+  int depth = 0;
 
   Value() = default;
   static Value none() { Value v; v.t = T::None; return v; }
@@ -32,8 +36,8 @@ struct Value {
   static Value integer(int64_t x) { Value v; v.t = T::Int; v.i = x; return v; }
   static Value number(double x) { Value v; v.t = T::Float; v.f = x; return v; }
   static Value str(std::string x) { Value v; v.t = T::Str; v.s = std::move(x); return v; }
-  static Value list(List x = {}) { Value v; v.t = T::List; v.l = std::make_shared<List>(std::move(x)); return v; }
-  static Value dict(Dict x = {}) { Value v; v.t = T::Dict; v.d = std::make_shared<Dict>(std::move(x)); return v; }
+  static Value list(List x = {});
+  static Value dict(Dict x = {});
 
   bool defined() const { return t != T::Undefined; }
   bool is_str() const { return t == T::Str; }
@@ -45,10 +49,11 @@ struct Value {
 
   std::string to_str() const;   // Python str(): what {{ v }} prints
   std::string repr() const;     // Python repr()
+  std::string repr_at(int depth) const;
   std::string to_json(int indent = -1, int depth = 0) const;  // json.dumps(ensure_ascii=False)
   const char* type_name() const;
 };
 
-bool equal(const Value& a, const Value& b);  // Python ==
+bool equal(const Value& a, const Value& b, int depth = 0);  // Python ==
 
 }  // namespace lmf::jinja

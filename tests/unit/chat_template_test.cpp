@@ -56,7 +56,7 @@ void expect_error(const std::string& tmpl, const std::string& needle) {
     render_chat(tmpl, {{"user", "hi"}}, true, "", "", true);
     ADD_FAILURE() << "no error for: " << tmpl;
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "wanted: " << needle << "\ngot: " << e.what();
   }
 }
 
@@ -70,6 +70,56 @@ TEST(ChatTemplate, UnsupportedConstructsAreNamed) {
   expect_error("{{ raise_exception('Only user and assistant roles are supported!') }}",
                "Only user and assistant roles are supported!");
   expect_error("", "no chat template");
+}
+
+// A chat template comes from the model file: one built to overflow the stack, loop for ever or
+// fill memory is refused with one error naming the limit (the step budget is about a second).
+TEST(ChatTemplate, HostileTemplatesAreRefusedNotRun) {
+  const std::string deep_parens = "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}";
+  std::string deep_ifs;
+  for (int i = 0; i < 100000; ++i) deep_ifs += "{% if true %}";
+  for (int i = 0; i < 100000; ++i) deep_ifs += "{% endif %}";
+  std::string long_chain = "{{ 1";
+  for (int i = 0; i < 100000; ++i) long_chain += " + 1";
+  long_chain += " }}";
+  std::string nots = "{{ ";
+  for (int i = 0; i < 1000; ++i) nots += "not ";
+  nots += "true }}";
+  expect_error(deep_parens, "a tag of more than 2048 tokens");
+  expect_error("{{ " + std::string(500, '(') + "1" + std::string(500, ')') + " }}", "expression nested deeper than 64 levels");
+  expect_error(nots, "expression nested deeper than 64 levels");
+  expect_error(long_chain, "a tag of more than 2048 tokens");
+  expect_error(deep_ifs, "blocks nested deeper than 64 levels");
+  expect_error("{% for i in range(1000000000000) %}x{% endfor %}", "range() of more than 1048576 items");
+  expect_error("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+               "rendering takes more than 2000000 steps");
+  expect_error("{{ 'x' * 100000000000 }}", "a string longer than 64 MiB");
+  expect_error("{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+               "a string longer than 64 MiB");
+  expect_error("{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s.replace('a', 'aa') %}{% endfor %}",
+               "a string longer than 64 MiB");
+  expect_error("{% set s = 'x' * 60000000 %}{{ [1, 2, 3] | join(s) }}", "a string longer than 64 MiB");
+  expect_error("{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+               "a list of more than 1048576 items");
+  expect_error("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}",
+               "values nested more than 64 levels deep");
+  expect_error("{% set ns = namespace(x={}) %}{% for i in range(100000) %}{% set ns.x = {'a': ns.x} %}{% endfor %}",
+               "values nested more than 64 levels deep");
+  expect_error("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns | tojson }}", "holding itself");
+  expect_error("{% set a = namespace(o=0) %}{% set b = namespace(o=0) %}{% set a.o = b %}{% set b.o = a %}{{ a == b }}",
+               "holding itself");
+  expect_error("{{ 99999999999999999999999 }}", "number '99999999999999999999999' out of range");
+  expect_error("{% raw %}abc{% endraw", "unclosed {% raw %}");
+  // the limits leave room: 60 levels of parentheses and of blocks, a loop of 100,000 iterations
+  EXPECT_EQ(render_chat("{{ " + std::string(60, '(') + "7" + std::string(60, ')') + " }}", {{"user", "hi"}}, true, "", "", true), "7");
+  std::string ifs60;
+  for (int i = 0; i < 60; ++i) ifs60 += "{% if true %}";
+  ifs60 += "y";
+  for (int i = 0; i < 60; ++i) ifs60 += "{% endif %}";
+  EXPECT_EQ(render_chat(ifs60, {{"user", "hi"}}, true, "", "", true), "y");
+  EXPECT_EQ(render_chat("{% set ns = namespace(n=0) %}{% for i in range(100000) %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}",
+                        {{"user", "hi"}}, true, "", "", true),
+            "100000");
 }
 
 }  // namespace

@@ -271,9 +271,8 @@ class Interp {
     fail(e, std::string("cannot index ") + obj.type_name() + " with " + key.type_name());
   }
 
-  void step(const Expr& e, int64_t n = 1) {
-    steps_ += n;
-    if (steps_ > kMaxSteps) fail(e, "rendering takes more than " + std::to_string(kMaxSteps) + " steps; refused");
+  void step(const Expr& e) {
+    if (++steps_ > kMaxSteps) fail(e, "rendering takes more than " + std::to_string(kMaxSteps) + " steps; refused");
   }
 
   // Every value an expression makes passes here: the step budget and the size limits.

@@ -49,7 +49,7 @@ struct Value {
 
   std::string to_str() const;   // Python str(): what {{ v }} prints
   std::string repr() const;     // Python repr()
-  std::string repr_at(int depth) const;
+  std::string repr_at(int depth) const;  // repr() of a value `depth` containers deep
   std::string to_json(int indent = -1, int depth = 0) const;  // json.dumps(ensure_ascii=False)
   const char* type_name() const;
 };

@@ -1,7 +1,6 @@
 #include "tokenizer/jinja_value.h"
 
 #include <algorithm>
-
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -29,6 +28,36 @@ const Value* Value::get(const std::string& key) const {
   for (const auto& [k, v] : *d)
     if (k == key) return &v;
   return nullptr;
+}
+
+Value::~Value() {
+  const bool last = (l && l.use_count() == 1) || (d && d.use_count() == 1);
+  if (!last) return;
+  // The outermost release owns the work list; releases that happen while it drains (the
+  // children's own) only hand their children to it.
+  thread_local std::vector<Value>* pending = nullptr;
+  auto hand_over = [this](std::vector<Value>& to) {
+    if (l) {
+      for (auto& x : *l) to.push_back(std::move(x));
+      l->clear();
+    }
+    if (d) {
+      for (auto& kv : *d) to.push_back(std::move(kv.second));
+      d->clear();
+    }
+  };
+  if (pending) {
+    hand_over(*pending);
+    return;
+  }
+  std::vector<Value> work;
+  pending = &work;
+  hand_over(work);
+  while (!work.empty()) {
+    Value v = std::move(work.back());
+    work.pop_back();
+  }  // each v is destroyed here, handing its children to `work`
+  pending = nullptr;
 }
 
 Value Value::list(List x) {
@@ -168,7 +197,12 @@ std::string Value::repr_at(int depth) const {
 
 std::string Value::to_json(int indent, int depth) const {
   check_print_depth(depth);
-  auto nl = [&](int dd) { return indent < 0 ? std::string() : "\n" + std::string(size_t(indent * dd), ' '); };
+  auto nl = [&](int dd) {  // a newline and dd indents (built in place: g++ 12 misreads "\n" + string as overlapping)
+    if (indent < 0) return std::string();
+    std::string r(size_t(indent * dd) + 1, ' ');
+    r[0] = '\n';
+    return r;
+  };
   switch (t) {
     case T::Func: LMF_FAIL("chat template: tojson of a function");
     case T::Undefined: LMF_FAIL("chat template: tojson of an undefined value");

@@ -27,10 +27,18 @@ struct Value {
   bool is_tuple = false;      // a list that prints as Python's (a, b)
   // Containers inside containers, counted when a list or dict is made or set into (a scalar 0,
   // an empty list 1), so the evaluator can refuse deep values without walking them. A dict
-  // reached through another handle may have grown since; printing checks its own depth too.
+  // reached through another handle may have grown since: printing and == check their own depth,
+  // and release does not recurse (~Value).
   int depth = 0;
 
   Value() = default;
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) noexcept = default;
+  // Releasing the last handle to a container frees what it holds iteratively, not by recursion,
+  // so a deeply nested value cannot overflow the stack as it is destroyed.
+  ~Value();
   static Value none() { Value v; v.t = T::None; return v; }
   static Value boolean(bool x) { Value v; v.t = T::Bool; v.b = x; return v; }
   static Value integer(int64_t x) { Value v; v.t = T::Int; v.i = x; return v; }

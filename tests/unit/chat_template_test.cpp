@@ -122,5 +122,19 @@ TEST(ChatTemplate, HostileTemplatesAreRefusedNotRun) {
             "100000");
 }
 
+// The evaluator refuses values nested past 64, but a value built through the API (or around a
+// stale depth) may be deeper: releasing it must not recurse once per level.
+TEST(ChatTemplate, DeepValuesAreFreedWithoutRecursion) {
+  jinja::Value v = jinja::Value::list();
+  for (int i = 0; i < 1000000; ++i)
+    v = i % 2 ? jinja::Value::list({std::move(v)}) : jinja::Value::dict({{"k", std::move(v)}});
+  EXPECT_EQ(v.depth, 1000001);
+  jinja::Value shared = v;  // a second handle: releasing the first frees nothing
+  v = jinja::Value();
+  ASSERT_EQ(shared.t, jinja::Value::T::List);
+  EXPECT_EQ(shared.l->size(), 1u);
+  shared = jinja::Value();  // the last handle: a million levels, freed iteratively
+}
+
 }  // namespace
 }  // namespace lmf

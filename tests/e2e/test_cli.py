@@ -82,6 +82,7 @@ def main():
     bad("unknown knob", ["bench", "-m", m, "--ab", "warp_speed"], "unknown knob")
     bad("negative bench length", ["bench", "-m", m, "-p", "0", "-n", "2,-1"], "--n-gen: must be >= 0, got -1")
     bad("bench with nothing to measure", ["bench", "-m", m, "-p", "0", "-n", "0"], "nothing to measure")
+    bad("--prefill below 1", ["logits", "-m", m, "--tokens", "1,2", "--prefill", "-2", "-o", out], "--prefill: must be >= 1, got -2")
     bad("negative --generate", ["logits", "-m", m, "--tokens", "1", "--generate", "-3", "-o", out], "--generate: must be >= 0, got -3")
     bad("negative bench depth", ["bench", "-m", m, "-d", "-5"], "--depth: must be >= 0, got -5")
     # thousands of threads once took minutes to start (each spins); ggml's limit, 512, is ours

@@ -26,7 +26,8 @@ int cmd_logits(int argc, char** argv) {
   int64_t prefill = -1;
   app.add_option("--tokens", tokens_s, "token ids, separated by commas or spaces")->required();
   app.add_flag("--all", all, "logits for every position, not only the last");
-  app.add_option("--prefill", prefill, "evaluate the first N tokens as one batch, then one at a time");
+  app.add_option("--prefill", prefill, "evaluate the first N tokens as one batch, then one at a time (default: all in one)")
+      ->check(at_least(1));
   app.add_option("-o,--output", out, "output file")->required();
   int64_t ubatch = 0;
   app.add_option("--ubatch-size,--ub", ubatch, "most tokens per backend run (longer prompts run in chunks)")
@@ -47,7 +48,6 @@ int cmd_logits(int argc, char** argv) {
   if (prefill < 0 || prefill >= n) {
     result = s.eval(tokens, all);
   } else {
-    if (prefill == 0) LMF_FAIL("--prefill must be at least 1");
     const auto& l = s.eval(std::span(tokens).first(size_t(prefill)), all);
     if (all) result = l;
     for (int64_t i = prefill; i < n; ++i) {

@@ -2,6 +2,7 @@
 // (by code point), and the filters/tests/methods chat templates use.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
 #include <string>
@@ -337,7 +338,10 @@ class Interp {
         if (e.name == "not") return Value::boolean(!v.truthy());
         if (!v.is_num()) fail(e, std::string("bad operand for unary ") + e.name + ": " + v.type_name());
         if (e.name == "+") return v;
-        return v.t == T::Float ? Value::number(-v.f) : Value::integer(-(v.t == T::Bool ? int64_t(v.b) : v.i));
+        if (v.t == T::Float) return Value::number(-v.f);
+        const int64_t x = v.t == T::Bool ? int64_t(v.b) : v.i;
+        if (x == INT64_MIN) fail(e, "integer overflow in unary - (integers are 64-bit here)");
+        return Value::integer(-x);
       }
       case Expr::K::Binary: return binary(e);
       case Expr::K::Ternary:
@@ -430,9 +434,15 @@ class Interp {
       bool fl = l.t == T::Float || r.t == T::Float;
       double a = l.as_double(), b = r.as_double();
       int64_t x = ival(l), y = ival(r);
-      if (op == "+") return fl ? Value::number(a + b) : Value::integer(x + y);
-      if (op == "-") return fl ? Value::number(a - b) : Value::integer(x - y);
-      if (op == "*") return fl ? Value::number(a * b) : Value::integer(x * y);
+      // Python's integers are unbounded; ours are 64-bit, and overflow is an error, not a wrap.
+      int64_t z = 0;
+      auto checked = [&](bool overflow) {
+        if (overflow) fail(e, "integer overflow in " + op + " (integers are 64-bit here)");
+        return Value::integer(z);
+      };
+      if (op == "+") return fl ? Value::number(a + b) : checked(__builtin_add_overflow(x, y, &z));
+      if (op == "-") return fl ? Value::number(a - b) : checked(__builtin_sub_overflow(x, y, &z));
+      if (op == "*") return fl ? Value::number(a * b) : checked(__builtin_mul_overflow(x, y, &z));
       if (op == "/") {
         if (b == 0) fail(e, "division by zero");
         return Value::number(a / b);
@@ -443,11 +453,24 @@ class Interp {
           double q = std::floor(a / b);
           return op == "//" ? Value::number(q) : Value::number(a - q * b);
         }
+        if (x == INT64_MIN && y == -1) return checked(true);
         int64_t q = x / y;
         if ((x % y != 0) && ((x < 0) != (y < 0))) --q;  // Python floors
-        return op == "//" ? Value::integer(q) : Value::integer(x - q * y);
+        if (op == "//") return Value::integer(q);
+        int64_t qy = 0;
+        if (__builtin_mul_overflow(q, y, &qy)) return checked(true);
+        return checked(__builtin_sub_overflow(x, qy, &z));
       }
-      if (op == "**") return fl || y < 0 ? Value::number(std::pow(a, b)) : Value::integer(int64_t(std::llround(std::pow(a, b))));
+      if (op == "**") {
+        if (fl || y < 0) return Value::number(std::pow(a, b));
+        int64_t p = 1, base = x;  // by squaring, each step checked
+        for (int64_t k = y; k > 0; k >>= 1) {
+          if ((k & 1) && __builtin_mul_overflow(p, base, &p)) return checked(true);
+          if (k > 1 && __builtin_mul_overflow(base, base, &base)) return checked(true);
+        }
+        z = p;
+        return checked(false);
+      }
     }
     fail(e, "unsupported operand types for " + op + ": " + l.type_name() + " and " + r.type_name());
   }
@@ -697,7 +720,10 @@ class Interp {
     if (f == "replace") return method(e, Value::str(v.to_str()), a);
     if (f == "capitalize" || f == "title") return method(e, Value::str(v.to_str()), a);
     if (f == "int") {
-      if (v.t == T::Float) return Value::integer(int64_t(v.f));
+      if (v.t == T::Float) {  // int(x) truncates; outside 64 bits (or NaN) it is an error here
+        if (!(std::fabs(v.f) < 9.2e18)) fail(e, "int() of " + v.repr() + " does not fit 64 bits");
+        return Value::integer(int64_t(v.f));
+      }
       if (v.is_num()) return Value::integer(ival(v));
       try { return Value::integer(std::stoll(v.s)); } catch (...) { return Value::integer(0); }
     }

@@ -176,8 +176,11 @@ std::string unescape(const std::string& s, int line) {
       case '\n': break;
       case 'x': case 'u': case 'U': {
         size_t n = c == 'x' ? 2 : c == 'u' ? 4 : 8;
-        if (i + n >= s.size()) fail(line, "bad \\" + std::string(1, c) + " escape");
-        uint32_t cp = uint32_t(std::stoul(s.substr(i + 1, n), nullptr, 16));
+        uint32_t cp = 0;
+        const char* first = s.data() + i + 1;
+        const auto r = i + n < s.size() ? std::from_chars(first, first + n, cp, 16) : std::from_chars_result{first, std::errc::invalid_argument};
+        if (r.ec != std::errc() || r.ptr != first + n || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+          fail(line, "bad \\" + std::string(1, c) + " escape (expected " + std::to_string(n) + " hex digits of a code point)");
         utf8::append(o, cp);
         i += n;
         break;
@@ -504,6 +507,7 @@ class ExprParser {
           break;
         }
         expect_op("]");
+        if (!slice && !parts[0]) fail(line_, "empty subscript []");
         auto x = mk(slice ? Expr::K::Slice : Expr::K::Index);
         x->a.push_back(std::move(e));
         x->a.push_back(std::move(parts[0]));

@@ -110,6 +110,18 @@ TEST(ChatTemplate, HostileTemplatesAreRefusedNotRun) {
                "holding itself");
   expect_error("{{ 99999999999999999999999 }}", "number '99999999999999999999999' out of range");
   expect_error("{% raw %}abc{% endraw", "unclosed {% raw %}");
+  // found by tests/fuzz/fuzz_jinja.cpp: a null subscript, stoul's own exception, signed overflow
+  expect_error("{{ [1, 2][ ] }}", "empty subscript []");
+  expect_error("{{ '\\u{\"name\"' }}", "bad \\u escape");
+  expect_error("{{ '\\U00110000' }}", "bad \\U escape");
+  expect_error("{{ -72 * 3743906242624487424 }}", "integer overflow in *");
+  expect_error("{{ 9223372036854775807 + 1 }}", "integer overflow in +");
+  expect_error("{{ 3 ** 40 }}", "integer overflow in **");
+  expect_error("{{ (-9223372036854775807 - 1) // -1 }}", "integer overflow in //");
+  expect_error("{{ -(-9223372036854775807 - 1) }}", "integer overflow in unary -");
+  expect_error("{{ 1e300 | int }}", "does not fit 64 bits");
+  EXPECT_EQ(render_chat("{{ 3 ** 39 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ '\\u00e9' }}", {{"user", "hi"}}, true, "", "", true),
+            "4052555153018976267 -4 2 \u00e9");
   // the limits leave room: 60 levels of parentheses and of blocks, a loop of 100,000 iterations
   EXPECT_EQ(render_chat("{{ " + std::string(60, '(') + "7" + std::string(60, ')') + " }}", {{"user", "hi"}}, true, "", "", true), "7");
   std::string ifs60;

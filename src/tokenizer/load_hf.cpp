@@ -171,10 +171,6 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf(const std::string& tokenizer_json,
 #endif
 }
 
-std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& dir) {
-  return from_hf_path(dir);
-}
-
 std::unique_ptr<Tokenizer> Tokenizer::from_hf_path(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -34,10 +34,8 @@ class Tokenizer {
   // tokenizer_config_json may be empty (then no chat template, no bos/eos by name).
   static std::unique_ptr<Tokenizer> from_hf(const std::string& tokenizer_json,
                                             const std::string& tokenizer_config_json);
-  // Reads "<dir>/tokenizer.json" and, if present, "<dir>/tokenizer_config.json".
-  static std::unique_ptr<Tokenizer> from_hf_dir(const std::string& dir);
-  // A tokenizer.json file (its tokenizer_config.json beside it is read if present) or a folder
-  // holding them (from_hf_dir).
+  // A tokenizer.json file, or a folder holding one; the tokenizer_config.json beside it is read
+  // if present.
   static std::unique_ptr<Tokenizer> from_hf_path(const std::string& path);
 
   // Writes llama.cpp's tokenizer keys. pad_vocab_to > n_vocab() appends "[PAD<i>]" tokens of

@@ -38,7 +38,7 @@ inline std::string qwen3_dir() {
 }
 
 inline const Tokenizer& qwen3() {
-  static std::unique_ptr<Tokenizer> t = Tokenizer::from_hf_dir(qwen3_dir());
+  static std::unique_ptr<Tokenizer> t = Tokenizer::from_hf_path(qwen3_dir());
   return *t;
 }
 

@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
-#include <iostream>
 #include <limits>
 #include <random>
-#include <sstream>
 
 #include "tokenizer/utf8.h"
 #include "util/log.h"
@@ -72,12 +70,7 @@ uint64_t resolve_seed(int64_t seed) {
 }
 
 std::string read_text_file(const std::string& path) {
-  if (path == "-") {
-    std::ostringstream ss;
-    ss << std::cin.rdbuf();
-    return ss.str();
-  }
-  return read_file(path);  // its errors name the path: cannot open, is a directory
+  return read_file(path == "-" ? "/dev/stdin" : path);  // its errors name the path
 }
 
 CLI::Validator in_range(int64_t min, int64_t max) {

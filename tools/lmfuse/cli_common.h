@@ -42,8 +42,8 @@ uint64_t resolve_seed(int64_t seed);
 // The whole of a text file ("-" = standard input), or a one-line error naming it.
 std::string read_text_file(const std::string& path);
 
-// Option checks for integers: "must be >= MIN, got V" and "must be MIN to MAX, got V" (CLI11's
-// Range prints its whole range in a longer sentence).
+// The option checks for integers, used for every bounded flag: "must be >= MIN, got V" and "must
+// be MIN to MAX, got V" (CLI11's Range says it in a longer sentence, naming its own types).
 CLI::Validator at_least(int64_t min);
 CLI::Validator in_range(int64_t min, int64_t max);
 

@@ -147,7 +147,7 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("-p,--n-prompt", pp, "prompt lengths to test (0 = none)")->delimiter(',')->check(at_least(0));
   app.add_option("-n,--n-gen", tg, "generation lengths to test (0 = none)")->delimiter(',')->check(at_least(0));
   app.add_option("-d,--depth", depth, "tokens already in the KV cache before each test")->check(at_least(0));
-  app.add_option("-r,--repetitions", reps, "timed repetitions (after one warm-up)")->check(CLI::Range(1, 1000));
+  app.add_option("-r,--repetitions", reps, "timed repetitions (after one warm-up)")->check(in_range(1, 1000));
   app.add_flag("--json", json, "print JSON lines instead of a table");
   app.add_option("--ab", ab, "run every test with KNOB=0 and KNOB=1 and print the ratio");
   bool profile = false;

@@ -31,7 +31,7 @@ int cmd_logits(int argc, char** argv) {
   app.add_option("-o,--output", out, "output file")->required();
   int64_t ubatch = 0;
   app.add_option("--ubatch-size,--ub", ubatch, "most tokens per backend run (longer prompts run in chunks)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+      ->check(in_range(1, int64_t(1) << 20));
   int64_t generate = 0;
   app.add_option("--generate", generate,
                  "then decode N tokens greedily and print their ids to stdout (CPU/GPU agreement checks)")

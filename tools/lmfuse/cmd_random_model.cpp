@@ -119,10 +119,10 @@ int cmd_random_model(int argc, char** argv) {
                  "directory with tokenizer.json (+ tokenizer_config.json), or a tokenizer.json file "
                  "(default: ../shared/models/qwen3-tokenizer, or $LMFUSE_TOKENIZER)");
   app.add_flag("--no-tokenizer", no_tokenizer, "write no tokenizer (the file can still be benchmarked)");
-  app.add_option("--layers", n_layer, "number of layers (default: the preset's)")->check(CLI::Range(int64_t(1), int64_t(1024)));
+  app.add_option("--layers", n_layer, "number of layers (default: the preset's)")->check(in_range(1, 1024));
   app.add_option("--vocab", n_vocab,
                  "vocabulary size (default: the preset's; a smaller one than the tokenizer's writes no tokenizer)")
-      ->check(CLI::Range(int64_t(32), int64_t(1) << 22));
+      ->check(in_range(32, int64_t(1) << 22));
   CLI11_PARSE(app, argc, argv);
 
   Preset p = find_preset(preset_name);  // a copy: --layers / --vocab override its shape

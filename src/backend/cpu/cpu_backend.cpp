@@ -3,7 +3,6 @@
 // quantized once and the rows of all members are split across threads together).
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>

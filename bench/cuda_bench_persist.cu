@@ -281,7 +281,7 @@ __device__ __forceinline__ AttnPrep attn_prep(const Params& p, int l, int lane) 
     a.kg[j] = __ldg(p.k_norm + size_t(l) * 128 + lane + 32 * j);
   }
 #pragma unroll
-  for (int j = 0; j < 2; ++j) rope_cs(p.pos, lane + 32 * j, 128, p.theta, &a.c[j], &a.sn[j]);
+  for (int j = 0; j < 2; ++j) rope_cs(p.pos, lane + 32 * j, 128, p.theta, nullptr, &a.c[j], &a.sn[j]);
   return a;
 }
 // Head row x (lane j-th value = element lane + 32 j): RMSNorm over the head, then NeoX RoPE.

@@ -66,6 +66,10 @@ class Spec:
     qk_norm: bool        # qwen3 only
     config_has_head_dim: bool  # convert_hf_to_gguf writes key_length/value_length only then
     n_ctx: int = 512
+    # Llama 3.1+ RoPE scaling ("llama3" rope_type): (factor, low_freq_factor, high_freq_factor,
+    # original_max_position_embeddings), or None for plain RoPE.
+    rope_llama3: tuple[float, float, float, int] | None = None
+    weight_types: tuple[str, ...] | None = None  # None: all of WEIGHT_TYPES
 
 
 SPECS = [
@@ -83,6 +87,15 @@ SPECS = [
     Spec("llama-tiny", "llama", 1001, n_vocab=300, n_embd=64, n_layer=2, n_head=8, n_head_kv=2,
          head_dim=32, n_ff=96, tied=True, rope_theta=5.0e5, rms_eps=1e-3, qkv_bias=False,
          qk_norm=False, config_has_head_dim=True),
+    # Llama 3.1+ RoPE scaling. With theta 1e4 and an original context of 64 (real files: 5e5 and
+    # 8192), the 16 frequencies of head_dim 32 fall in all three of its bands within 24 positions:
+    # 2 unchanged (wavelength < 16), 3 interpolated, 11 divided by 8 (wavelength > 64). GQA 2;
+    # tied. Smaller than the others (one layer, vocab 128) and in two weight types only, f32 and
+    # q4_0, so tests/data stays under 5 MB.
+    Spec("llama31-tiny", "llama", 1008, n_vocab=128, n_embd=64, n_layer=1, n_head=2, n_head_kv=1,
+         head_dim=32, n_ff=64, tied=True, rope_theta=1.0e4, rms_eps=1e-5, qkv_bias=False,
+         qk_norm=False, config_has_head_dim=True, rope_llama3=(8.0, 1.0, 4.0, 64),
+         weight_types=("f32", "q4_0")),
 ]
 
 WEIGHT_TYPES = {  # name -> (tensor type, general.file_type)
@@ -103,6 +116,31 @@ QK_GAIN = 1.0
 # No position of any reference may have its top two logits closer than this: argmax agreement
 # on a near-tie measures rounding luck, not correctness. The token sequence is searched for it.
 MIN_TOP2_GAP = 0.1
+
+
+# ----------------------------------------------------------------------------- RoPE scaling
+
+def llama3_rope_factors(s: Spec) -> np.ndarray | None:
+    """Per-frequency divisors of Llama 3.1+ RoPE scaling, float64 [head_dim / 2], as llama.cpp's
+    convert_hf_to_gguf.py writes them to rope_freqs.weight: 1 where the wavelength is below
+    original_ctx / high_freq_factor, factor above original_ctx / low_freq_factor, and between
+    them the divisor that gives transformers' smoothed inverse frequency (hf_model checks the
+    result against transformers' own llama3 inv_freq)."""
+    if s.rope_llama3 is None:
+        return None
+    factor, low, high, old_ctx = s.rope_llama3
+    inv_freq = s.rope_theta ** (-np.arange(0, s.head_dim, 2, dtype=np.float64) / s.head_dim)
+    out = []
+    for f in inv_freq:
+        wavelen = 2 * math.pi / f
+        if wavelen < old_ctx / high:
+            out.append(1.0)
+        elif wavelen > old_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out)
 
 
 # ----------------------------------------------------------------------------- master weights
@@ -263,6 +301,10 @@ def write_gguf(path: pathlib.Path, s: Spec, g: dict[str, np.ndarray], wtype: str
     w.add_eos_token_id(EOS_ID)
 
     check_names_known(s, g.keys())
+    ff = llama3_rope_factors(s)
+    if ff is not None:  # LlamaModel.generate_extra_tensors: F32 whatever the weight type
+        check_names_known(s, ["rope_freqs.weight"])
+        w.add_tensor("rope_freqs.weight", ff.astype(np.float32))
     for name, t in g.items():
         t32 = np.ascontiguousarray(t, dtype=np.float32)
         if t.ndim == 1 or qtype == QT.F32:  # norms and biases always F32
@@ -287,8 +329,13 @@ def read_gguf_weights(path: pathlib.Path, s: Spec, expect: dict[str, np.ndarray]
     assert r.fields[gguf.Keys.General.ARCHITECTURE].contents() == s.arch
     assert len(r.fields[gguf.Keys.Tokenizer.LIST].contents()) == s.n_vocab
     out = {}
+    ff = llama3_rope_factors(s)
     for t in r.tensors:
         data = np.asarray(t.data)
+        if t.name == "rope_freqs.weight":
+            assert ff is not None and t.tensor_type == QT.F32, f"{path.name}: unexpected rope_freqs"
+            assert np.array_equal(data, ff.astype(np.float32)), f"{path.name}: rope_freqs read back differs"
+            continue
         if t.tensor_type in (QT.F32, QT.F16):
             arr = data.astype(np.float64)
         else:
@@ -297,17 +344,26 @@ def read_gguf_weights(path: pathlib.Path, s: Spec, expect: dict[str, np.ndarray]
         assert arr.shape == want, f"{path.name}: {t.name} read back as {arr.shape}, expected {want}"
         out[t.name] = arr
     assert out.keys() == expect.keys(), f"{path.name}: tensor set differs"
+    assert (ff is None) == ("rope_freqs.weight" not in [t.name for t in r.tensors]), path.name
     return out
 
 
 # ----------------------------------------------------------------------------- transformers reference
+
+def rope_parameters(s: Spec) -> dict:
+    if s.rope_llama3 is None:
+        return {"rope_type": "default", "rope_theta": s.rope_theta}
+    factor, low, high, old_ctx = s.rope_llama3
+    return {"rope_type": "llama3", "rope_theta": s.rope_theta, "factor": factor, "low_freq_factor": low,
+            "high_freq_factor": high, "original_max_position_embeddings": old_ctx}
+
 
 def hf_model(s: Spec, hf_weights: dict[str, np.ndarray]):
     common = dict(vocab_size=s.n_vocab, hidden_size=s.n_embd, intermediate_size=s.n_ff,
                   num_hidden_layers=s.n_layer, num_attention_heads=s.n_head,
                   num_key_value_heads=s.n_head_kv, max_position_embeddings=s.n_ctx,
                   rms_norm_eps=s.rms_eps, tie_word_embeddings=s.tied,
-                  rope_parameters={"rope_type": "default", "rope_theta": s.rope_theta},
+                  rope_parameters=rope_parameters(s),
                   bos_token_id=BOS_ID, eos_token_id=EOS_ID)
     if s.arch == "qwen3":
         cfg, cls = Qwen3Config(head_dim=s.head_dim, attention_bias=False, **common), Qwen3ForCausalLM
@@ -327,7 +383,20 @@ def hf_model(s: Spec, hf_weights: dict[str, np.ndarray]):
     assert model.config._attn_implementation == "eager"
     if s.tied:
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    rot = model.model.rotary_emb
+    rot._lmf_rope_factors = llama3_rope_factors(s)  # read by _rotary64 (float64 reference)
+    assert rot.rope_type == rope_parameters(s)["rope_type"], rot.rope_type
+    if s.rope_llama3 is not None:
+        # transformers' own llama3 inverse frequencies (float32) against the float64 ones the
+        # patched reference and the numpy pass use (default / llama3_rope_factors)
+        ours = torch.from_numpy(_inv_freq64(s.rope_theta, s.head_dim) / llama3_rope_factors(s))
+        assert torch.allclose(rot.inv_freq.double(), ours, rtol=1e-6, atol=0), (rot.inv_freq, ours)
+        assert not torch.allclose(rot.inv_freq.double(), torch.from_numpy(_inv_freq64(s.rope_theta, s.head_dim)))
     return model
+
+
+def _inv_freq64(theta: float, dim: int) -> np.ndarray:
+    return 1.0 / (theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
 
 
 def _rmsnorm64(self, x):
@@ -336,10 +405,16 @@ def _rmsnorm64(self, x):
 
 
 def _rotary64(self, x, position_ids):
-    # same as the HF default rotary embedding, with inv_freq and angles in float64
+    # same as the HF default rotary embedding, with inv_freq and angles in float64; llama3 scaling
+    # divides by llama3_rope_factors (hf_model checks that against transformers' inv_freq)
     dim = self.inv_freq.shape[0] * 2
-    base = self.config.rope_parameters["rope_theta"]
+    rp = self.config.rope_parameters
+    base = rp["rope_theta"]
     inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    if rp["rope_type"] == "llama3":
+        inv_freq = inv_freq / torch.from_numpy(self._lmf_rope_factors)
+    else:
+        assert rp["rope_type"] == "default", rp
     freqs = position_ids[..., None].to(torch.float64) * inv_freq
     emb = torch.cat((freqs, freqs), dim=-1)
     return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
@@ -413,18 +488,21 @@ class Sim:
     skip_qk_norm: bool = False
     skip_bias: bool = False
     rms_eps: float | None = None     # override the file's epsilon
+    ignore_rope_factors: bool = False  # plain RoPE on a model with Llama 3.1+ scaling
 
 
 def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, theta, style):
-    """x [T, n_heads, d], pos [T]. Pair i uses angle pos * theta^(-2i/d), i in [0, d/2).
-    neox: pairs (i, i + d/2) (qwen2/qwen3, HF rotate_half); normal: pairs (2i, 2i+1) (llama GGUF,
-    after the convert permutation)."""
+def rope(x, pos, theta, style, factors=None):
+    """x [T, n_heads, d], pos [T]. Pair i uses angle pos * theta^(-2i/d) / factors[i], i in
+    [0, d/2) (factors: Llama 3.1+ scaling, or None). neox: pairs (i, i + d/2) (qwen2/qwen3, HF
+    rotate_half); normal: pairs (2i, 2i+1) (llama GGUF, after the convert permutation)."""
     d = x.shape[-1]
     inv_freq = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)      # [d/2]
+    if factors is not None:
+        inv_freq = inv_freq / factors
     ang = pos[:, None].astype(np.float64) * inv_freq[None, :]            # [T, d/2]
     c, s_ = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     if style == "neox":
@@ -442,6 +520,7 @@ class NumpyModel:
     def __init__(self, s: Spec, g: dict[str, np.ndarray], sim: Sim | None = None):
         self.s, self.g, self.sim = s, g, sim or Sim()
         self.style = self.sim.rope_style or ("normal" if s.arch == "llama" else "neox")
+        self.rope_factors = None if self.sim.ignore_rope_factors else llama3_rope_factors(s)
         self.k_cache = [np.zeros((0, s.n_head_kv, s.head_dim)) for _ in range(s.n_layer)]
         self.v_cache = [np.zeros((0, s.n_head_kv, s.head_dim)) for _ in range(s.n_layer)]
         self.n_past = 0
@@ -476,7 +555,8 @@ class NumpyModel:
             if s.qk_norm and not self.sim.skip_qk_norm:   # per head, over head_dim, before RoPE
                 q = rms_norm(q, g[p + "attn_q_norm.weight"], s.rms_eps)
                 k = rms_norm(k, g[p + "attn_k_norm.weight"], s.rms_eps)
-            q, k = rope(q, pos, s.rope_theta, self.style), rope(k, pos, s.rope_theta, self.style)
+            q = rope(q, pos, s.rope_theta, self.style, self.rope_factors)
+            k = rope(k, pos, s.rope_theta, self.style, self.rope_factors)
             if self.sim.kv == "f16":
                 k, v = to_f16(k), to_f16(v)
             self.k_cache[l] = np.concatenate([self.k_cache[l], k])           # [n_kv_total, n_head_kv, hd]
@@ -561,6 +641,9 @@ def choose_tokens(s: Spec, weights: list[dict[str, np.ndarray]]) -> tuple[int, l
 def spec_config(s: Spec) -> dict:
     d = dataclasses.asdict(s)
     d.pop("seed")
+    for k in ("rope_llama3", "weight_types"):  # only where set (the earlier cases' config as it was)
+        if d[k] is None:
+            d.pop(k)
     return d
 
 
@@ -575,12 +658,13 @@ def run(out: pathlib.Path) -> None:
         back = to_hf_layout(s, g_master)
         assert all(np.array_equal(back[k], master[k]) for k in master)
         files = {}
-        for wtype in WEIGHT_TYPES:
+        wtypes = {k: v for k, v in WEIGHT_TYPES.items() if s.weight_types is None or k in s.weight_types}
+        for wtype in wtypes:
             gpath = out / f"{s.name}-{wtype}.gguf"
             write_gguf(gpath, s, g_master, wtype)
             files[wtype] = (gpath, read_gguf_weights(gpath, s, g_master))
         token_seed, tokens = choose_tokens(s, [g for _, g in files.values()])
-        for wtype, (qtype, _) in WEIGHT_TYPES.items():
+        for wtype, (qtype, _) in wtypes.items():
             stem = f"{s.name}-{wtype}"
             gpath, g = files[wtype]
             model = hf_model(s, to_hf_layout(s, g))
@@ -602,6 +686,8 @@ def run(out: pathlib.Path) -> None:
                     muts["no_qk_norm"] = Sim(skip_qk_norm=True)
                 if s.qkv_bias:
                     muts["no_qkv_bias"] = Sim(skip_bias=True)
+                if s.rope_llama3 is not None:
+                    muts["rope_factors_ignored"] = Sim(ignore_rope_factors=True)
                 info["mutations_rel_l2"] = {k: rel_l2(numpy_logits(s, g, tokens, m), ref)
                                             for k, m in muts.items()}
                 for k, v in info["mutations_rel_l2"].items():

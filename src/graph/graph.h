@@ -48,6 +48,7 @@ struct Op {
   int n_head = 0, n_head_kv = 0, head_dim = 0;
   float eps = 1e-6f;
   float rope_theta = 10000.f;
+  const float* rope_factors = nullptr;  // [head_dim / 2] frequency divisors (HParams::rope_freq_factors) or null
   bool rope_neox = true;
   // Set by Backend::prepare; cleared at the start of every prepare.
   bool launch = true;  // false: folded into another op's launch (follower / absorbed)

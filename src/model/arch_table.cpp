@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "util/status.h"
 
@@ -60,6 +61,29 @@ const std::vector<ArchDef>& arch_table() {
   return t;
 }
 
+namespace {
+
+// Llama 3.1+ RoPE scaling as llama.cpp stores it: a tensor of head_dim / 2 F32 divisors, one per
+// frequency (convert_hf_to_gguf.py computes them from config.json's "llama3" rope_scaling).
+void read_rope_freqs(const gguf::File& f, HParams& hp) {
+  const auto* t = f.find_tensor(tname::kRopeFreqs);
+  if (!t) return;
+  const std::string what = f.path() + ": tensor '" + tname::kRopeFreqs + "'";
+  const int64_t half = hp.head_dim / 2;
+  if (t->type != DType::F32) LMF_FAIL(what, ": expected type f32, got ", dtype_name(t->type));
+  if (t->ne.size() != 1 || t->ne[0] != half)
+    LMF_FAIL(what, ": expected [", half, "] (head dimension / 2), got ", t->nelements(), " elements in ",
+             t->ne.size(), " dimensions");
+  hp.rope_freq_factors.resize(size_t(half));
+  std::memcpy(hp.rope_freq_factors.data(), t->data, size_t(half) * sizeof(float));
+  for (int64_t i = 0; i < half; ++i) {
+    const float v = hp.rope_freq_factors[size_t(i)];
+    if (!(std::isfinite(v) && v > 0)) LMF_FAIL(what, ": factor ", i, " is ", v, ", expected a positive number");
+  }
+}
+
+}  // namespace
+
 void read_common_hparams(const gguf::File& f, HParams& hp) {
   const std::string& a = hp.arch_name;
   auto geti = [&](const char* k) { return f.get_int(fmt_key(k, a)); };
@@ -92,14 +116,14 @@ void read_common_hparams(const gguf::File& f, HParams& hp) {
     LMF_FAIL(f.path(), ": ", fmt_key(key::kRmsEps, a), ": expected a small positive number, got ", hp.rms_eps);
   if (!(std::isfinite(hp.rope_theta) && hp.rope_theta > 0))
     LMF_FAIL(f.path(), ": ", fmt_key(key::kRopeBase, a), ": expected a positive number, got ", hp.rope_theta);
-  // RoPE variants: refused, never run as plain RoPE (their logits differ at every position).
-  const char* plain_only = " (lmfuse runs plain RoPE only)";
+  // RoPE variants other than plain RoPE and per-frequency divisors: refused, never run as plain
+  // RoPE (their logits differ at every position).
+  const char* runs = " (lmfuse runs plain RoPE, with Llama 3.1+ frequency factors)";
   if (auto t = f.get_str_opt(fmt_key(key::kRopeScalingType, a)); t && *t != "none")
-    LMF_FAIL(f.path(), ": rope scaling type '", *t, "' is not supported", plain_only);
+    LMF_FAIL(f.path(), ": rope scaling type '", *t, "' is not supported", runs);
   if (auto s = f.get_float_opt(fmt_key(key::kRopeFreqScale, a)); s && *s != 1.0)
-    LMF_FAIL(f.path(), ": ", fmt_key(key::kRopeFreqScale, a), " ", *s, " (linear rope scaling) is not supported", plain_only);
-  if (f.find_tensor(tname::kRopeFreqs))
-    LMF_FAIL(f.path(), ": tensor '", tname::kRopeFreqs, "' (Llama 3.1+ rope scaling) is not supported", plain_only);
+    LMF_FAIL(f.path(), ": ", fmt_key(key::kRopeFreqScale, a), " ", *s, " (linear rope scaling) is not supported", runs);
+  read_rope_freqs(f, hp);
   if (auto rd = f.get_int_opt(fmt_key(key::kRopeDims, a)); rd && *rd != hp.head_dim)
     LMF_FAIL(f.path(), ": ", fmt_key(key::kRopeDims, a), " ", *rd, " != head dimension ", hp.head_dim,
              ": partial rotary embeddings are not supported");
@@ -114,6 +138,7 @@ void bind_common(TensorBinder& b, const HParams& hp, Model& m) {
   m.tok_embd = b.bind(tname::kTokEmbd, hp.n_vocab, hp.n_embd);
   m.output_norm = b.bind(tname::kOutNorm, 1, hp.n_embd, true);
   m.output = hp.tied_output ? m.tok_embd : b.bind(tname::kOutput, hp.n_vocab, hp.n_embd);
+  if (!hp.rope_freq_factors.empty()) b.bind(tname::kRopeFreqs, 1, hp.head_dim / 2, true);  // read by read_rope_freqs
   m.layers.resize(size_t(hp.n_layer));
   for (int l = 0; l < int(hp.n_layer); ++l) {
     auto& L = m.layers[size_t(l)];

@@ -33,7 +33,7 @@ namespace tname {  // "%d" is replaced by the layer index
 inline constexpr const char* kTokEmbd = "token_embd.weight";
 inline constexpr const char* kOutNorm = "output_norm.weight";
 inline constexpr const char* kOutput = "output.weight";
-inline constexpr const char* kRopeFreqs = "rope_freqs.weight";  // Llama 3.1+ per-frequency factors
+inline constexpr const char* kRopeFreqs = "rope_freqs.weight";  // Llama 3.1+ per-frequency divisors
 inline constexpr const char* kAttnNorm = "blk.%d.attn_norm.weight";
 inline constexpr const char* kQ = "blk.%d.attn_q.weight";
 inline constexpr const char* kK = "blk.%d.attn_k.weight";

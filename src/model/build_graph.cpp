@@ -27,6 +27,7 @@ struct Builder {
     o.head_dim = int(hp.head_dim);
     o.eps = hp.rms_eps;
     o.rope_theta = hp.rope_theta;
+    o.rope_factors = hp.rope_freq_factors.empty() ? nullptr : hp.rope_freq_factors.data();
     o.rope_neox = hp.rope_neox;
     return g.add_op(std::move(o));
   }

@@ -19,6 +19,9 @@ struct HParams {
   int64_t n_ctx_train = 0;
   float rms_eps = 1e-6f, rope_theta = 10000.f;
   bool rope_neox = true;  // qwen2/qwen3: rotate halves (NeoX); llama: adjacent pairs
+  // RoPE frequency divisors, [head_dim / 2] (pair i turns at theta^(-2i/d) / factor[i]), or empty:
+  // Llama 3.1+ scaling, from the GGUF tensor rope_freqs.weight.
+  std::vector<float> rope_freq_factors;
   bool qk_norm = false;   // qwen3 per-head q/k RMSNorm
   bool qkv_bias = false;  // qwen2
   bool tied_output = false;

@@ -97,14 +97,20 @@ TEST(CpuOps, RopeBothStylesMatchReference) {
   const int nh = 3, hd = 64;
   std::vector<float> x(size_t(2 * nh * hd)), y(x.size());
   for (auto& v : x) v = nd(rng);
+  // Llama 3.1+ frequency divisors: 1 (high frequencies), a smooth middle, 8 (low frequencies).
+  std::vector<float> ff(size_t(hd / 2));
+  for (size_t i = 0; i < ff.size(); ++i) ff[i] = i < 4 ? 1.f : i < 12 ? 1.f + 0.6f * float(i - 3) : 8.f;
+  for (const float* factors : {static_cast<const float*>(nullptr), static_cast<const float*>(ff.data())})
   for (bool neox : {true, false}) {
-    rope(x.data(), y.data(), 2, nh, hd, 100, 10000.f, neox);
+    rope(x.data(), y.data(), 2, nh, hd, 100, 10000.f, factors, neox);
     for (int t = 0; t < 2; ++t)
       for (int h = 0; h < nh; ++h)
         for (int i = 0; i < hd / 2; ++i) {
           const int a = neox ? i : 2 * i, b = neox ? i + hd / 2 : 2 * i + 1;
-          // Hugging Face's angle: fp32 inverse frequency times the fp32 position.
-          const float inv_freq = 1.0f / std::pow(10000.f, float(2 * i) / float(hd));
+          // Hugging Face's angle: fp32 inverse frequency (divided by the factor: HF's llama3
+          // inv_freq / factor) times the fp32 position.
+          float inv_freq = 1.0f / std::pow(10000.f, float(2 * i) / float(hd));
+          if (factors) inv_freq /= factors[i];
           const double th = float(100 + t) * inv_freq;
           const float* xh = x.data() + (t * nh + h) * hd;
           const float* yh = y.data() + (t * nh + h) * hd;

@@ -231,7 +231,7 @@ TEST(CudaAttention, OddGroupsAndContexts) {
 // (one split), mid and long (several splits, the new row in the last one) lengths.
 namespace {
 void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool norms, RopeStyle st, uint32_t seed,
-                   bool staged, bool table) {
+                   bool staged, bool table, bool with_ff = false) {
   std::mt19937 rng(seed);
   const int rows = (n_head + 2 * n_kv) * hd;
   auto raw = randn(size_t(rows), rng);
@@ -252,6 +252,9 @@ void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool no
   pa.q_norm = norms ? d_qn.p() : nullptr;
   pa.k_norm = norms ? d_kn.p() : nullptr;
   pa.rope = st;
+  const auto ff = llama3_rope_factors(hd, pa.theta);  // Llama 3.1+ frequency divisors (with_ff)
+  DevBuf<float> d_ff(ff);
+  pa.rope_ff = with_ff ? d_ff.p() : nullptr;
   pa.pos = d_pos.p();
   pa.q_out = d_q.p();
   pa.k_cache = k1.p();
@@ -275,12 +278,14 @@ void run_attn_post(int n_head, int n_kv, int hd, int64_t n_ctx, int pos, bool no
   b.norm_eps = pa.eps;
   b.rope = st;
   b.theta = pa.theta;
+  b.rope_ff = pa.rope_ff;
   // RoPE's (cos, sin) from the table (knob rope_table) against qkv_post computing them: the same bits.
-  float2* rope_table = table ? rope_table_alloc(n_ctx, hd, pa.theta, nullptr) : nullptr;
+  float2* rope_table = table ? rope_table_alloc(n_ctx, hd, pa.theta, pa.rope_ff, nullptr) : nullptr;
   b.rope_cs = rope_table;
   attention_decode(b);
   auto o1 = d_out1.get(), o2 = d_out2.get();
-  const std::string what = std::string(staged ? "staged " : "") + (table ? "table " : "") + "heads " +
+  const std::string what = std::string(staged ? "staged " : "") + (table ? "table " : "") +
+                           (with_ff ? "rope factors " : "") + "heads " +
                            std::to_string(n_head) + "/" +
                            std::to_string(n_kv) + " hd " + std::to_string(hd) + " pos " + std::to_string(pos) +
                            (norms ? " norms" : "");
@@ -357,4 +362,8 @@ TEST(CudaAttention, QkvEpilogueInKernelMatchesSeparate) {
       }
   for (bool staged : {false, true})  // MHA, last position of a tiny context
     run_attn_post(8, 8, 128, 33, 32, true, RopeStyle::NeoX, 600, staged, staged);
+  // Llama 3.1+ frequency divisors (head 64: Llama 3.2 1B/3B; 128: 8B), computed and from the table.
+  for (int hd : {64, 128})
+    for (bool staged : {false, true})
+      for (bool table : {false, true}) run_attn_post(32, 8, hd, 4096, 3000, false, RopeStyle::Adjacent, 601, staged, table, true);
 }

@@ -52,18 +52,20 @@ TEST(CudaElementwise, RmsnormRopeKvAddSilu) {
     EXPECT_LE(rel_l2(y, ref), 1e-6) << "rmsnorm " << rows << "x" << n;
     EXPECT_TRUE(dy.guards_intact() && all_finite(y));
   }
-  // rope, both styles, a large position
+  // rope, both styles, a large position, with and without Llama 3.1+ frequency divisors
   for (RopeStyle st : {RopeStyle::NeoX, RopeStyle::Adjacent})
-    for (int hd : {64, 128}) {
-      const int nh = 16, pos = 4095;
-      auto x = randn(size_t(nh) * hd, rng);
-      DevBuf<float> dx(x);
-      DevBuf<int> dp(std::vector<int>{pos});
-      rope(dx.p(), nh, hd, st, 1e6f, dp.p());
-      auto ref = to_d(x);
-      for (int h = 0; h < nh; ++h) rope_ref(ref.data() + size_t(h) * hd, hd, st, 1e6, pos);
-      EXPECT_LE(rel_l2(dx.get(), ref), 1e-4) << "rope hd " << hd;  // fp32 angle at pos 4095
-    }
+    for (int hd : {64, 128})
+      for (bool with_ff : {false, true}) {
+        const int nh = 16, pos = 4095;
+        auto x = randn(size_t(nh) * hd, rng);
+        const auto ff = llama3_rope_factors(hd, 1e6);
+        DevBuf<float> dx(x), dff(ff);
+        DevBuf<int> dp(std::vector<int>{pos});
+        rope(dx.p(), nh, hd, st, 1e6f, with_ff ? dff.p() : nullptr, dp.p());
+        auto ref = to_d(x);
+        for (int h = 0; h < nh; ++h) rope_ref(ref.data() + size_t(h) * hd, hd, st, 1e6, pos, with_ff ? ff.data() : nullptr);
+        EXPECT_LE(rel_l2(dx.get(), ref), 1e-4) << "rope hd " << hd << " factors " << with_ff;  // fp32 angle at pos 4095
+      }
   // add, silu_mul
   {
     const int64_t n = 12289;

@@ -411,16 +411,20 @@ TEST(CudaPrefill, EmbedRopeKvStoreRows) {
   EXPECT_LE(worst, 1e-6);
   EXPECT_TRUE(d_e.guards_intact());
   cudaFree(d_table);
-  // rope over rows, both styles
-  for (RopeStyle st : {RopeStyle::NeoX, RopeStyle::Adjacent}) {
-    auto x = randn(size_t(T) * n_kv * hd, rng);
-    std::vector<double> ref = to_d(x);
-    for (int t = 0; t < T; ++t)
-      for (int h = 0; h < n_kv; ++h) rope_ref(ref.data() + (size_t(t) * n_kv + h) * hd, hd, st, 1e6, pos0 + t);
-    DevBuf<float> d_x(x);
-    rope_rows(d_x.p(), T, n_kv, hd, st, 1e6f, d_pos.p());
-    EXPECT_LE(rel_l2(d_x.get(), ref), 1e-5) << (st == RopeStyle::NeoX ? "neox" : "adjacent");
-  }
+  // rope over rows, both styles, with and without Llama 3.1+ frequency divisors
+  const auto ff = llama3_rope_factors(hd, 1e6);
+  DevBuf<float> d_ff(ff);
+  for (RopeStyle st : {RopeStyle::NeoX, RopeStyle::Adjacent})
+    for (bool with_ff : {false, true}) {
+      auto x = randn(size_t(T) * n_kv * hd, rng);
+      std::vector<double> ref = to_d(x);
+      for (int t = 0; t < T; ++t)
+        for (int h = 0; h < n_kv; ++h)
+          rope_ref(ref.data() + (size_t(t) * n_kv + h) * hd, hd, st, 1e6, pos0 + t, with_ff ? ff.data() : nullptr);
+      DevBuf<float> d_x(x);
+      rope_rows(d_x.p(), T, n_kv, hd, st, 1e6f, with_ff ? d_ff.p() : nullptr, d_pos.p());
+      EXPECT_LE(rel_l2(d_x.get(), ref), 1e-5) << (st == RopeStyle::NeoX ? "neox" : "adjacent") << " factors " << with_ff;
+    }
   // kv store of T rows at pos0..pos0+T-1; the rest of the cache untouched
   auto k = randn(size_t(T) * n_kv * hd, rng), v = randn(k.size(), rng);
   DevBuf<float> d_k(k), d_v(v);

@@ -17,6 +17,7 @@ struct QkvCase {
   bool norms, bias;
   RopeStyle st;
   Prologue pro;
+  bool ff = false;  // Llama 3.1+ RoPE frequency divisors
 };
 
 void run_case(const QkvCase& c, uint32_t seed) {
@@ -35,7 +36,10 @@ void run_case(const QkvCase& c, uint32_t seed) {
   DevBuf<float> d_gamma(gamma), d_qn(qn), d_kn(kn), d_bias(bias), d_q(size_t(c.n_head) * c.hd),
       d_q3(size_t(c.n_head) * c.hd), d_q4(size_t(c.n_head) * c.hd), d_raw(rows), d_raw2(rows), d_h(c.cols),
       d_xn(c.cols), d_rout(c.cols);
-  float2* rope_table = rope_table_alloc(n_ctx, c.hd, theta, nullptr);
+  const std::vector<float> ff = c.ff ? llama3_rope_factors(c.hd, theta) : std::vector<float>{};
+  DevBuf<float> d_ff(c.ff ? ff : std::vector<float>(1));
+  const float* dff = c.ff ? d_ff.p() : nullptr;
+  float2* rope_table = rope_table_alloc(n_ctx, c.hd, theta, dff, nullptr);
   unsigned* counters = qkv_counters_alloc(c.n_head, c.n_kv);
   DevBuf<int> d_pos(1);
   std::vector<std::vector<double>> kref(n_ctx), vref(n_ctx);
@@ -60,7 +64,7 @@ void run_case(const QkvCase& c, uint32_t seed) {
           tmp = rmsnorm_ref(tmp, is_q ? qn : kn, 1e-6);
           std::copy(tmp.begin(), tmp.end(), v);
         }
-        if (is_q || is_k) rope_ref(v, c.hd, c.st, theta, pos);
+        if (is_q || is_k) rope_ref(v, c.hd, c.st, theta, pos, c.ff ? ff.data() : nullptr);
         if (is_q) std::copy(v, v + c.hd, qr.begin() + size_t(hh) * c.hd);
       }
       return qr;
@@ -92,6 +96,7 @@ void run_case(const QkvCase& c, uint32_t seed) {
     pa.eps = 1e-6f;
     pa.rope = c.st;
     pa.theta = theta;
+    pa.rope_ff = dff;
     pa.pos = d_pos.p();
     pa.q_out = d_q.p();
     pa.k_cache = kc.p();
@@ -136,8 +141,8 @@ void run_case(const QkvCase& c, uint32_t seed) {
       rmsnorm_rows(rq, d_qn.p(), rq, c.n_head, c.hd, 1e-6f);
       rmsnorm_rows(rk, d_kn.p(), rk, c.n_kv, c.hd, 1e-6f);
     }
-    rope(rq, c.n_head, c.hd, c.st, theta, d_pos.p());
-    rope(rk, c.n_kv, c.hd, c.st, theta, d_pos.p());
+    rope(rq, c.n_head, c.hd, c.st, theta, dff, d_pos.p());
+    rope(rk, c.n_kv, c.hd, c.st, theta, dff, d_pos.p());
     kv_store(rk, rv, kc2.p(), vc2.p(), c.n_kv, c.hd, n_ctx, d_pos.p());
 
     auto qgot = d_q.get();
@@ -211,6 +216,12 @@ TEST(CudaQkv, Head32TinyModels) {
   run_case({DType::Q8_0, 4, 2, 32, 128, true, false, RopeStyle::NeoX, Prologue::Norm}, 16);
   run_case({DType::F16, 8, 4, 32, 256, true, true, RopeStyle::Adjacent, Prologue::AddNorm}, 17);
   run_case({DType::Q4_0, 4, 1, 32, 64, false, false, RopeStyle::NeoX, Prologue::AddNorm}, 18);
+}
+TEST(CudaQkv, Llama31FrequencyFactors) {
+  // Llama 3.2 1B (head 64) and Llama 3.1 8B (head 128) heads, adjacent pairs; one NeoX case.
+  run_case({DType::Q4_0, 32, 8, 64, 2048, false, false, RopeStyle::Adjacent, Prologue::AddNorm, true}, 19);
+  run_case({DType::Q8_0, 32, 8, 128, 1024, false, false, RopeStyle::Adjacent, Prologue::Norm, true}, 20);
+  run_case({DType::F16, 8, 4, 128, 256, true, true, RopeStyle::NeoX, Prologue::AddNorm, true}, 21);
 }
 TEST(CudaQkv, Qwen3_8BShape) {
   run_case({DType::Q4_1, 32, 8, 128, 4096, true, false, RopeStyle::NeoX, Prologue::Norm}, 15);

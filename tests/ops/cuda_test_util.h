@@ -148,12 +148,25 @@ inline std::vector<double> rmsnorm_ref(const std::vector<double>& x, const std::
   return y;
 }
 
-// RoPE of one head in place (double), pair index i uses angle pos * theta^(-2i/d).
-inline void rope_ref(double* h, int d, lmf::cuda::RopeStyle st, double theta, int pos) {
+// RoPE of one head in place (double), pair index i uses angle pos * theta^(-2i/d) / ff[i] (ff:
+// frequency divisors, or null).
+// Llama 3.1's RoPE frequency divisors for head size d (factor 8, low/high frequency factors 1 and
+// 4, original context 8192), as llama.cpp's converter writes them to rope_freqs.weight: 1 for
+// wavelengths under 2048, 8 over 8192, a smooth ramp between. theta 5e5 or 1e6 hits all three.
+inline std::vector<float> llama3_rope_factors(int d, double theta) {
+  std::vector<float> f(size_t(d / 2));
+  for (int i = 0; i < d / 2; ++i) {
+    const double wavelen = 2 * M_PI / std::pow(theta, -2.0 * i / d);
+    const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+    f[size_t(i)] = wavelen < 2048 ? 1.f : wavelen > 8192 ? 8.f : float(1.0 / ((1 - smooth) / 8.0 + smooth));
+  }
+  return f;
+}
+inline void rope_ref(double* h, int d, lmf::cuda::RopeStyle st, double theta, int pos, const float* ff = nullptr) {
   for (int i = 0; i < d / 2; ++i) {
     const int a = st == lmf::cuda::RopeStyle::NeoX ? i : 2 * i;
     const int b = st == lmf::cuda::RopeStyle::NeoX ? i + d / 2 : 2 * i + 1;
-    const double ang = pos * std::pow(theta, -2.0 * i / d);
+    const double ang = pos * std::pow(theta, -2.0 * i / d) / (ff ? double(ff[i]) : 1.0);
     const double c = std::cos(ang), s = std::sin(ang), va = h[a], vb = h[b];
     h[a] = va * c - vb * s;
     h[b] = vb * c + va * s;

@@ -21,10 +21,26 @@ namespace {
 
 const std::string kGolden = std::string(LMFUSE_SOURCE_DIR) + "/tests/data/golden/";
 
+// A tensor to add: F32 [64] zeros unless told otherwise.
+struct Extra {
+  Extra(const char* n = "") : name(n) {}
+  Extra(const char* n, DType t, std::vector<int64_t> shape, std::vector<uint8_t> bytes)
+      : name(n), type(t), ne(std::move(shape)), data(std::move(bytes)) {}
+  std::string name;
+  DType type = DType::F32;
+  std::vector<int64_t> ne{64};
+  std::vector<uint8_t> data = std::vector<uint8_t>(64 * 4, 0);
+};
+std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
 // Copies a golden model, letting the caller drop/replace metadata and tensors.
 std::string remake(const std::string& src, const std::string& tag,
                    const std::function<bool(std::string&, gguf::Value&)>& kv_edit,
-                   const std::function<bool(gguf::TensorInfo&)>& t_edit, const std::string& extra_tensor = "",
+                   const std::function<bool(gguf::TensorInfo&)>& t_edit, const Extra& extra_tensor = {},
                    const std::vector<std::pair<std::string, gguf::Value>>& extra_kv = {}) {
   auto f = gguf::File::open(kGolden + src);
   gguf::Writer w;
@@ -40,9 +56,9 @@ std::string remake(const std::string& src, const std::string& tag,
     std::memcpy(keep.back().data(), data, std::min(n, t.nbytes));
     w.add_tensor(t.name, t.type, t.ne, keep.back().data());
   }
-  if (!extra_tensor.empty()) {
-    keep.emplace_back(64 * 4, 0);
-    w.add_tensor(extra_tensor, DType::F32, {64}, keep.back().data());
+  if (!extra_tensor.name.empty()) {
+    keep.push_back(extra_tensor.data);
+    w.add_tensor(extra_tensor.name, extra_tensor.type, extra_tensor.ne, keep.back().data());
   }
   std::string out = testing::TempDir() + "/bad_" + tag + ".gguf";
   w.write(out);
@@ -125,7 +141,8 @@ TEST(ModelErrors, BadNormAndRopeNumbers) {
 
 TEST(ModelErrors, RopeVariantsAreRefusedNotRunAsPlainRope) {
   const std::vector<std::pair<std::vector<std::pair<std::string, gguf::Value>>, const char*>> cases = {
-      {{{"llama.rope.scaling.type", gguf::Value::str("yarn")}}, "rope scaling type 'yarn' is not supported (lmfuse runs plain RoPE only)"},
+      {{{"llama.rope.scaling.type", gguf::Value::str("yarn")}},
+       "rope scaling type 'yarn' is not supported (lmfuse runs plain RoPE, with Llama 3.1+ frequency factors)"},
       {{{"llama.rope.freq_scale", gguf::Value::f32(0.25f)}}, "llama.rope.freq_scale 0.25 (linear rope scaling) is not supported"},
       {{{"llama.rope.dimension_count", gguf::Value::u32(16)}}, "llama.rope.dimension_count 16 != head dimension"},
   };
@@ -139,9 +156,37 @@ TEST(ModelErrors, RopeVariantsAreRefusedNotRunAsPlainRope) {
   auto ok = remake("llama-tiny-f32.gguf", "rope_plain", keep_all_kv, keep_all_t, "",
                    {{"llama.rope.scaling.type", gguf::Value::str("none")}, {"llama.rope.freq_scale", gguf::Value::f32(1)}});
   EXPECT_EQ(load_error(ok), "(no error)");
-  auto freqs = remake("llama-tiny-f32.gguf", "rope_freqs", keep_all_kv, keep_all_t, "rope_freqs.weight");
-  std::string e = load_error(freqs);
-  EXPECT_NE(e.find("tensor 'rope_freqs.weight' (Llama 3.1+ rope scaling) is not supported"), std::string::npos) << e;
+}
+
+// Llama 3.1+ RoPE scaling (llama.cpp's rope_freqs.weight: head_dim / 2 F32 divisors) loads into
+// the hyper-parameters; a tensor of another type, size or with a non-positive value is refused.
+TEST(ModelErrors, RopeFrequencyFactors) {
+  std::vector<float> ff(16);  // llama-tiny: head_dim 32
+  for (size_t i = 0; i < ff.size(); ++i) ff[i] = 1.f + 0.5f * float(i);
+  auto ok = remake("llama-tiny-f32.gguf", "rope_ff", keep_all_kv, keep_all_t,
+                   Extra("rope_freqs.weight", DType::F32, {16}, f32_bytes(ff)));
+  auto m = Model::load(ok);
+  EXPECT_EQ(m->hp.rope_freq_factors, ff);
+  EXPECT_TRUE(Model::load(kGolden + "llama-tiny-f32.gguf")->hp.rope_freq_factors.empty());
+  auto with = [&](std::vector<float> v) {
+    v.resize(16, 1.f);
+    return Extra("rope_freqs.weight", DType::F32, {16}, f32_bytes(v));
+  };
+  const std::vector<std::pair<Extra, const char*>> cases = {
+      {Extra("rope_freqs.weight"), "tensor 'rope_freqs.weight': expected [16] (head dimension / 2), got 64 elements"},
+      {Extra("rope_freqs.weight", DType::F32, {8, 2}, f32_bytes(ff)), "expected [16] (head dimension / 2), got 16 elements in 2"},
+      {Extra("rope_freqs.weight", DType::F16, {16}, std::vector<uint8_t>(32, 0)), "expected type f32, got f16"},
+      {with({1.f, 0.f}), "factor 1 is 0, expected a positive number"},
+      {with({1.f, 1.f, -2.f}), "factor 2 is -2, expected a positive number"},
+      {with({std::numeric_limits<float>::quiet_NaN()}), "factor 0 is nan, expected a positive number"},
+      {with({1.f, std::numeric_limits<float>::infinity()}), "factor 1 is inf, expected a positive number"},
+  };
+  int i = 0;
+  for (const auto& [t, phrase] : cases) {
+    auto p = remake("llama-tiny-f32.gguf", "rope_ff" + std::to_string(i++), keep_all_kv, keep_all_t, t);
+    std::string e = load_error(p);
+    EXPECT_NE(e.find(phrase), std::string::npos) << e;
+  }
 }
 
 TEST(ModelErrors, InconsistentHeadCounts) {

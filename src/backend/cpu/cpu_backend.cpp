@@ -192,7 +192,7 @@ class CpuBackend final : public Backend {
         float* out = OUT(0);
         rows(x.rows, [&](int64_t r0, int64_t r1) {
           cpu::rope(xi + r0 * x.cols, out + r0 * x.cols, r1 - r0, int(x.cols / op.head_dim), op.head_dim, in.pos0 + r0,
-                    op.rope_theta, op.rope_neox);
+                    op.rope_theta, op.rope_factors, op.rope_neox);
         });
         break;
       }

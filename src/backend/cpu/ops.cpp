@@ -30,17 +30,20 @@ void head_norm(const float* x, const float* gamma, float* y, int64_t rows, int n
   rms_norm(x, gamma, y, rows * n_heads, hd, eps);
 }
 
-void rope(const float* x, float* y, int64_t rows, int n_heads, int hd, int64_t pos0, float base, bool neox) {
+void rope(const float* x, float* y, int64_t rows, int n_heads, int hd, int64_t pos0, float base, const float* factors,
+          bool neox) {
   const int half = hd / 2;
   std::vector<float> cs(static_cast<size_t>(hd));  // [cos, sin] per frequency
   // The angle as Hugging Face computes it (the logits reference): inv_freq = 1 / base^(2i/d) in
   // fp32, then the fp32 product with the position; cos/sin of that float angle. A double angle
   // is more exact but differs from the reference by the fp32 angle's rounding, which grows with
-  // the position (~1e-5 rad at 100, ~2e-3 at 30,000); the CUDA kernels use the same definition.
+  // the position (~1e-5 rad at 100, ~2e-3 at 30,000); the CUDA kernels use the same definition
+  // (common.cuh rope_inv_freq), frequency divisors included.
   for (int64_t t = 0; t < rows; ++t) {
     const float pos = float(pos0 + t);
     for (int i = 0; i < half; ++i) {
-      const float inv_freq = 1.0f / std::pow(base, float(2 * i) / float(hd));
+      float inv_freq = 1.0f / std::pow(base, float(2 * i) / float(hd));
+      if (factors) inv_freq /= factors[i];  // Llama 3.1+: HF divides inv_freq the same way
       const float th = pos * inv_freq;
       cs[size_t(2 * i)] = std::cos(th);
       cs[size_t(2 * i + 1)] = std::sin(th);

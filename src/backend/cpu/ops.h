@@ -14,8 +14,10 @@ void rms_norm(const float* x, const float* gamma, float* y, int64_t rows, int64_
 // Per-head RMSNorm: each row holds n_heads heads of head_dim; gamma has head_dim entries.
 void head_norm(const float* x, const float* gamma, float* y, int64_t rows, int n_heads, int head_dim, float eps);
 // RoPE on rows of n_heads * head_dim at positions pos0 + t. neox: pairs (i, i + hd/2);
-// otherwise adjacent pairs (2i, 2i+1). theta_i = pos * base^(-2i/hd).
-void rope(const float* x, float* y, int64_t rows, int n_heads, int head_dim, int64_t pos0, float base, bool neox);
+// otherwise adjacent pairs (2i, 2i+1). theta_i = pos * base^(-2i/hd) / factors[i]; factors
+// (Llama 3.1+ frequency divisors, [head_dim / 2]) may be null.
+void rope(const float* x, float* y, int64_t rows, int n_heads, int head_dim, int64_t pos0, float base,
+          const float* factors, bool neox);
 // Writes k, v rows (T of them) into the fp16 cache at positions pos0..pos0+T-1.
 void kv_store(const float* k, const float* v, uint16_t* kc, uint16_t* vc, int64_t T, int64_t kv_dim, int64_t pos0);
 // Causal attention of T queries at positions pos0..pos0+T-1 over cache positions 0..pos.

@@ -198,6 +198,11 @@ class CudaBackend final : public Backend {
   std::vector<ProfileEntry> timeline() const override { return timeline_; }
 
  private:
+  // The device copy of a Rope op's frequency divisors (the model's, uploaded by load), or null.
+  const float* rope_ff(const Op& op) const {
+    LMF_CHECK(!op.rope_factors || rope_ff_, op.name, ": RoPE frequency factors not uploaded");
+    return op.rope_factors ? rope_ff_ : nullptr;
+  }
   const float* dev_vec(const Weight& w) {
     auto it = vecs_.find(&w);
     LMF_CHECK(it != vecs_.end(), "vector not uploaded: ", w.name);
@@ -366,6 +371,7 @@ class CudaBackend final : public Backend {
   std::vector<void*> buffers_;
   void* embd_raw_ = nullptr;  // token_embd in GGUF layout, for the lookup
   const float2* rope_table_ = nullptr;  // RoPE (cos, sin) per position and pair (knob rope_table), or null
+  const float* rope_ff_ = nullptr;      // RoPE frequency divisors [head_dim / 2] (Llama 3.1+), or null
   uint64_t decode_bytes_ = 0;
   std::map<const Graph*, GraphState> states_;
   std::vector<ProfileEntry> profile_;
@@ -491,11 +497,19 @@ void CudaBackend::load(const Model& m) {
   CUDA_CHECK(cudaMemcpy(embd_raw_, m.tok_embd.data, m.tok_embd.nbytes, cudaMemcpyHostToDevice));
   buffers_.push_back(embd_raw_);
   decode_bytes_ += uint64_t(hp.n_layer) * 2 * uint64_t(hp.n_embd) * 4;  // norm vectors
+  if (!hp.rope_freq_factors.empty()) {
+    const size_t n = hp.rope_freq_factors.size() * sizeof(float);
+    float* ff = nullptr;
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ff), n));
+    CUDA_CHECK(cudaMemcpy(ff, hp.rope_freq_factors.data(), n, cudaMemcpyHostToDevice));
+    buffers_.push_back(ff);
+    rope_ff_ = ff;
+  }
   // RoPE's cosine and sine of every position, for the QKV epilogue kernel: computed once here
   // instead of in every layer of every step (docs/PERF.md S33-3: 4B/8B's epilogue kernel waited
   // on its own powf + sincosf). Same values (rope_table_alloc uses the kernel's rope_cs).
   if (rope_table) {
-    float2* t = cuda::rope_table_alloc(opts_.n_ctx, int(hp.head_dim), hp.rope_theta, stream_);
+    float2* t = cuda::rope_table_alloc(opts_.n_ctx, int(hp.head_dim), hp.rope_theta, rope_ff_, stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     buffers_.push_back(t);
     rope_table_ = t;
@@ -887,7 +901,8 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       const GTensor& x = g.t(op.in[0]);
       CUDA_CHECK(cudaMemcpyAsync(OUT(0), IN(0), x.bytes(), cudaMemcpyDeviceToDevice, stream_));
       cuda::rope(OUT(0), int(x.cols / op.head_dim), op.head_dim,
-                 op.rope_neox ? cuda::RopeStyle::NeoX : cuda::RopeStyle::Adjacent, op.rope_theta, d_pos, stream_);
+                 op.rope_neox ? cuda::RopeStyle::NeoX : cuda::RopeStyle::Adjacent, op.rope_theta, rope_ff(op), d_pos,
+                 stream_);
       break;
     }
     case OpKind::KvStore: {
@@ -933,6 +948,7 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
             a.norm_eps = e.eps;
             a.rope = e.rope;
             a.theta = e.theta;
+            a.rope_ff = e.rope_ff;
             a.rope_cs = e.rope_cs;  // the RoPE table when rope_table is on (the same values)
           }
       cuda::attention_decode(a, stream_);
@@ -993,8 +1009,8 @@ void CudaBackend::launch_prefill_op(Graph& g, GraphState& st, const Op& op) {
       const GTensor& x = g.t(op.in[0]);
       CUDA_CHECK(cudaMemcpyAsync(OUT(0), IN(0), x.bytes(), cudaMemcpyDeviceToDevice, stream_));
       cuda::rope_rows(OUT(0), int(x.rows), int(x.cols / op.head_dim), op.head_dim,
-                      op.rope_neox ? cuda::RopeStyle::NeoX : cuda::RopeStyle::Adjacent, op.rope_theta, d_pos0,
-                      stream_);
+                      op.rope_neox ? cuda::RopeStyle::NeoX : cuda::RopeStyle::Adjacent, op.rope_theta, rope_ff(op),
+                      d_pos0, stream_);
       break;
     }
     case OpKind::KvStore: {
@@ -1046,6 +1062,7 @@ cuda::QkvPostArgs CudaBackend::qkv_epilogue_args(Graph& g, GraphState& st, const
   pa.eps = hp.rms_eps;
   pa.rope = hp.rope_neox ? cuda::RopeStyle::NeoX : cuda::RopeStyle::Adjacent;
   pa.theta = hp.rope_theta;
+  pa.rope_ff = rope_ff_;
   pa.pos = d_io_ + 1;
   pa.rope_cs = rope_table_;
   int q_rope = -1;

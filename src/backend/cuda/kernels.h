@@ -112,6 +112,7 @@ struct QkvParams {
   float norm_eps = 1e-6f;
   RopeStyle rope = RopeStyle::NeoX;
   float theta = 1e6f;
+  const float* rope_ff = nullptr;  // DEVICE [head_dim / 2] RoPE frequency divisors or null
   const int* pos = nullptr;     // DEVICE: position of this token
   float* q_out = nullptr;       // [n_head*head_dim]
   uint16_t* k_cache = nullptr;  // fp16 [n_kv_head][n_ctx][head_dim] (this layer)
@@ -195,6 +196,7 @@ struct AttnArgs {
   float norm_eps = 1e-6f;
   RopeStyle rope = RopeStyle::NeoX;
   float theta = 1e6f;
+  const float* rope_ff = nullptr;   // DEVICE [head_dim / 2] RoPE frequency divisors or null
   const float2* rope_cs = nullptr;  // RoPE's (cos, sin) per position and pair (rope_table_alloc) or null: computed
   unsigned long long* tl = nullptr;  // launch timeline: two slots, split then merge (measurement)
   // Merge fusion (knob LMFUSE_ATTN_MERGE_FUSION, automatic off: measured slower): n_kv_head
@@ -261,8 +263,9 @@ void embed_lookup(DType t, const void* table, int64_t cols, const int* token, fl
 // y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * gamma, rows of n (per-head norm: n = head_dim).
 void rmsnorm_rows(const float* x, const float* gamma, float* y, int64_t rows, int n, float eps,
                   cudaStream_t s = nullptr);
-// In place, x [n_heads][head_dim], position from device memory.
-void rope(float* x, int n_heads, int head_dim, RopeStyle st, float theta, const int* pos,
+// In place, x [n_heads][head_dim], position from device memory; ff: DEVICE [head_dim / 2]
+// frequency divisors (Llama 3.1+ rope_freqs) or null.
+void rope(float* x, int n_heads, int head_dim, RopeStyle st, float theta, const float* ff, const int* pos,
           cudaStream_t s = nullptr);
 // k, v [n_kv][head_dim] fp32 -> caches at *pos.
 void kv_store(const float* k, const float* v, uint16_t* k_cache, uint16_t* v_cache, int n_kv,

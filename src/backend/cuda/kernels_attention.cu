@@ -153,6 +153,7 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.eps = a.norm_eps;
   p.rope_neox = a.rope == RopeStyle::NeoX ? 1 : 0;
   p.theta = a.theta;
+  p.rope_ff = a.rope_ff;
   p.rope_cs = a.rope_cs;
   p.tl = a.tl;
   p.early = (dev::pdl_early_trigger() & (a.direct ? kEarlyDirect : kEarlySplit)) != 0;

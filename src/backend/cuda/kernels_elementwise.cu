@@ -36,10 +36,10 @@ void rmsnorm_rows(const float* x, const float* gamma, float* y, int64_t rows, in
   CUDA_CHECK_LAUNCH();
 }
 
-void rope(float* x, int n_heads, int head_dim, RopeStyle st, float theta, const int* pos,
+void rope(float* x, int n_heads, int head_dim, RopeStyle st, float theta, const float* ff, const int* pos,
           cudaStream_t s) {
   if (head_dim % 2 != 0 || head_dim > 2048) LMF_FAIL("cuda rope: bad head_dim ", head_dim);
-  dev::rope_kernel<<<n_heads, head_dim / 2, 0, s>>>(x, head_dim, st, theta, pos);
+  dev::rope_kernel<<<n_heads, head_dim / 2, 0, s>>>(x, head_dim, st, theta, ff, pos);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -36,8 +36,9 @@ namespace lmf::cuda {
 // tokens: DEVICE [T].
 void embed_rows(DType t, const void* table, int64_t cols, const int* tokens, int T, float* out,
                 cudaStream_t s = nullptr);
-// In place over x [T][n_heads*head_dim]; row t is at position *pos0 + t (pos0 in DEVICE memory).
-void rope_rows(float* x, int T, int n_heads, int head_dim, RopeStyle st, float theta, const int* pos0,
+// In place over x [T][n_heads*head_dim]; row t is at position *pos0 + t (pos0 in DEVICE memory);
+// ff as for rope (kernels.h).
+void rope_rows(float* x, int T, int n_heads, int head_dim, RopeStyle st, float theta, const float* ff, const int* pos0,
                cudaStream_t s = nullptr);
 // k, v [T][n_kv*head_dim] fp32 -> fp16 caches at positions *pos0 .. *pos0 + T - 1.
 void kv_store_rows(const float* k, const float* v, uint16_t* k_cache, uint16_t* v_cache, int T, int n_kv,

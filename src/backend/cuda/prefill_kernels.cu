@@ -29,12 +29,13 @@ __global__ void embed_rows_kernel(const uint8_t* table, size_t rb, int cols, con
 }
 
 // grid (n_heads, T), block hd/2: one pair per thread (same arithmetic as the decode rope).
-__global__ void rope_rows_kernel(float* x, int n_heads, int hd, RopeStyle st, float theta, const int* pos0) {
+__global__ void rope_rows_kernel(float* x, int n_heads, int hd, RopeStyle st, float theta, const float* ff,
+                                 const int* pos0) {
   const int i = threadIdx.x, half_d = hd / 2, t = blockIdx.y;
   float* h = x + (size_t(t) * n_heads + blockIdx.x) * hd;
   const int a = st == RopeStyle::NeoX ? i : 2 * i, b = st == RopeStyle::NeoX ? i + half_d : 2 * i + 1;
   float c, s;
-  dev::rope_cs(*pos0 + t, i, hd, theta, &c, &s);
+  dev::rope_cs(*pos0 + t, i, hd, theta, ff, &c, &s);
   const float va = h[a], vb = h[b];
   h[a] = dev::rope_rotate(va, vb, c, s, true);
   h[b] = dev::rope_rotate(vb, va, c, s, false);
@@ -266,12 +267,12 @@ void embed_rows(DType t, const void* table, int64_t cols, const int* tokens, int
   CUDA_CHECK_LAUNCH();
 }
 
-void rope_rows(float* x, int T, int n_heads, int head_dim, RopeStyle st, float theta, const int* pos0,
+void rope_rows(float* x, int T, int n_heads, int head_dim, RopeStyle st, float theta, const float* ff, const int* pos0,
                cudaStream_t s) {
   if (T <= 0 || n_heads <= 0 || head_dim % 2 != 0 || head_dim > 2048)
     LMF_FAIL("cuda rope_rows: bad shape T ", T, " heads ", n_heads, " head_dim ", head_dim);
   pdev::rope_rows_kernel<<<dim3(unsigned(n_heads), unsigned(T)), head_dim / 2, 0, s>>>(x, n_heads, head_dim, st,
-                                                                                       theta, pos0);
+                                                                                       theta, ff, pos0);
   CUDA_CHECK_LAUNCH();
 }
 

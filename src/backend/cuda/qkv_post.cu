@@ -43,7 +43,7 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
     if constexpr (kTable) {
       dev::rope_cs_table(a.rope_cs, pos, i, hd, &c, &s);
     } else {
-      dev::rope_cs(pos, i, hd, a.theta, &c, &s);
+      dev::rope_cs(pos, i, hd, a.theta, a.rope_ff, &c, &s);
     }
   }
   if (a.pdl) dev::pdl_wait_trigger_late(a.early);  // uniform; raw comes from the previous kernel
@@ -78,11 +78,11 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
 }
 
 // Entry k = pos * half + i of the RoPE table: rope_cs(pos, i), as the kernel above computes it.
-__global__ void rope_table_kernel(float2* t, int64_t n, int half, int hd, float theta) {
+__global__ void rope_table_kernel(float2* t, int64_t n, int half, int hd, float theta, const float* ff) {
   const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= n) return;
   float c, s;
-  dev::rope_cs(int(k / half), int(k % half), hd, theta, &c, &s);
+  dev::rope_cs(int(k / half), int(k % half), hd, theta, ff, &c, &s);
   t[k] = make_float2(c, s);
 }
 
@@ -106,13 +106,13 @@ void qkv_post(const QkvPostArgs& a, cudaStream_t s) {
   }
 }
 
-float2* rope_table_alloc(int64_t n_pos, int head_dim, float theta, cudaStream_t s) {
+float2* rope_table_alloc(int64_t n_pos, int head_dim, float theta, const float* ff, cudaStream_t s) {
   if (n_pos < 1 || head_dim < 2 || head_dim % 2 != 0) LMF_FAIL("cuda rope table: bad shape ", n_pos, " x ", head_dim);
   const int half = head_dim / 2;
   const int64_t n = n_pos * half;
   float2* t = nullptr;
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&t), size_t(rope_table_bytes(n_pos, head_dim))));
-  rope_table_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(t, n, half, head_dim, theta);
+  rope_table_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(t, n, half, head_dim, theta, ff);
   CUDA_CHECK_LAUNCH();
   return t;
 }

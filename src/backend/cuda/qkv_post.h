@@ -24,6 +24,7 @@ struct QkvPostArgs {
   float eps = 1e-6f;
   RopeStyle rope = RopeStyle::NeoX;
   float theta = 1e6f;
+  const float* rope_ff = nullptr;  // DEVICE [head_dim / 2] RoPE frequency divisors or null (common.cuh rope_inv_freq)
   const int* pos = nullptr;  // DEVICE
   // RoPE's (cos, sin) per position and pair, [n_ctx][head_dim / 2] (rope_table_alloc), or null:
   // the kernel computes them (rope_cs). The same values either way.
@@ -43,8 +44,8 @@ void qkv_post(const QkvPostArgs& a, cudaStream_t s);
 
 // RoPE's (cos, sin) for positions 0..n_pos-1 and pairs 0..head_dim/2-1 in device memory, computed
 // by rope_cs (kernels/common.cuh), so a kernel that reads them gets the bits it would compute.
-// Free with cudaFree.
-float2* rope_table_alloc(int64_t n_pos, int head_dim, float theta, cudaStream_t s);
+// ff: the frequency divisors (DEVICE, [head_dim / 2]) or null. Free with cudaFree.
+float2* rope_table_alloc(int64_t n_pos, int head_dim, float theta, const float* ff, cudaStream_t s);
 inline uint64_t rope_table_bytes(int64_t n_pos, int head_dim) { return uint64_t(n_pos) * uint64_t(head_dim / 2) * 8; }
 
 // The same epilogue run inside the QKV GEMV (Epilogue::QKV): its parameters from these, with the
@@ -59,6 +60,7 @@ inline QkvParams gemv_qkv_params(const QkvPostArgs& e, float* raw, unsigned* cou
   q.norm_eps = e.eps;
   q.rope = e.rope;
   q.theta = e.theta;
+  q.rope_ff = e.rope_ff;
   q.pos = e.pos;
   q.q_out = e.q_out;
   q.k_cache = e.k_cache;

@@ -69,6 +69,7 @@ struct AttnParams {
   float eps;
   int rope_neox;
   float theta;
+  const float* rope_ff;   // DEVICE [HD / 2] RoPE frequency divisors or null
   const float2* rope_cs;  // RoPE's (cos, sin) table [n_ctx][HD / 2] (rope_table_alloc) or null: computed
   __half* k_w;
   __half* v_w;
@@ -142,7 +143,8 @@ __device__ __forceinline__ AttnSlice attn_block_slice(const AttnParams& p, int s
 // them.
 template <int HD>
 __device__ __forceinline__ void head_post_warp(const float* src, const float* gamma, float eps, bool rope,
-                                               bool neox, float theta, const float2* cs_table, int pos,
+                                               bool neox, float theta, const float* ff,
+                                               const float2* cs_table, int pos,
                                                float* out, int lane) {
   constexpr int NJ = HD / 32;
   float x[NJ];
@@ -177,7 +179,7 @@ __device__ __forceinline__ void head_post_warp(const float* src, const float* ga
     if (cs_table)
       rope_cs_table(cs_table, pos, i, HD, &c, &s);
     else
-      rope_cs(pos, i, HD, theta, &c, &s);
+      rope_cs(pos, i, HD, theta, ff, &c, &s);
     y[j] = rope_rotate(x[j], out[partner], c, s, first);
   }
   __syncwarp();
@@ -282,13 +284,13 @@ __device__ __forceinline__ void attn_post_epilogue(const AttnParams& p, int kvh,
                                                    __half (*kv_h)[HD]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int g = warp; g < HB; g += kAttnWarps)
-    head_post_warp<HD>(p.raw + size_t(h0 + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, p.rope_cs,
-                       pos, q_out[g], lane);
+    head_post_warp<HD>(p.raw + size_t(h0 + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, p.rope_ff,
+                       p.rope_cs, pos, q_out[g], lane);
   if (has_pos && warp < 2) {  // warp 0: k (norm + RoPE), warp 1: v (as is)
     const bool is_k = warp == 0;
     const float* src = p.raw + size_t(p.n_head + (is_k ? 0 : p.n_kv) + kvh) * HD;
-    head_post_warp<HD>(src, is_k ? p.k_norm : nullptr, p.eps, is_k, p.rope_neox != 0, p.theta, p.rope_cs, pos,
-                       kv[warp], lane);
+    head_post_warp<HD>(src, is_k ? p.k_norm : nullptr, p.eps, is_k, p.rope_neox != 0, p.theta, p.rope_ff,
+                       p.rope_cs, pos, kv[warp], lane);
     __half* dst = (is_k ? p.k_w : p.v_w) + (size_t(kvh) * p.n_ctx + pos) * HD;
     for (int d = lane; d < HD; d += 32) {
       const __half h = __float2half_rn(kv[warp][d]);

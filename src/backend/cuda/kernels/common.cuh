@@ -106,18 +106,21 @@ __device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); 
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint32_t bits) { return __uint_as_float(bits << 16); }
 
-// RoPE angle for pair index i of a head of size d: pos * theta^(-2i/d), computed in fp32 as the
-// Hugging Face reference does (inv_freq in fp32, then the product), then an accurate sincos.
-// Split in two so a kernel can compute the frequency (weights only) before its PDL wait.
-__device__ __forceinline__ float rope_inv_freq(int i, int d, float theta) {
-  return 1.0f / powf(theta, float(2 * i) / float(d));
+// RoPE angle for pair index i of a head of size d: pos * theta^(-2i/d) / ff[i], computed in fp32
+// as the Hugging Face reference does (inv_freq in fp32, then the product), then an accurate
+// sincos. ff: the model's per-frequency divisors (GGUF rope_freqs, Llama 3.1+ scaling; DEVICE,
+// [d/2]) or null; the CPU backend's cpu::rope divides the same way. Split in two so a kernel can
+// compute the frequency (weights only) before its PDL wait.
+__device__ __forceinline__ float rope_inv_freq(int i, int d, float theta, const float* ff) {
+  const float f = 1.0f / powf(theta, float(2 * i) / float(d));
+  return ff ? __fdiv_rn(f, __ldg(ff + i)) : f;
 }
 __device__ __forceinline__ void rope_cs_freq(int pos, float inv_freq, float* c, float* s) {
   const float ang = float(pos) * inv_freq;
   sincosf(ang, s, c);
 }
-__device__ __forceinline__ void rope_cs(int pos, int i, int d, float theta, float* c, float* s) {
-  rope_cs_freq(pos, rope_inv_freq(i, d, theta), c, s);
+__device__ __forceinline__ void rope_cs(int pos, int i, int d, float theta, const float* ff, float* c, float* s) {
+  rope_cs_freq(pos, rope_inv_freq(i, d, theta, ff), c, s);
 }
 // The same (cos, sin) from the RoPE table (rope_table_alloc: entry pos * d / 2 + i holds
 // rope_cs(pos, i, d)), a constant read through the read-only path.

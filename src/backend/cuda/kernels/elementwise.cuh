@@ -41,12 +41,12 @@ __global__ void rmsnorm_rows_kernel(const float* x, const float* gamma, float* y
 }
 
 // grid n_heads, block head_dim/2: one pair per thread.
-__global__ void rope_kernel(float* x, int hd, RopeStyle st, float theta, const int* pos) {
+__global__ void rope_kernel(float* x, int hd, RopeStyle st, float theta, const float* ff, const int* pos) {
   const int i = threadIdx.x, half_d = hd / 2;
   float* h = x + size_t(blockIdx.x) * hd;
   const int a = st == RopeStyle::NeoX ? i : 2 * i, b = st == RopeStyle::NeoX ? i + half_d : 2 * i + 1;
   float c, s;
-  rope_cs(*pos, i, hd, theta, &c, &s);
+  rope_cs(*pos, i, hd, theta, ff, &c, &s);
   const float va = h[a], vb = h[b];
   h[a] = rope_rotate(va, vb, c, s, true);
   h[b] = rope_rotate(vb, va, c, s, false);

@@ -368,7 +368,7 @@ __device__ __forceinline__ void qkv_head_epilogue(const QkvParams& q, int head, 
     for (int j = 0; j < kMaxPairs; ++j)
       if (j < np && lane_ok) {
         float c, s;
-        rope_cs(pos, lane + 32 * j, hd, q.theta, &c, &s);
+        rope_cs(pos, lane + 32 * j, hd, q.theta, q.rope_ff, &c, &s);
         const float a = rope_rotate(va[j], vb[j], c, s, true), b = rope_rotate(vb[j], va[j], c, s, false);
         va[j] = a;
         vb[j] = b;

@@ -150,6 +150,8 @@ def main(argv=None) -> int:
     r = gguf.GGUFReader(str(src))
     tensors = {}
     for t in r.tensors:
+        if t.name == "rope_freqs.weight":  # derived from config.json's rope_scaling, not a checkpoint tensor
+            continue
         w = np.array(t.data, dtype=np.float32).reshape([int(x) for x in reversed(t.shape)])
         name = hf_name(t.name)
         if s["arch"] == "llama" and name.endswith(("q_proj.weight", "q_proj.bias")):
@@ -174,6 +176,10 @@ def main(argv=None) -> int:
         "rope_theta": s["rope_theta"], "rope_scaling": None, "tie_word_embeddings": s["tied"], "hidden_act": "silu",
         "torch_dtype": torch_dtype, "bos_token_id": None, "eos_token_id": 0,
     }
+    if s.get("rope_llama3"):  # Llama 3.1's config.json form (transformers 4.x)
+        factor, low, high, old_ctx = s["rope_llama3"]
+        cfg["rope_scaling"] = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
+                               "high_freq_factor": high, "original_max_position_embeddings": old_ctx}
     if s["config_has_head_dim"]:
         cfg["head_dim"] = s["head_dim"]
     if s["arch"] != "qwen2":

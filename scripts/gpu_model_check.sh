@@ -23,6 +23,9 @@ rc=0
 if has correct; then
   python3 scripts/check_models.py --lmfuse "$L" --device cuda --gen ${GEN:-256} 2>&1 | tee "$OUT/golden.md" || rc=1
   python3 scripts/check_models.py --lmfuse "$L" --device cuda --gen 64 --model $M/qwen3-0.6b.gguf 2>&1 | tee -a "$OUT/golden.md" || rc=1
+  # Llama 3.2 1B's shape: adjacent RoPE pairs, head_dim 64, Llama 3.1+ RoPE frequency divisors.
+  [ -s $M/llama3.2-1b.gguf ] || $L random-model --preset llama3.2-1b --type q4_0 --no-tokenizer -o $M/llama3.2-1b.gguf 2>>"$OUT/random.log"
+  python3 scripts/check_models.py --lmfuse "$L" --device cuda --gen 64 --model $M/llama3.2-1b.gguf 2>&1 | tee -a "$OUT/golden.md" || rc=1
 fi
 if has sanitize; then
   # compute-sanitizer on a short run (prefill + decode steps, then chained greedy steps) of a tiny
@@ -34,7 +37,7 @@ if has sanitize; then
   done
 fi
 if has bench; then
-  for p in qwen3-0.6b qwen3-4b qwen3-8b; do
+  for p in qwen3-0.6b qwen3-4b qwen3-8b llama3.2-1b; do
     [ -s $M/$p.gguf ] && $L bench -m $M/$p.gguf -p ${PP:-512} -n 128 -r ${REPS:-3} 2>&1 | tee -a "$OUT/bench.md"
   done
 fi

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/quant/quantize.h"
+#include "model/arch_table.h"
 #include "model/convert.h"
 #include "tokenizer/tokenizer.h"
 #include "util/mmap.h"
@@ -108,6 +109,9 @@ ConvertResult convert_hf(const ConvertOptions& o) {
   res.tokenizer = add_tokenizer(w, dir, cfg, res.notes);
 
   ThreadPool pool(o.threads);
+  const auto& ff = cfg.hp.rope_freq_factors;
+  if (!ff.empty())  // Llama 3.1+ RoPE scaling: F32 whatever the weight type, first, as llama.cpp writes it
+    w.add_tensor(tname::kRopeFreqs, DType::F32, {int64_t(ff.size())}, ff.data());
   for (const TensorPlan& p : plan)
     w.add_tensor(p.gguf_name, p.type, p.ne,
                  [&pool, &p, better = o.better_rounding](uint8_t* dst) { convert_tensor(p, dst, better, pool); });

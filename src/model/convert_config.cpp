@@ -4,6 +4,7 @@
 
 #include "model/arch_table.h"
 #include "model/convert.h"
+#include "model/rope_scaling.h"
 #include "util/status.h"
 
 namespace lmf {
@@ -44,6 +45,19 @@ double get_num(const json& j, const std::string& path, const char* k, std::optio
   const double v = j[k].get<double>();
   if (!(v > 0) || !std::isfinite(v)) LMF_FAIL(path, ": '", k, "' must be a positive number, got ", v);
   return v;
+}
+
+// config.json's "llama3" rope scaling object as divisors (model/rope_scaling.h).
+std::vector<float> llama3_factors(const json& r, const std::string& where, double theta, int64_t head_dim) {
+  Llama3Rope p;
+  p.factor = get_num(r, where, "factor");
+  p.low_freq_factor = get_num(r, where, "low_freq_factor");
+  p.high_freq_factor = get_num(r, where, "high_freq_factor");
+  p.original_ctx = double(get_int(r, where, "original_max_position_embeddings"));
+  if (!(p.high_freq_factor > p.low_freq_factor))
+    LMF_FAIL(where, ": high_freq_factor ", p.high_freq_factor, " must be greater than low_freq_factor ",
+             p.low_freq_factor);
+  return llama3_rope_factors(p, theta, head_dim);
 }
 
 std::vector<int32_t> id_list(const json& j, const std::string& path, const char* k) {
@@ -119,16 +133,28 @@ HfConfig parse_hf_config(const std::string& text, const std::string& path) {
   // rope: transformers < 5 writes rope_theta / rope_scaling; 5.x nests them in rope_parameters.
   double theta = get_num(j, path, "rope_theta", 10000.0);
   std::string rope_type = "default";
+  const json* scaling = nullptr;  // the object that names the rope type
+  std::string scaling_where;
   for (const char* k : {"rope_scaling", "rope_parameters"}) {
     if (!j.contains(k) || j[k].is_null()) continue;
     const json& r = j[k];
     if (!r.is_object()) LMF_FAIL(path, ": '", k, "' must be an object");
     if (r.contains("rope_theta")) theta = get_num(r, path + ": " + k, "rope_theta");
     for (const char* tk : {"rope_type", "type"})
-      if (r.contains(tk) && r[tk].is_string()) rope_type = r[tk].get<std::string>();
+      if (r.contains(tk) && r[tk].is_string()) {
+        rope_type = r[tk].get<std::string>();
+        scaling = &r;
+        scaling_where = path + ": " + k;
+      }
   }
-  if (rope_type != "default")
-    LMF_FAIL(path, ": rope scaling type '", rope_type, "' is not supported (lmfuse runs plain RoPE only)");
+  if (rope_type == "llama3") {
+    if (a->arch != Arch::Llama)
+      LMF_FAIL(path, ": rope scaling type 'llama3' is supported for LlamaForCausalLM only, not ", a->hf_name);
+    hp.rope_freq_factors = llama3_factors(*scaling, scaling_where, theta, hp.head_dim);
+  } else if (rope_type != "default") {
+    LMF_FAIL(path, ": rope scaling type '", rope_type,
+             "' is not supported (lmfuse runs plain RoPE and Llama 3.1+ 'llama3' scaling)");
+  }
   hp.rope_theta = float(theta);
 
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")

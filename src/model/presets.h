@@ -11,6 +11,7 @@ struct Preset {
   int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
   bool tied;
   double rope_theta, rms_eps;
+  double llama3_rope_factor = 0;  // Llama 3.1+ RoPE scaling factor (model/rope_scaling.h), 0: plain RoPE
 };
 
 const std::vector<Preset>& presets();

@@ -13,6 +13,7 @@ Needs numpy, gguf, safetensors; prints SKIP and exits 0 without them.
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -129,6 +130,31 @@ class Convert(unittest.TestCase):
                     self.assertEqual(hp(g), hp(w))
                     self.check_logits(out, CASES[f"{arch}-tiny-{t}"])
 
+    def test_llama31_rope_scaling_matches_golden(self):
+        """config.json's "llama3" rope_scaling becomes rope_freqs.weight, byte for byte as the
+        golden file (whose factors make_golden.py checked against transformers' inv_freq), in
+        both config forms: transformers 4's rope_scaling and 5's rope_parameters."""
+        hf = make_hf(self.tmp, "llama31", no_tokenizer=True)  # vocab 128: too small for the byte-level test BPE
+        cfg = json.loads((hf / "config.json").read_text())
+        self.assertEqual(cfg["rope_scaling"]["rope_type"], "llama3")
+        hf5 = self.tmp / "llama31-hf5"
+        shutil.copytree(hf, hf5)
+        cfg5 = dict(cfg)
+        cfg5["rope_parameters"] = dict(cfg5.pop("rope_scaling"), rope_theta=cfg5.pop("rope_theta"))
+        (hf5 / "config.json").write_text(json.dumps(cfg5))
+        for src in (hf, hf5):
+            for t in ["f32", "q4_0"]:
+                with self.subTest(src=src.name, type=t):
+                    out = self.tmp / f"{src.name}-{t}.gguf"
+                    self.convert(src, out, "--type", t, "--force")
+                    golden = GOLDEN / f"llama31-tiny-{t}.gguf"
+                    self.assert_same_tensors(out, golden)
+                    self.assertIn("rope_freqs.weight", tensors(out))
+                    g, w = fields(out), fields(golden)
+                    hp = lambda d: {k: v for k, v in d.items() if not k.startswith(TOKENIZER_KEYS) and k != "general.name"}
+                    self.assertEqual(hp(g), hp(w))
+                    self.check_logits(out, CASES[f"llama31-tiny-{t}"])
+
     def test_sharded_checkpoint(self):
         hf = make_hf(self.tmp, "qwen2", "sharded", shards=2)
         self.assertTrue((hf / "model.safetensors.index.json").exists())
@@ -240,7 +266,6 @@ class Convert(unittest.TestCase):
         return p
 
     def copy_hf(self, arch, copy_name, **kw):
-        import shutil
         src = make_hf(self.tmp, arch, **kw)
         dst = self.tmp / f"{arch}-copy-{copy_name}"
         if dst.exists():
@@ -354,9 +379,9 @@ class Convert(unittest.TestCase):
         corrupt("dtype", bad_dtype, "dtype 'I64' is not supported")
 
     def test_config_mismatches(self):
-        def with_config(name, edit, *needles, st_edit=None):
+        def with_config(name, edit, *needles, st_edit=None, arch="qwen3"):
             with self.subTest(name):
-                hf = self.copy_hf("qwen3", "cfg")
+                hf = self.copy_hf(arch, "cfg", **({"no_tokenizer": True} if arch == "llama31" else {}))
                 c = json.loads((hf / "config.json").read_text())
                 edit(c)
                 (hf / "config.json").write_text(json.dumps(c))
@@ -376,6 +401,16 @@ class Convert(unittest.TestCase):
         with_config("missing tensor", lambda c: None, "model.layers.1.self_attn.k_norm.weight",
                     st_edit=lambda st: st.pop("model.layers.1.self_attn.k_norm.weight"))
         with_config("rope scaling", lambda c: c.update(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "yarn")
+        llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 64}
+        with_config("llama3 on qwen3", lambda c: c.update(rope_scaling=llama3), "'llama3' is supported for LlamaForCausalLM only")
+        with_config("llama3 without factor", lambda c: c.update(
+            rope_scaling={k: v for k, v in llama3.items() if k != "factor"}), "rope_scaling: missing required key 'factor'",
+            arch="llama31")
+        with_config("llama3 low > high", lambda c: c.update(rope_scaling=dict(llama3, low_freq_factor=5.0)),
+                    "high_freq_factor 4 must be greater than low_freq_factor 5", arch="llama31")
+        with_config("linear on llama", lambda c: c.update(rope_scaling={"rope_type": "linear", "factor": 2.0}),
+                    "rope scaling type 'linear' is not supported", arch="llama31")
 
 
 if __name__ == "__main__":

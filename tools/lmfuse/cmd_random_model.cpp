@@ -13,6 +13,7 @@
 #include "model/arch_table.h"
 #include "model/convert.h"
 #include "model/presets.h"
+#include "model/rope_scaling.h"
 #include "tokenizer/tokenizer.h"
 #include "util/progress.h"
 #include "util/status.h"
@@ -180,6 +181,13 @@ int cmd_random_model(int argc, char** argv) {
     });
   };
   const DType t = *type;
+  if (p.llama3_rope_factor > 0) {  // Llama 3.1+: the real model's RoPE frequency divisors, first (as llama.cpp)
+    Llama3Rope r;
+    r.factor = p.llama3_rope_factor;
+    const std::vector<float> ff = llama3_rope_factors(r, p.rope_theta, p.head_dim);
+    w.add_tensor(tname::kRopeFreqs, DType::F32, {int64_t(ff.size())},
+                 [ff](uint8_t* dst) { std::memcpy(dst, ff.data(), ff.size() * sizeof(float)); });
+  }
   matrix(tname::kTokEmbd, p.n_vocab, p.n_embd, t);
   for (int l = 0; l < int(p.n_layer); ++l) {
     auto n = [&](const char* pat) { return fmt_tensor(pat, l); };

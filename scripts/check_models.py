@@ -47,7 +47,12 @@ CPU8 = {"LMFUSE_CPU_ACT16": "0"}
 PIN = {"LMFUSE_PREFILL_INKERNEL_DEQUANT": "1"}  # the exact (decode-arithmetic) prefill route
 
 
+ACT16 = False  # --act16: the device's GEMVs take 16-bit activation codes, the CPU its default (16-bit)
+
+
 def env_for(device):
+    if ACT16:
+        return {"LMFUSE_CPU_ACT16": "1"} if device == "cpu" else {"LMFUSE_CUDA_ACT16": "1"}
     return CPU8 if device == "cpu" else PIN
 
 
@@ -143,7 +148,12 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--gen", type=int, default=256)
     ap.add_argument("--model", help="compare this model on the device against the CPU instead of the golden set")
+    ap.add_argument("--act16", action="store_true",
+                    help="the quantized cases with 16-bit activation codes on the device (knob cuda_act16) against "
+                         "the CPU's default 16-bit path and the references, beside the int8 codes")
     args = ap.parse_args()
+    if args.act16:
+        return act16_table(args)
     if args.model:
         toks = [int(x) for x in np.random.default_rng(0).integers(0, 1000, 24)]
         dev = logits(args.lmfuse, args.model, toks, args.device, PIN)
@@ -193,6 +203,51 @@ def main():
         except Exception as ex:  # report and continue with the other cases
             ok = False
             print(f"| {c['name']} | error: {ex} | | | | | | | | | **FAIL**")
+        failures += not ok
+        sys.stdout.flush()
+    print(f"\n{failures} case(s) failed")
+    return 1 if failures else 0
+
+
+def act16_table(args):
+    """Quantized golden cases (and --model): the device with 16-bit activation codes must meet the
+    float models' tolerance against the references, agree with the CPU's 16-bit path, and give its
+    greedy tokens; the int8 codes' figures are printed beside them."""
+    global ACT16
+    ACT16 = True
+    dev16, cpu16 = env_for(args.device), env_for("cpu")
+    cases = []
+    if args.model:
+        toks = [int(x) for x in np.random.default_rng(0).integers(0, 1000, 24)]
+        cases.append((os.path.basename(args.model), args.model, toks, None, 1e-3))
+    else:
+        man = json.load(open(os.path.join(GOLD, "manifest.json")))
+        for c in man["cases"]:
+            if c["name"].split("-")[-1] in ("q4_0", "q4_1", "q8_0"):
+                want = np.fromfile(os.path.join(GOLD, c["logits"]), dtype="<f4")
+                cases.append((c["name"], os.path.join(GOLD, c["gguf"]), c["tokens"], want, 1e-3))
+    print(f"| case | vs HF, int8 codes | vs HF, 16-bit codes (tol) | vs CPU 16-bit | fused vs unfused | greedy {args.gen} = CPU 16-bit |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    failures = 0
+    for name, model, toks, want, tol in cases:
+        try:
+            d8 = logits(args.lmfuse, model, toks, args.device, {})
+            d16 = logits(args.lmfuse, model, toks, args.device, dev16)
+            c16 = logits(args.lmfuse, model, toks, "cpu", cpu16)
+            u16 = logits(args.lmfuse, model, toks, args.device, {**dev16, "LMFUSE_FUSION": "0"})
+            ref = c16 if want is None else want
+            e8, e16, e_cpu, e_fu = rel_l2(d8, ref), rel_l2(d16, ref), rel_l2(d16, c16), rel_l2(d16, u16)
+            ok = e16 <= tol and e_cpu <= 1e-3 and e_fu <= 1e-3
+            same = "-"
+            if args.gen > 0:
+                g_ok, ties, bad = greedy_agreement(args.lmfuse, model, toks[:8], args.device, args.gen)
+                tie_s = "; ".join(f"{kind} at {p}: margin {m:.1e} <= {b:.1e}" for p, m, b, kind in ties)
+                same = ("yes" if g_ok else f"no ({describe(bad)})") + (f" ({tie_s})" if ties else "")
+                ok = ok and g_ok
+            print(f"| {name} | {e8:.2e} | {e16:.2e} ({tol:.0e}) | {e_cpu:.2e} | {e_fu:.2e} | {same} |" + ("" if ok else " **FAIL**"))
+        except Exception as ex:
+            ok = False
+            print(f"| {name} | error: {ex} | | | | | **FAIL**")
         failures += not ok
         sys.stdout.flush()
     print(f"\n{failures} case(s) failed")

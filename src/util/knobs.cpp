@@ -71,6 +71,8 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA: batched prefill (0 = prompts token by token through the decode step)"},
       {"cpu_act16", "LMFUSE_CPU_ACT16", &Knobs::cpu_act16,
        "CPU: 16-bit activation blocks in quantized matmuls (0 = 8-bit, faster, less exact)"},
+      {"cuda_act16", "LMFUSE_CUDA_ACT16", &Knobs::cuda_act16,
+       "CUDA: Q4_0/Q4_1/Q8_0 decode GEMVs quantize x to 16-bit codes, the CPU's cpu_act16 rule (two dp4a per weight word), instead of int8; prefill then takes no int8 activations either, and the 8-bit producer codes (gemv_xq, attn_xq, attn_o_fusion) are off"},
   };
   return t;
 }

@@ -57,5 +57,6 @@ struct Voidify {
   } else               \
     return ::lmfct::Voidify() & ::lmfct::Fail(__FILE__, __LINE__, #c)
 #define EXPECT_LE(a, b) EXPECT_TRUE((a) <= (b)) << #a " = " << (a) << ", " #b " = " << (b) << " "
+#define EXPECT_GE(a, b) EXPECT_TRUE((a) >= (b)) << #a " = " << (a) << ", " #b " = " << (b) << " "
 #define EXPECT_EQ(a, b) EXPECT_TRUE((a) == (b)) << #a " = " << (a) << ", " #b " = " << (b) << " "
 #endif

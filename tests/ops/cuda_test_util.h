@@ -181,12 +181,13 @@ inline std::vector<double> to_d(const std::vector<float>& v) { return {v.begin()
 // matvec(W, act_quant_ref(x)) is the exact result of the integer path ("same quantization"
 // reference, tight tolerance).
 inline bool act_quantized(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
-inline std::vector<double> act_quant_ref(const std::vector<float>& x) {
+// kmax 32767: the 16-bit codes of set_gemv_act16 (knob cuda_act16; the CPU's ActBlock16 rule).
+inline std::vector<double> act_quant_ref(const std::vector<float>& x, float kmax = 127.f) {
   std::vector<double> out(x.size());
   for (size_t b = 0; b + 32 <= x.size(); b += 32) {
     float am = 0.f;
     for (size_t i = 0; i < 32; ++i) am = std::max(am, std::fabs(x[b + i]));
-    const float id = am > 0.f ? 127.f / am : 0.f, dx = am / 127.f;
+    const float id = am > 0.f ? kmax / am : 0.f, dx = am / kmax;
     for (size_t i = 0; i < 32; ++i) out[b + i] = double(dx) * std::nearbyint(x[b + i] * id);
   }
   return out;
@@ -213,7 +214,7 @@ inline std::vector<float> device_normed_x(const std::vector<float>& in, const st
 // types the int8-quantized x (of in, or of the normalized vector for Norm/AddNorm).
 inline std::vector<double> gemv_kernel_ref(DType t, const std::vector<double>& W, int64_t rows, int64_t cols,
                                const std::vector<float>& in, const std::vector<float>* res,
-                               const std::vector<float>* gamma) {
+                               const std::vector<float>* gamma, float kmax = 127.f) {
   if (!act_quantized(t)) {
     std::vector<double> h = to_d(in);
     if (res)
@@ -221,7 +222,7 @@ inline std::vector<double> gemv_kernel_ref(DType t, const std::vector<double>& W
     if (gamma) h = rmsnorm_ref(h, *gamma, 1e-6);
     return matvec(W, h, rows, cols);
   }
-  return matvec(W, act_quant_ref(gamma ? device_normed_x(in, res, *gamma) : in), rows, cols);
+  return matvec(W, act_quant_ref(gamma ? device_normed_x(in, res, *gamma) : in, kmax), rows, cols);
 }
 // Whether f() throws lmf::Error (the standalone harness has no EXPECT_THROW) whose message holds
 // `what`.

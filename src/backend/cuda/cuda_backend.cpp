@@ -116,7 +116,8 @@ struct GraphState {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const BackendOptions& o) : opts_(o) {
+  explicit CudaBackend(const BackendOptions& o)
+      : opts_(o), act16_(tri_resolve(o.knobs.cuda_act16, cuda::kCudaAct16Auto)) {
     CUDA_CHECK(cudaSetDevice(o.device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_io_), 4 * sizeof(int)));
@@ -164,7 +165,10 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
-  std::string description() const override { return "CUDA " + dev_name_; }
+  // The activation codes of the quantized GEMVs, as the CPU backend names its own (cuda_act16).
+  std::string description() const override {
+    return "CUDA " + dev_name_ + (act16_ ? ", 16-bit activations" : ", 8-bit activations");
+  }
   const BackendOptions& options() const override { return opts_; }
   // LMFUSE_CUDA_PREFILL=0 runs prompts token by token through the decode step (slow, but the
   // same arithmetic as decode: prefill-then-decode equals one prefill exactly).
@@ -386,6 +390,9 @@ class CudaBackend final : public Backend {
   bool gateup_room_ = false;                 // decode: gate/up's grid leaves SMs free for down (gateup_spare_sms)
   bool down_fit_ = false;                    // decode: down runs on the SMs gate/up left free (GemvArgs::fit_sms)
   std::pair<int, int> gateup_free_{-1, 0};   // (layer, SMs) gate/up's launch left free, for that layer's down
+  // Integer-dot GEMVs with 16-bit activation codes (knob cuda_act16, cuda::set_gemv_act16): no
+  // 8-bit producer codes (gemv_xq, attn_xq, attn_o_fusion) and no int8 prefill activations then.
+  bool act16_ = false;
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
   bool attn_xq_direct_ = false;              // ... and by the direct split in direct steps (attn_xq_direct_auto)
@@ -541,7 +548,7 @@ void CudaBackend::prepare(Graph& g) {
   // Measured slower (docs/PERF.md S13-1/S13-2: 0.94x 8B, 0.96x 0.6B): gate/up's counting tail
   // costs ~3.8 µs per 8B layer, and down's shorter staging does not shorten down (its weight
   // stream is the bound once the staging is that short). Automatic = off.
-  gemv_xq_ = k.fusion != Tri::Off && tri_resolve(k.gemv_xq, false);
+  gemv_xq_ = k.fusion != Tri::Off && tri_resolve(k.gemv_xq, false) && !act16_;
   // Same arithmetic as the merge kernel (bitwise: cuda_op_tests CudaAttention), one launch fewer,
   // but slower (docs/PERF.md, session 8: 0.93-0.96x; the last block's fence, count and merge are
   // a longer serial chain than the merge kernel's launch): automatic = off.
@@ -561,7 +568,7 @@ void CudaBackend::prepare(Graph& g) {
   // o_proj's x quantized by the attention's merge kernel (so not with merge fusion). Measured
   // per model (docs/PERF.md, session 13, `--ab attn_xq`, two runs): 4B 1.012 / 1.012, 8B 1.013 /
   // 0.999, 0.6B 0.983 / 0.993: automatic = on from the wide GEMVs' hidden size.
-  attn_xq_ = fusion && tri_resolve(k.attn_xq, cuda::large_decode_model(hp.n_embd)) && !attn_merge_fusion_;
+  attn_xq_ = fusion && tri_resolve(k.attn_xq, cuda::large_decode_model(hp.n_embd)) && !attn_merge_fusion_ && !act16_;
   // In the direct steps' graph the codes come from the direct split's tail, on its critical path:
   // slower where o_proj is small (docs/PERF.md S36-2/S36-3, `--ab attn_xq` with every tg128 step
   // direct: 0.6B 0.967, 4B 0.985, 0.993 and 0.991), faster on 8B's (1.005, 1.006 twice), whose
@@ -572,7 +579,7 @@ void CudaBackend::prepare(Graph& g) {
   // 4B 0.971-0.976, 8B 0.900-0.907; its atomics make the last bits vary run to run). Its residual
   // add then folds into gate/up in every step (the split + merge steps launch o_proj plainly), so
   // o_proj's residual-epilogue group is not taken.
-  attn_o_ = fusion && tri_resolve(k.attn_o_fusion, false) && attn_o_possible();
+  attn_o_ = fusion && tri_resolve(k.attn_o_fusion, false) && attn_o_possible() && !act16_;
   // Residual epilogues first: an add folded into o_proj/down is not available to a norm prologue.
   std::vector<int> adds_taken;
   // Whether a group's residual add is still free to fold into its norm prologue.
@@ -1210,6 +1217,7 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile, cuda::Timel
   cuda::set_gemv_coresident(opts_.knobs.gemv_coresident);
   const bool large = cuda::large_decode_model(m_->hp.n_embd);
   cuda::set_gemv_wide(tri_resolve(opts_.knobs.gemv_wide, large));
+  cuda::set_gemv_act16(act16_);
   // Early trigger: per kernel by model size unless forced (docs/PERF.md S15-4..S15-6).
   cuda::set_pdl_early_trigger(cuda::pdl_early_mask(opts_.knobs.pdl_early_trigger, m_->hp.n_embd));
   size_t ev = 0;

@@ -338,6 +338,14 @@ void set_gemv_coresident(Tri mode);
 // Set before capture.
 void set_gemv_wide(bool on);
 bool gemv_wide();
+// Integer-dot GEMVs quantize x to 16-bit codes (the CPU backend's cpu_act16 rule: ~1e-3 of the
+// float result on a real model where int8 codes give ~1e-1) instead of int8; the Int8 prologue
+// and SiluMulQ (8-bit producer codes) are refused then. Process-wide, like set_gemv_wide (the
+// backend sets it from knob cuda_act16 before each launch sequence).
+void set_gemv_act16(bool on);
+bool gemv_act16();
+// Knob cuda_act16 unset: whether the backend takes the 16-bit codes (docs/PERF.md S40).
+constexpr bool kCudaAct16Auto = false;
 // The weight types whose decode GEMVs take the integer-dot path (x quantized to int8, dp4a).
 constexpr bool int8_dot(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
 // Whether a GEMV over type t with GemvArgs::wide = wide runs the 16-warp block (the integer-dot

@@ -11,11 +11,11 @@
 
 namespace lmf::cuda {
 namespace dev {
-int launch_gemv_q4_0(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
-int launch_gemv_q4_1(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
-int launch_gemv_q8_0(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
-int launch_gemv_f16(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
-int launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, bool, cudaStream_t);
+int launch_gemv_q4_0(Prologue, Epilogue, const GemvParams&, bool, bool, cudaStream_t);
+int launch_gemv_q4_1(Prologue, Epilogue, const GemvParams&, bool, bool, cudaStream_t);
+int launch_gemv_q8_0(Prologue, Epilogue, const GemvParams&, bool, bool, cudaStream_t);
+int launch_gemv_f16(Prologue, Epilogue, const GemvParams&, bool, bool, cudaStream_t);
+int launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, bool, bool, cudaStream_t);
 
 // Blocks of an instance (`threads` per block) resident per SM with `smem` bytes of dynamic
 // shared memory (0: does not fit), cached per (instance, smem).
@@ -51,9 +51,12 @@ std::atomic<int> g_split_k{int(Tri::Auto)};
 std::atomic<int> g_coresident{int(Tri::Auto)};
 std::atomic<int> g_pdl_early{kEarlyAll};
 std::atomic<bool> g_wide{false};
+std::atomic<bool> g_act16{false};
 }  // namespace
 void set_gemv_wide(bool on) { g_wide.store(on, std::memory_order_relaxed); }
 bool gemv_wide() { return g_wide.load(std::memory_order_relaxed); }
+void set_gemv_act16(bool on) { g_act16.store(on, std::memory_order_relaxed); }
+bool gemv_act16() { return g_act16.load(std::memory_order_relaxed); }
 bool gemv_runs_wide(DType t, Tri wide) {
   return int8_dot(t) && (wide == Tri::Auto ? gemv_wide() : wide == Tri::On);
 }
@@ -159,13 +162,17 @@ int gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   if (a.fit_sms < 0) LMF_FAIL("cuda gemv: fit_sms must be >= 0, got ", a.fit_sms);
   p.fit_sms = a.fit_sms;
   const bool wide = gemv_runs_wide(w.type, a.wide);
+  const bool x16 = gemv_act16() && int8_dot(w.type);
+  if (x16 && (pro == Prologue::Int8 || epi == Epilogue::SiluMulQ))
+    LMF_FAIL("cuda gemv: 16-bit activation codes (cuda_act16) cannot take or make the 8-bit codes of "
+             "Prologue::Int8 / Epilogue::SiluMulQ");
   int spare = -1;
   switch (w.type) {
-    case DType::Q4_0: spare = dev::launch_gemv_q4_0(pro, epi, p, wide, s); break;
-    case DType::Q4_1: spare = dev::launch_gemv_q4_1(pro, epi, p, wide, s); break;
-    case DType::Q8_0: spare = dev::launch_gemv_q8_0(pro, epi, p, wide, s); break;
-    case DType::F16: spare = dev::launch_gemv_f16(pro, epi, p, wide, s); break;
-    case DType::BF16: spare = dev::launch_gemv_bf16(pro, epi, p, wide, s); break;
+    case DType::Q4_0: spare = dev::launch_gemv_q4_0(pro, epi, p, wide, x16, s); break;
+    case DType::Q4_1: spare = dev::launch_gemv_q4_1(pro, epi, p, wide, x16, s); break;
+    case DType::Q8_0: spare = dev::launch_gemv_q8_0(pro, epi, p, wide, x16, s); break;
+    case DType::F16: spare = dev::launch_gemv_f16(pro, epi, p, wide, x16, s); break;
+    case DType::BF16: spare = dev::launch_gemv_bf16(pro, epi, p, wide, x16, s); break;
     default: break;
   }
   LMF_CHECK(spare >= 0, "gemv instance missing");

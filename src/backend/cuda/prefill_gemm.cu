@@ -154,7 +154,8 @@ namespace {
 // The route that takes this product: the requested one if it can, else in-kernel, else outer.
 PrefillRoute usable_route(const PrefillMatmul& m, int64_t n, PrefillRoute want) {
   const DeviceWeight& w = *m.w;
-  const bool ik = mmq_supported(w.type);
+  // The in-kernel route multiplies int8 codes: not with the GEMVs' 16-bit codes (cuda_act16).
+  const bool ik = mmq_supported(w.type) && !gemv_act16();
   if (want == PrefillRoute::Gemv && m.r0 == 0 && m.step == 1 && n == w.rows &&
       gemv_supported(w.type, Prologue::None, m.silu_pairs ? Epilogue::SiluMul : m.residual ? Epilogue::Residual
                                                                                            : Epilogue::Store) &&
@@ -180,6 +181,9 @@ void matmul_prefill(GemmHandle* g, const PrefillMatmul& m, const PrefillScratch&
   if (m.silu_pairs && (n % 2 != 0 || m.bias || m.residual))
     LMF_FAIL("cuda matmul_prefill: silu_pairs needs an even row count, no bias and no residual");
   const bool q8 = w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0;
+  // The outer route rounds quantized weights' activations to int8 blocks, as the decode GEMV
+  // does, unless the GEMVs take 16-bit codes (cuda_act16): then fp16 of x, no block codes.
+  const bool x8 = q8 && !gemv_act16();
   route = usable_route(m, n, route);
   // The SiLU -> down handoff (X16Tag): valid for this call only if the previous call left it.
   const X16Tag have = sc.x16 ? *sc.x16 : X16Tag{};
@@ -233,8 +237,8 @@ void matmul_prefill(GemmHandle* g, const PrefillMatmul& m, const PrefillScratch&
     y = sc.pairs;
   }
   // Residual: y = residual + product, the residual read as the GEMM's C (cuBLASLt, C may be y).
-  if (!(q8 && have.src == m.x && have.T == m.T && have.cols == K))
-    act_to_f16(m.x, sc.x, m.T, int(K), q8, parts, s);
+  if (!(x8 && have.src == m.x && have.T == m.T && have.cols == K))
+    act_to_f16(m.x, sc.x, m.T, int(K), x8, parts, s);
   const int64_t chunk = std::min<int64_t>(n, int64_t(sc.w_elems / size_t(Kp)));
   if (chunk <= 0) LMF_FAIL("cuda matmul_prefill: weight scratch holds no row of ", Kp);
   for (int64_t i0 = 0; i0 < n; i0 += chunk) {
@@ -250,7 +254,7 @@ void matmul_prefill(GemmHandle* g, const PrefillMatmul& m, const PrefillScratch&
     // After every chunk's GEMM (they read sc.x): the SiLU pass also leaves the down projection's
     // converted input in sc.x when the next product can use it (quantized weights: the int8-block
     // conversion act_to_f16 would do; n_out a whole number of blocks).
-    if (q8 && sc.x16 && n_out % 32 == 0 && size_t(m.T * n_out) <= sc.x_elems) {
+    if (x8 && sc.x16 && n_out % 32 == 0 && size_t(m.T * n_out) <= sc.x_elems) {
       silu_pairs_rows_q8f16(y, m.y, sc.x, m.T, n_out, s);
       *sc.x16 = X16Tag{m.y, m.T, n_out};
     } else {

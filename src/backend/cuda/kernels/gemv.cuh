@@ -116,6 +116,13 @@ constexpr int kMinBlocks = kInt8x<T> ? 16 / W : 1;
 static_assert(kRows % 2 == 0, "SiluMul pairs rows inside a row group");
 // SiluMulQ: row groups whose silu*mul outputs make one 32-block of y (kRows / 2 outputs each).
 constexpr int kRowGroupsPerXqBlock = 64 / kRows;
+// Activation codes of the integer-dot types: XB = 8 (int8, the default) or 16 (knob cuda_act16:
+// the CPU backend's 16-bit rule, staged as four byte planes: low bytes of elements 0-15, 16-31,
+// then their high bytes), then int2 {dx, sum q} per block.
+template <int XB>
+constexpr int kXPlanes = XB == 16 ? 4 : 2;
+template <int XB>
+constexpr float kXMax = XB == 16 ? 32767.f : 127.f;
 
 template <DType T>
 struct WTraits;
@@ -279,7 +286,9 @@ struct Frag {
     }
   }
 
-  // F16/BF16: xs = float x slots (swizzled). Quantized types: xs = the int8 planes and scales.
+  // F16/BF16: xs = float x slots (swizzled). Quantized types: xs = the code planes and scales
+  // (XB = 8: two int8 planes; XB = 16: four byte planes of 16-bit codes, kXPlanes).
+  template <int XB = 8>
   __device__ __forceinline__ void accumulate(float (&acc)[kRows], const float4* xs4, int g, int nblk,
                                              int lane, bool fold = true) const {
     const int gb = min(32, nblk - 32 * g);
@@ -301,22 +310,39 @@ struct Frag {
       (void)fold;
 #endif
       const uint4* xq = reinterpret_cast<const uint4*>(xs4);
-      const uint4 xl = xq[c], xh = xq[nblk + c];
-      const int2 xsc = reinterpret_cast<const int2*>(xq + 2 * size_t(nblk))[c];
+      const int2 xsc = reinterpret_cast<const int2*>(xq + kXPlanes<XB> * size_t(nblk))[c];
       const float dx = __int_as_float(xsc.x);
+      if constexpr (XB == 16) {
+        const uint4 x4[4] = {xq[c], xq[nblk + c], xq[2 * nblk + c], xq[3 * nblk + c]};
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const float d = __half2float(__ushort_as_half(uint16_t(sc[r] & 0xffffu)));
+          if constexpr (T == DType::Q4_0) {
+            acc[r] = fmaf(d * dx, float(dot_q4_i16(w[r][0], x4, -8 * xsc.y)), acc[r]);
+          } else if constexpr (T == DType::Q4_1) {
+            const float m = __half2float(__ushort_as_half(uint16_t(sc[r] >> 16)));
+            acc[r] = fmaf(d * dx, float(dot_q4_i16(w[r][0], x4, 0)), fmaf(m * dx, float(xsc.y), acc[r]));
+          } else {
+            acc[r] = fmaf(d * dx, float(dot_q8_i16(w[r], x4)), acc[r]);
+          }
+        }
+        return;
+      }
+      const uint4 xl = xq[c], xh = xq[nblk + c];
+      // Each dot starts at kFloatIntBias, so its float is one FSUB away (biased_dot_to_float).
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const float d = __half2float(__ushort_as_half(uint16_t(sc[r] & 0xffffu)));
         if constexpr (T == DType::Q4_0) {
           // sum (q-8)*xq = dot(q, xq) - 8*sum(xq): the dot starts at -8*sum(xq).
-          const int s = dot_q4_i8(w[r][0], xl, xh, -8 * xsc.y);
-          acc[r] = fmaf(d * dx, float(s), acc[r]);
+          const int s = dot_q4_i8(w[r][0], xl, xh, kFloatIntBias - 8 * xsc.y);
+          acc[r] = fmaf(d * dx, biased_dot_to_float(s), acc[r]);
         } else if constexpr (T == DType::Q4_1) {
           const float m = __half2float(__ushort_as_half(uint16_t(sc[r] >> 16)));
-          const int s = dot_q4_i8(w[r][0], xl, xh, 0);
-          acc[r] = fmaf(d * dx, float(s), fmaf(m * dx, float(xsc.y), acc[r]));
+          const int s = dot_q4_i8(w[r][0], xl, xh, kFloatIntBias);
+          acc[r] = fmaf(d * dx, biased_dot_to_float(s), fmaf(m * dx, float(xsc.y), acc[r]));
         } else {
-          acc[r] = fmaf(d * dx, float(dot_q8_i8(w[r], xl, xh)), acc[r]);
+          acc[r] = fmaf(d * dx, biased_dot_to_float(dot_q8_i8(w[r], xl, xh, kFloatIntBias)), acc[r]);
         }
       }
     } else {
@@ -416,8 +442,9 @@ __host__ __device__ constexpr bool gemv_compact_stage(int cols) {
 // kGemvThreads<T, W> threads of the block call it; the caller synchronizes before reading xs4.
 // SF (stage form): 0 = both forms, chosen by gemv_compact_stage at run time; 1 = the compact form
 // only (the caller guarantees gemv_compact_stage); 2 = the batched form only.
-template <DType T, Prologue PRO, int W, int SF = 0>
+template <DType T, Prologue PRO, int W, int SF = 0, int XB = 8>
 __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red) {
+  static_assert(XB == 8 || PRO != Prologue::Int8, "the producers' codes (Prologue::Int8) are 8-bit");
   // Thread t takes float4 t of each 1024-element slice. The loads of kXBatch slices are issued
   // together into registers before any of them is used: x was just written by the previous
   // kernel, so each load is an L2 round trip, and a load-use chain per slice cost one round trip
@@ -476,7 +503,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
       am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
       am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
       am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
-      const float id = am > 0.f ? 127.f / am : 0.f;
+      const float id = am > 0.f ? kXMax<XB> / am : 0.f;
       const uint32_t b0 = round_fadd_bits(__fmul_rn(v.x, id)), b1 = round_fadd_bits(__fmul_rn(v.y, id)),
                      b2 = round_fadd_bits(__fmul_rn(v.z, id)), b3 = round_fadd_bits(__fmul_rn(v.w, id));
       int sq = int(((b0 + b1) + (b2 + b3)) - 4u * kRoundFaddBias);
@@ -486,8 +513,11 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
       if (ok) {
         uint32_t* xw = reinterpret_cast<uint32_t*>(xs4);
         xw[(size_t(f >> 2) * nblk + c) * 4 + (f & 3)] = code_word(b0, b1, b2, b3);
+        // 16-bit codes: the word's bits 8-15 are the code's high byte (two's complement)
+        if constexpr (XB == 16)
+          xw[(size_t(2 + (f >> 2)) * nblk + c) * 4 + (f & 3)] = code_word(b0 >> 8, b1 >> 8, b2 >> 8, b3 >> 8);
         if (f == 0)
-          reinterpret_cast<int2*>(xs4 + 2 * size_t(nblk))[c] = make_int2(__float_as_int(am / 127.f), sq);
+          reinterpret_cast<int2*>(xs4 + kXPlanes<XB> * size_t(nblk))[c] = make_int2(__float_as_int(am / kXMax<XB>), sq);
       }
       return float(sq);
     } else {
@@ -591,9 +621,10 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
 #endif
 }
 
-template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0>
+template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0, int XB = 8>
 __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     gemv_kernel(const __grid_constant__ GemvParams p) {
+  static_assert(XB == 8 || (kInt8x<T> && EPI != Epilogue::SiluMulQ), "16-bit codes: integer-dot types, no 8-bit producer epilogue");
   // F16/BF16: [nblk][8] swizzled float4 x slots. Quantized: uint4 lo[nblk], hi[nblk], int2
   // {dx, sum q}[nblk] (see the header comment).
   extern __shared__ float4 xs4[];
@@ -673,7 +704,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   };
   load_yres(a.rg);
 
-  gemv_stage_x<T, PRO, W, SF>(p, xs4, red);
+  gemv_stage_x<T, PRO, W, SF, XB>(p, xs4, red);
   __syncthreads();
 #if LMFUSE_GEMV_STAGE_MARKS == 5
   if constexpr (kTl)
@@ -730,7 +761,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
       const bool fold = true;
 #endif
       if (at.g + u < ngroups)
-        buf[u].accumulate(acc, xs4, at.g + u, nblk, lane, fold);
+        buf[u].template accumulate<XB>(acc, xs4, at.g + u, nblk, lane, fold);
     }
 #if LMFUSE_GEMV_STAGE_MARKS >= 3
     mdep = acc[0];
@@ -869,9 +900,9 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 }
 
 // Dynamic shared memory per block: the staged x (layouts in the header comment).
-template <DType T>
+template <DType T, int XB = 8>
 inline size_t gemv_smem_bytes(int cols) {
-  return kInt8x<T> ? size_t(cols / 32) * (32 + 8) : size_t(cols / 32) * (8 * 16);
+  return kInt8x<T> ? size_t(cols / 32) * (16 * kXPlanes<XB> + 8) : size_t(cols / 32) * (8 * 16);
 }
 
 }  // namespace lmf::cuda::dev

@@ -39,10 +39,10 @@ Tri gemv_coresident_mode();                               // kernels_gemv.cu
 constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
 
 // Each launcher returns the SMs its grid left free.
-template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0>
+template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0, int XB = 8>
 int launch_gemv_width(const GemvParams& p, cudaStream_t s) {
-  auto* k = &gemv_kernel<T, PRO, EPI, W, SF>;
-  const size_t smem = gemv_smem_bytes<T>(p.cols);
+  auto* k = &gemv_kernel<T, PRO, EPI, W, SF, XB>;
+  const size_t smem = gemv_smem_bytes<T, XB>(p.cols);
   // First call per instance happens before any graph capture. Always opted in: the 48 KB default
   // limit counts the static shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
   static const bool attr_set = [&] {
@@ -64,24 +64,33 @@ int launch_gemv_width(const GemvParams& p, cudaStream_t s) {
 }
 
 // The narrow block (LMFUSE_GEMV_SPLIT_STAGE: the instance with only the stage form the shape runs).
-template <DType T, Prologue PRO, Epilogue EPI>
+template <DType T, Prologue PRO, Epilogue EPI, int XB = 8>
 int launch_gemv_narrow(const GemvParams& p, cudaStream_t s) {
   if constexpr (LMFUSE_GEMV_SPLIT_STAGE && PRO != Prologue::Int8) {
-    if (gemv_compact_stage<T, PRO, kNarrowWarps>(p.cols)) return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 1>(p, s);
-    return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 2>(p, s);
+    if (gemv_compact_stage<T, PRO, kNarrowWarps>(p.cols)) return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 1, XB>(p, s);
+    return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 2, XB>(p, s);
   } else {
-    return launch_gemv_width<T, PRO, EPI, kNarrowWarps>(p, s);
+    return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 0, XB>(p, s);
   }
 }
 
 // wide: the 16-warp block for the integer-dot types (gemv_wide); F16/BF16 have one width.
+// x16: 16-bit activation codes (integer-dot types, the plain pairs; set_gemv_act16).
 template <DType T, Prologue PRO, Epilogue EPI>
-int launch_gemv_instance(const GemvParams& p, bool wide, cudaStream_t s) {
+int launch_gemv_instance(const GemvParams& p, bool wide, bool x16, cudaStream_t s) {
   if constexpr (kInt8x<T>) {
+    if constexpr (PRO != Prologue::Int8 && EPI != Epilogue::SiluMulQ) {
+      if (x16) {
+        if (wide) return launch_gemv_width<T, PRO, EPI, kWideWarps, 0, 16>(p, s);
+        return launch_gemv_narrow<T, PRO, EPI, 16>(p, s);
+      }
+    } else if (x16) {
+      return -1;  // the producers' codes are 8-bit: gemv() refuses the pair first
+    }
     if (wide) return launch_gemv_width<T, PRO, EPI, kWideWarps>(p, s);
     return launch_gemv_narrow<T, PRO, EPI>(p, s);
   } else if constexpr (PRO != Prologue::Int8 && EPI != Epilogue::SiluMulQ) {
-    return launch_gemv_narrow<T, PRO, EPI>(p, s);
+    return launch_gemv_narrow<T, PRO, EPI>(p, s);  // float weights: x is staged as floats
   }
   return -1;  // unreachable: gemv_supported refuses the pair first
 }
@@ -90,14 +99,14 @@ int launch_gemv_instance(const GemvParams& p, bool wide, cudaStream_t s) {
 
 #define LMF_GEMV_CASE(PRO_, EPI_)                                                         \
   if (pro == Prologue::PRO_ && epi == Epilogue::EPI_) {                                  \
-    return launch_gemv_instance<kType, Prologue::PRO_, Epilogue::EPI_>(p, wide, s);            \
+    return launch_gemv_instance<kType, Prologue::PRO_, Epilogue::EPI_>(p, wide, x16, s);       \
   }
 
-// Defines int launch_gemv_<name>(Prologue, Epilogue, const GemvParams&, bool wide, cudaStream_t):
-// the SMs the grid left free, -1 for a pair outside the allow-list.
+// Defines int launch_gemv_<name>(Prologue, Epilogue, const GemvParams&, bool wide, bool x16,
+// cudaStream_t): the SMs the grid left free, -1 for a pair outside the allow-list.
 #define LMF_GEMV_TYPE_FILE(name, TYPE)                                                    \
   namespace lmf::cuda::dev {                                                              \
-  int launch_gemv_##name(Prologue pro, Epilogue epi, const GemvParams& p, bool wide, cudaStream_t s) { \
+  int launch_gemv_##name(Prologue pro, Epilogue epi, const GemvParams& p, bool wide, bool x16, cudaStream_t s) { \
     constexpr DType kType = TYPE;                                                         \
     LMF_GEMV_ALLOW_LIST(LMF_GEMV_CASE)                                                    \
     return -1;                                                                            \

@@ -1,5 +1,5 @@
-// Byte dot products of quantized weight blocks with int8 activations (act_quant.cuh's codes),
-// exact in int32: the inner loops of the integer-dot decode GEMV (gemv.cuh) and of the o_proj
+// Byte dot products of quantized weight blocks with int8 activations (act_quant.cuh's codes) or
+// 16-bit ones as two byte planes, exact in int32: the inner loops of the integer-dot decode GEMV (gemv.cuh) and of the o_proj
 // slice in the direct attention (attention_staged.cuh, OPROJ).
 #pragma once
 #include <cstdint>
@@ -15,6 +15,18 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
 __device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
   int d;
   asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+// Unsigned bytes of a times unsigned bytes of b (the low bytes of 16-bit codes, below).
+__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+// Signed bytes of a times unsigned bytes of b.
+__device__ __forceinline__ int dp4a_su(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
 }
 
@@ -34,9 +46,23 @@ __device__ __forceinline__ int dot_q4_i8(const uint4& q, const uint4& xl, const 
   return lo + (hi >> 4);  // hi is a multiple of 16: the shift is exact for negatives too
 }
 
+// The same with the unsigned low bytes of 16-bit codes (see dot_q4_i16).
+__device__ __forceinline__ int dot_q4_u8(const uint4& q, const uint4& xl, const uint4& xh, int init) {
+  int lo = init, hi = 0;
+  lo = dp4a_uu(q.x & 0x0F0F0F0Fu, xl.x, lo);
+  hi = dp4a_uu(q.x & 0xF0F0F0F0u, xh.x, hi);
+  lo = dp4a_uu(q.y & 0x0F0F0F0Fu, xl.y, lo);
+  hi = dp4a_uu(q.y & 0xF0F0F0F0u, xh.y, hi);
+  lo = dp4a_uu(q.z & 0x0F0F0F0Fu, xl.z, lo);
+  hi = dp4a_uu(q.z & 0xF0F0F0F0u, xh.z, hi);
+  lo = dp4a_uu(q.w & 0x0F0F0F0Fu, xl.w, lo);
+  hi = dp4a_uu(q.w & 0xF0F0F0F0u, xh.w, hi);
+  return lo + (hi >> 4);
+}
+
 // sum_e q_e * xq_e over one Q8_0 block (2 x 16 bytes), exact in int32.
-__device__ __forceinline__ int dot_q8_i8(const uint4 (&q)[2], const uint4& xl, const uint4& xh) {
-  int s = 0;
+__device__ __forceinline__ int dot_q8_i8(const uint4 (&q)[2], const uint4& xl, const uint4& xh, int init = 0) {
+  int s = init;
   s = dp4a_ss(q[0].x, xl.x, s);
   s = dp4a_ss(q[0].y, xl.y, s);
   s = dp4a_ss(q[0].z, xl.z, s);
@@ -46,6 +72,38 @@ __device__ __forceinline__ int dot_q8_i8(const uint4 (&q)[2], const uint4& xl, c
   s = dp4a_ss(q[1].z, xh.z, s);
   s = dp4a_ss(q[1].w, xh.w, s);
   return s;
+}
+__device__ __forceinline__ int dot_q8_u8(const uint4 (&q)[2], const uint4& xl, const uint4& xh) {
+  int s = 0;
+  s = dp4a_su(q[0].x, xl.x, s);
+  s = dp4a_su(q[0].y, xl.y, s);
+  s = dp4a_su(q[0].z, xl.z, s);
+  s = dp4a_su(q[0].w, xl.w, s);
+  s = dp4a_su(q[1].x, xh.x, s);
+  s = dp4a_su(q[1].y, xh.y, s);
+  s = dp4a_su(q[1].z, xh.z, s);
+  s = dp4a_su(q[1].w, xh.w, s);
+  return s;
+}
+
+// float(s) from the word kFloatIntBias + s, |s| < 2^22 (the dot started at the bias): the
+// word is the float 1.5 * 2^23 + s exactly, so one FSUB gives s, where an I2F is a quarter-rate
+// conversion on the chain of every block (the int8 dots: |s| <= 32 * 128 * 127 < 2^19).
+constexpr int kFloatIntBias = 0x4b400000;  // the bits of 1.5 * 2^23 = 12582912.f
+__device__ __forceinline__ float biased_dot_to_float(int word) {
+  return __fsub_rn(__int_as_float(word), 12582912.f);
+}
+
+// 16-bit activation codes (knob cuda_act16; the CPU backend's ActBlock16 rule: q = rne(x *
+// 32767/amax)) as two byte planes, q = 256 * hi + lo with hi the signed high byte and lo the
+// unsigned low byte: the exact int32 dot is 256 * dot(w, hi) + dot(w, lo), two dp4a per weight
+// word where the 8-bit codes take one. x[0], x[1]: the low bytes of elements 0-15 / 16-31; x[2],
+// x[3]: their high bytes. No overflow: |256 * sum w*hi| <= 256 * 32 * 128 * 128 = 2^27.
+__device__ __forceinline__ int dot_q4_i16(const uint4& q, const uint4 (&x)[4], int init) {
+  return 256 * dot_q4_i8(q, x[2], x[3], 0) + dot_q4_u8(q, x[0], x[1], init);
+}
+__device__ __forceinline__ int dot_q8_i16(const uint4 (&q)[2], const uint4 (&x)[4]) {
+  return 256 * dot_q8_i8(q, x[2], x[3]) + dot_q8_u8(q, x[0], x[1]);
 }
 
 }  // namespace lmf::cuda::dev

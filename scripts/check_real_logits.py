@@ -6,7 +6,9 @@ tokenize this model's text (tests/e2e/test_real_model.py needs it): the prompt's
 reference. Prints, per activation-code setting (knob cpu_act16 / cuda_act16 = 0, 1, default), the
 last position's rel-L2 against transformers and the argmax agreement over the positions, with the
 prompt run as one step per token (the decode kernels); then greedy ids of each setting against
-the CPU's default. Exit 1 when the 16-bit setting misses 3e-3 or the default misses 3e-2.
+the CPU's default. Exit 1 when the 16-bit setting misses 3e-3, when any setting's argmax leaves a
+position of transformers', or when the CPU's default (its 16-bit path) misses 3e-2; CUDA's default
+is its int8 codes (cuda_act16 auto = off, docs/PERF.md S40-2), reported, not gated.
 
   python3 scripts/check_real_logits.py --lmfuse build/lmfuse --device cuda
 """
@@ -56,9 +58,10 @@ def main():
         g = base if not setting else greedy(setting)
         first = next((i for i, (x, y) in enumerate(zip(g, cpu)) if x != y), len(g))
         print(f"| {name} | {e:.3e} | {a:.2f} | {'identical' if first == len(g) else f'first difference at {first}'} |")
+        ok &= a == 1.0
         if name.endswith("=1"):
             ok &= e <= 3e-3
-        if name == "default":
+        if name == "default" and args.device == "cpu":
             ok &= e <= 3e-2
     print("ok" if ok else "FAIL")
     return 0 if ok else 1

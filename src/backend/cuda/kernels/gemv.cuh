@@ -329,20 +329,21 @@ struct Frag {
         return;
       }
       const uint4 xl = xq[c], xh = xq[nblk + c];
-      // Each dot starts at kFloatIntBias, so its float is one FSUB away (biased_dot_to_float).
+      // (float(s) by I2F: starting the dot at the bits of 1.5 * 2^23 and one FSUB instead was
+      // bit-identical and 0.6-1.6 % slower, docs/PERF.md S40-3)
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const float d = __half2float(__ushort_as_half(uint16_t(sc[r] & 0xffffu)));
         if constexpr (T == DType::Q4_0) {
           // sum (q-8)*xq = dot(q, xq) - 8*sum(xq): the dot starts at -8*sum(xq).
-          const int s = dot_q4_i8(w[r][0], xl, xh, kFloatIntBias - 8 * xsc.y);
-          acc[r] = fmaf(d * dx, biased_dot_to_float(s), acc[r]);
+          const int s = dot_q4_i8(w[r][0], xl, xh, -8 * xsc.y);
+          acc[r] = fmaf(d * dx, float(s), acc[r]);
         } else if constexpr (T == DType::Q4_1) {
           const float m = __half2float(__ushort_as_half(uint16_t(sc[r] >> 16)));
-          const int s = dot_q4_i8(w[r][0], xl, xh, kFloatIntBias);
-          acc[r] = fmaf(d * dx, biased_dot_to_float(s), fmaf(m * dx, float(xsc.y), acc[r]));
+          const int s = dot_q4_i8(w[r][0], xl, xh, 0);
+          acc[r] = fmaf(d * dx, float(s), fmaf(m * dx, float(xsc.y), acc[r]));
         } else {
-          acc[r] = fmaf(d * dx, biased_dot_to_float(dot_q8_i8(w[r], xl, xh, kFloatIntBias)), acc[r]);
+          acc[r] = fmaf(d * dx, float(dot_q8_i8(w[r], xl, xh)), acc[r]);
         }
       }
     } else {

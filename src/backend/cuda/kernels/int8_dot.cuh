@@ -61,8 +61,8 @@ __device__ __forceinline__ int dot_q4_u8(const uint4& q, const uint4& xl, const 
 }
 
 // sum_e q_e * xq_e over one Q8_0 block (2 x 16 bytes), exact in int32.
-__device__ __forceinline__ int dot_q8_i8(const uint4 (&q)[2], const uint4& xl, const uint4& xh, int init = 0) {
-  int s = init;
+__device__ __forceinline__ int dot_q8_i8(const uint4 (&q)[2], const uint4& xl, const uint4& xh) {
+  int s = 0;
   s = dp4a_ss(q[0].x, xl.x, s);
   s = dp4a_ss(q[0].y, xl.y, s);
   s = dp4a_ss(q[0].z, xl.z, s);
@@ -84,14 +84,6 @@ __device__ __forceinline__ int dot_q8_u8(const uint4 (&q)[2], const uint4& xl, c
   s = dp4a_su(q[1].z, xh.z, s);
   s = dp4a_su(q[1].w, xh.w, s);
   return s;
-}
-
-// float(s) from the word kFloatIntBias + s, |s| < 2^22 (the dot started at the bias): the
-// word is the float 1.5 * 2^23 + s exactly, so one FSUB gives s, where an I2F is a quarter-rate
-// conversion on the chain of every block (the int8 dots: |s| <= 32 * 128 * 127 < 2^19).
-constexpr int kFloatIntBias = 0x4b400000;  // the bits of 1.5 * 2^23 = 12582912.f
-__device__ __forceinline__ float biased_dot_to_float(int word) {
-  return __fsub_rn(__int_as_float(word), 12582912.f);
 }
 
 // 16-bit activation codes (knob cuda_act16; the CPU backend's ActBlock16 rule: q = rne(x *

@@ -30,60 +30,51 @@ __device__ __forceinline__ int dp4a_su(uint32_t a, uint32_t b, int c) {
   return d;
 }
 
+// Weight bytes times activation bytes, the x bytes signed (int8 codes, the high bytes of 16-bit
+// ones) or unsigned (the low bytes of 16-bit codes); the weight bytes unsigned (Q4 nibbles) or
+// signed (Q8_0).
+template <bool kSignedW, bool kSignedX>
+__device__ __forceinline__ int dp4a_wx(uint32_t w, uint32_t x, int c) {
+  if constexpr (kSignedW) return kSignedX ? dp4a_ss(w, x, c) : dp4a_su(w, x, c);
+  else return kSignedX ? dp4a_us(w, x, c) : dp4a_uu(w, x, c);
+}
+
 // init + sum_e q_e * xq_e over one Q4 block (16 bytes of nibbles), exact in int32. The high
 // nibbles are used in place (masked, not shifted: bytes 16*q in [0, 240], unsigned dp4a), so
 // their sum is 16x and one shift at the end replaces a shift per word.
-__device__ __forceinline__ int dot_q4_i8(const uint4& q, const uint4& xl, const uint4& xh, int init) {
+template <bool kSignedX>
+__device__ __forceinline__ int dot_q4_x8(const uint4& q, const uint4& xl, const uint4& xh, int init) {
   int lo = init, hi = 0;
-  lo = dp4a_us(q.x & 0x0F0F0F0Fu, xl.x, lo);
-  hi = dp4a_us(q.x & 0xF0F0F0F0u, xh.x, hi);
-  lo = dp4a_us(q.y & 0x0F0F0F0Fu, xl.y, lo);
-  hi = dp4a_us(q.y & 0xF0F0F0F0u, xh.y, hi);
-  lo = dp4a_us(q.z & 0x0F0F0F0Fu, xl.z, lo);
-  hi = dp4a_us(q.z & 0xF0F0F0F0u, xh.z, hi);
-  lo = dp4a_us(q.w & 0x0F0F0F0Fu, xl.w, lo);
-  hi = dp4a_us(q.w & 0xF0F0F0F0u, xh.w, hi);
+  lo = dp4a_wx<false, kSignedX>(q.x & 0x0F0F0F0Fu, xl.x, lo);
+  hi = dp4a_wx<false, kSignedX>(q.x & 0xF0F0F0F0u, xh.x, hi);
+  lo = dp4a_wx<false, kSignedX>(q.y & 0x0F0F0F0Fu, xl.y, lo);
+  hi = dp4a_wx<false, kSignedX>(q.y & 0xF0F0F0F0u, xh.y, hi);
+  lo = dp4a_wx<false, kSignedX>(q.z & 0x0F0F0F0Fu, xl.z, lo);
+  hi = dp4a_wx<false, kSignedX>(q.z & 0xF0F0F0F0u, xh.z, hi);
+  lo = dp4a_wx<false, kSignedX>(q.w & 0x0F0F0F0Fu, xl.w, lo);
+  hi = dp4a_wx<false, kSignedX>(q.w & 0xF0F0F0F0u, xh.w, hi);
   return lo + (hi >> 4);  // hi is a multiple of 16: the shift is exact for negatives too
 }
-
-// The same with the unsigned low bytes of 16-bit codes (see dot_q4_i16).
-__device__ __forceinline__ int dot_q4_u8(const uint4& q, const uint4& xl, const uint4& xh, int init) {
-  int lo = init, hi = 0;
-  lo = dp4a_uu(q.x & 0x0F0F0F0Fu, xl.x, lo);
-  hi = dp4a_uu(q.x & 0xF0F0F0F0u, xh.x, hi);
-  lo = dp4a_uu(q.y & 0x0F0F0F0Fu, xl.y, lo);
-  hi = dp4a_uu(q.y & 0xF0F0F0F0u, xh.y, hi);
-  lo = dp4a_uu(q.z & 0x0F0F0F0Fu, xl.z, lo);
-  hi = dp4a_uu(q.z & 0xF0F0F0F0u, xh.z, hi);
-  lo = dp4a_uu(q.w & 0x0F0F0F0Fu, xl.w, lo);
-  hi = dp4a_uu(q.w & 0xF0F0F0F0u, xh.w, hi);
-  return lo + (hi >> 4);
+__device__ __forceinline__ int dot_q4_i8(const uint4& q, const uint4& xl, const uint4& xh, int init) {
+  return dot_q4_x8<true>(q, xl, xh, init);
 }
 
 // sum_e q_e * xq_e over one Q8_0 block (2 x 16 bytes), exact in int32.
-__device__ __forceinline__ int dot_q8_i8(const uint4 (&q)[2], const uint4& xl, const uint4& xh) {
+template <bool kSignedX>
+__device__ __forceinline__ int dot_q8_x8(const uint4 (&q)[2], const uint4& xl, const uint4& xh) {
   int s = 0;
-  s = dp4a_ss(q[0].x, xl.x, s);
-  s = dp4a_ss(q[0].y, xl.y, s);
-  s = dp4a_ss(q[0].z, xl.z, s);
-  s = dp4a_ss(q[0].w, xl.w, s);
-  s = dp4a_ss(q[1].x, xh.x, s);
-  s = dp4a_ss(q[1].y, xh.y, s);
-  s = dp4a_ss(q[1].z, xh.z, s);
-  s = dp4a_ss(q[1].w, xh.w, s);
+  s = dp4a_wx<true, kSignedX>(q[0].x, xl.x, s);
+  s = dp4a_wx<true, kSignedX>(q[0].y, xl.y, s);
+  s = dp4a_wx<true, kSignedX>(q[0].z, xl.z, s);
+  s = dp4a_wx<true, kSignedX>(q[0].w, xl.w, s);
+  s = dp4a_wx<true, kSignedX>(q[1].x, xh.x, s);
+  s = dp4a_wx<true, kSignedX>(q[1].y, xh.y, s);
+  s = dp4a_wx<true, kSignedX>(q[1].z, xh.z, s);
+  s = dp4a_wx<true, kSignedX>(q[1].w, xh.w, s);
   return s;
 }
-__device__ __forceinline__ int dot_q8_u8(const uint4 (&q)[2], const uint4& xl, const uint4& xh) {
-  int s = 0;
-  s = dp4a_su(q[0].x, xl.x, s);
-  s = dp4a_su(q[0].y, xl.y, s);
-  s = dp4a_su(q[0].z, xl.z, s);
-  s = dp4a_su(q[0].w, xl.w, s);
-  s = dp4a_su(q[1].x, xh.x, s);
-  s = dp4a_su(q[1].y, xh.y, s);
-  s = dp4a_su(q[1].z, xh.z, s);
-  s = dp4a_su(q[1].w, xh.w, s);
-  return s;
+__device__ __forceinline__ int dot_q8_i8(const uint4 (&q)[2], const uint4& xl, const uint4& xh) {
+  return dot_q8_x8<true>(q, xl, xh);
 }
 
 // 16-bit activation codes (knob cuda_act16; the CPU backend's ActBlock16 rule: q = rne(x *
@@ -92,10 +83,10 @@ __device__ __forceinline__ int dot_q8_u8(const uint4 (&q)[2], const uint4& xl, c
 // word where the 8-bit codes take one. x[0], x[1]: the low bytes of elements 0-15 / 16-31; x[2],
 // x[3]: their high bytes. No overflow: |256 * sum w*hi| <= 256 * 32 * 128 * 128 = 2^27.
 __device__ __forceinline__ int dot_q4_i16(const uint4& q, const uint4 (&x)[4], int init) {
-  return 256 * dot_q4_i8(q, x[2], x[3], 0) + dot_q4_u8(q, x[0], x[1], init);
+  return 256 * dot_q4_x8<true>(q, x[2], x[3], 0) + dot_q4_x8<false>(q, x[0], x[1], init);
 }
 __device__ __forceinline__ int dot_q8_i16(const uint4 (&q)[2], const uint4 (&x)[4]) {
-  return 256 * dot_q8_i8(q, x[2], x[3]) + dot_q8_u8(q, x[0], x[1]);
+  return 256 * dot_q8_x8<true>(q, x[2], x[3]) + dot_q8_x8<false>(q, x[0], x[1]);
 }
 
 }  // namespace lmf::cuda::dev

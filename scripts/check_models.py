@@ -142,6 +142,16 @@ def greedy_agreement(exe, model, prompt, device, n, max_ties=4, gen=generate, ro
     return True, ties, None
 
 
+def greedy_cell(args, model, tokens):
+    """(ok, the table cell) of greedy_agreement over args.gen tokens from the first 8 of tokens;
+    (True, "-") with --gen 0."""
+    if args.gen <= 0:
+        return True, "-"
+    g_ok, ties, bad = greedy_agreement(args.lmfuse, model, tokens[:8], args.device, args.gen)
+    tie_s = "; ".join(f"{kind} at {p}: margin {m:.1e} <= {b:.1e}" for p, m, b, kind in ties)
+    return g_ok, ("yes" if g_ok else f"no ({describe(bad)})") + (f" ({tie_s})" if ties else "")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lmfuse", default=os.path.join(ROOT, "build", "lmfuse"))
@@ -192,12 +202,8 @@ def main():
             am = float(np.mean(dev.reshape(-1, V).argmax(1) == want.reshape(-1, V).argmax(1)))
             tol = c["tolerance"]
             ok = e_hf <= tol["rel_l2"] and am >= tol.get("argmax_agreement", 0) and e_fu <= 1e-3 and e_one <= 1e-3 and e_route <= 3e-2 and e_auto <= 3e-2 and e_chunk <= 1e-3
-            same = "-"
-            if args.gen > 0:
-                g_ok, ties, bad = greedy_agreement(args.lmfuse, model, c["tokens"][:8], args.device, args.gen)
-                tie_s = "; ".join(f"{kind} at {p}: margin {m:.1e} <= {b:.1e}" for p, m, b, kind in ties)
-                same = ("yes" if g_ok else f"no ({describe(bad)})") + (f" ({tie_s})" if ties else "")
-                ok = ok and g_ok
+            g_ok, same = greedy_cell(args, model, c["tokens"])
+            ok = ok and g_ok
             print(f"| {c['name']} | {e_hf:.2e} ({tol['rel_l2']:.0e}) | {am:.3f} | {e_cpu:.2e} | {e_fu:.2e} | {e_one:.2e} | {e_chunk:.2e} | {e_route:.2e} | {e_auto:.2e} | {same} |"
                   + ("" if ok else " **FAIL**"))
         except Exception as ex:  # report and continue with the other cases
@@ -238,12 +244,8 @@ def act16_table(args):
             ref = c16 if want is None else want
             e8, e16, e_cpu, e_fu = rel_l2(d8, ref), rel_l2(d16, ref), rel_l2(d16, c16), rel_l2(d16, u16)
             ok = e16 <= tol and e_cpu <= 1e-3 and e_fu <= 1e-3
-            same = "-"
-            if args.gen > 0:
-                g_ok, ties, bad = greedy_agreement(args.lmfuse, model, toks[:8], args.device, args.gen)
-                tie_s = "; ".join(f"{kind} at {p}: margin {m:.1e} <= {b:.1e}" for p, m, b, kind in ties)
-                same = ("yes" if g_ok else f"no ({describe(bad)})") + (f" ({tie_s})" if ties else "")
-                ok = ok and g_ok
+            g_ok, same = greedy_cell(args, model, toks)
+            ok = ok and g_ok
             print(f"| {name} | {e8:.2e} | {e16:.2e} ({tol:.0e}) | {e_cpu:.2e} | {e_fu:.2e} | {same} |" + ("" if ok else " **FAIL**"))
         except Exception as ex:
             ok = False

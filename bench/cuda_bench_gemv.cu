@@ -432,6 +432,10 @@ int main(int argc, char** argv) {
     // `cuda_bench_gemv SUBSTR`: only the Q4_0 plain GEMVs whose shape name contains SUBSTR (a short
     // run for a profiler, e.g. ncu --launch-skip 40 --launch-count 1).
     if (argc > 1) {
+      // (block width and activation codes from the knobs: LMFUSE_GEMV_WIDE, LMFUSE_CUDA_ACT16)
+      const Knobs kn = Knobs::from_env();
+      set_gemv_wide(tri_resolve(kn.gemv_wide, false));
+      set_gemv_act16(tri_resolve(kn.cuda_act16, kCudaAct16Auto));
       for (const auto* set : {&s8, &s4, &s06})
         for (const auto& sh : *set)
           if (std::string(sh.name).find(argv[1]) != std::string::npos)

@@ -43,6 +43,17 @@ uint64_t Model::param_count() const {
   return n;
 }
 
+bool Model::quantized_matmuls() const {
+  auto quantized = [](const Weight& w) {
+    return w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0;
+  };
+  if (quantized(output)) return true;
+  for (const auto& L : layers)
+    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      if (quantized(*w)) return true;
+  return false;
+}
+
 std::string Model::type_summary() const {
   std::map<std::string, uint64_t> bytes;
   for (const auto& t : file->tensors())

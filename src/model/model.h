@@ -47,6 +47,10 @@ struct Model {
   uint64_t weight_bytes() const;   // bytes of all weights (output counted once when tied)
   uint64_t param_count() const;
   std::string type_summary() const;  // dominant weight type, e.g. "Q4_0"
+  // Whether any projection (the layers' q/k/v/o/gate/up/down, the logits) is block-quantized
+  // (Q4_0, Q4_1, Q8_0): the matmuls that quantize their input to activation codes. A backend's
+  // description names its codes only then; F16/BF16/F32 models take float activations.
+  bool quantized_matmuls() const;
 };
 
 }  // namespace lmf

@@ -27,6 +27,34 @@ struct TinyCpu {
   }
 };
 
+// A backend's description names the activation codes its quantized matmuls use, and says float
+// activations for a model whose projections are all float (no codes are made for them).
+TEST(Backend, DescriptionNamesTheActivationCodes) {
+  auto desc = [](const std::string& file, lmf::Tri act16) {
+    auto m = lmf::Model::load(kGolden + file);
+    lmf::BackendOptions bo;
+    bo.n_threads = 1;
+    bo.n_ctx = 16;
+    bo.knobs.cpu_act16 = act16;
+    auto be = lmf::make_cpu_backend(bo);
+    be->load(*m);
+    return std::make_pair(m->quantized_matmuls(), be->description());
+  };
+  for (const char* f : {"qwen3-tiny-f32.gguf", "qwen3-tiny-f16.gguf", "llama-tiny-bf16.gguf"}) {
+    const auto [q, d] = desc(f, lmf::Tri::Auto);
+    EXPECT_FALSE(q) << f;
+    EXPECT_NE(d.find("float activations"), std::string::npos) << f << ": " << d;
+  }
+  for (const char* f : {"qwen3-tiny-q4_0.gguf", "qwen2-tiny-q4_1.gguf", "llama-tiny-q8_0.gguf"}) {
+    const auto [q, d] = desc(f, lmf::Tri::Auto);
+    EXPECT_TRUE(q) << f;
+    EXPECT_NE(d.find("16-bit activations"), std::string::npos) << f << ": " << d;
+    const auto [q8, d8] = desc(f, lmf::Tri::Off);
+    EXPECT_NE(d8.find("8-bit activations"), std::string::npos) << f << ": " << d8;
+    EXPECT_EQ(d8.find("16-bit"), std::string::npos) << f << ": " << d8;
+  }
+}
+
 TEST(PublicApi, EvalMatchesSessionAndKeepsTheConversation) {
   lmfuse::EngineOptions o;
   o.device = "cpu";

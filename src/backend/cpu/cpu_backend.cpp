@@ -43,6 +43,8 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   std::string description() const override {
+    if (m_ && !m_->quantized_matmuls())  // F16/BF16/F32 projections: float activations
+      return cat("CPU ", cpu::isa_name(cpu::active_isa()), ", ", pool_.size(), " threads, float activations");
     return cat("CPU ", cpu::isa_name(cpu::active_isa()), ", ", pool_.size(), " threads, ", int(act_), "-bit activations");
   }
   const BackendOptions& options() const override { return opts_; }

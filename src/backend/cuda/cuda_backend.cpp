@@ -165,9 +165,11 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
-  // The activation codes of the quantized GEMVs, as the CPU backend names its own (cuda_act16).
+  // The activation codes of the quantized GEMVs, as the CPU backend names its own (cuda_act16);
+  // a model without quantized projections takes float activations whatever the knob says.
   std::string description() const override {
-    return "CUDA " + dev_name_ + (act16_ ? ", 16-bit activations" : ", 8-bit activations");
+    const bool codes = m_ && m_->quantized_matmuls();
+    return "CUDA " + dev_name_ + (!codes ? ", float activations" : act16_ ? ", 16-bit activations" : ", 8-bit activations");
   }
   const BackendOptions& options() const override { return opts_; }
   // LMFUSE_CUDA_PREFILL=0 runs prompts token by token through the decode step (slow, but the

@@ -441,9 +441,11 @@ void CudaBackend::load(const Model& m) {
   const uint64_t kv_bytes = hp.kv_cache_bytes(opts_.n_ctx);
   const uint64_t rope_bytes = rope_table ? cuda::rope_table_bytes(opts_.n_ctx, int(hp.head_dim)) : 0;
   const uint64_t need = m.weight_bytes() + (hp.tied_output ? m.tok_embd.nbytes : 0) + kv_bytes + rope_bytes;
-  if (need + (256ull << 20) > free_b)
-    LMF_FAIL("model needs about ", (need >> 20), " MiB of GPU memory (weights + KV cache for ", opts_.n_ctx,
-             " positions); ", (free_b >> 20), " MiB are free on ", dev_name_);
+  constexpr uint64_t kWorkspace = 256ull << 20;  // activations, prefill scratch, cuBLAS workspace
+  if (need + kWorkspace > free_b)
+    LMF_FAIL("model needs about ", ((need + kWorkspace) >> 20), " MiB of GPU memory (weights + KV cache for ",
+             opts_.n_ctx, " positions + ", (kWorkspace >> 20), " MiB of working space); ", (free_b >> 20),
+             " MiB are free on ", dev_name_, " (a smaller -c lowers the KV cache)");
   const bool gateup_fused = k.fusion != Tri::Off && k.gateup_fusion != Tri::Off;
 
   auto upload = [&](LayerDev& L, const cuda::HostPacked& h) {

@@ -3,6 +3,7 @@
 // scratch; run() only launches what prepare chose, so a whole step can be captured and replayed.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,11 @@ struct BackendOptions {
   int64_t n_ctx = 0;   // KV cache length
   Knobs knobs;
   int device = 0;      // CUDA device ordinal
+  // Called by backends whose load() copies the weights (CUDA: repack + upload, layer by layer)
+  // after each part: bytes of the model's weights handled so far and in all, parts done and in
+  // all. Backends that map the file in place (CPU) never call it. Null = no calls.
+  std::function<void(uint64_t bytes_done, uint64_t bytes_total, int64_t parts_done, int64_t parts_total)>
+      load_progress;
 };
 
 struct StepInput {

@@ -18,6 +18,7 @@ void Progress::update(uint64_t done, int64_t items, int64_t items_total) {
   bool last_item = items == items_total;
   if (!last_item && since_last < (tty_ ? 0.1 : 3.0)) return;
   last_ = now;
+  shown_ = true;
   double el = std::chrono::duration<double>(now - start_).count();
   double rate = el > 0 ? done / el : 0;
   double eta = rate > 0 && total_ > done ? (total_ - done) / rate : 0;
@@ -34,9 +35,10 @@ void Progress::update(uint64_t done, int64_t items, int64_t items_total) {
   std::fflush(stderr);
 }
 
-void Progress::finish() {
+void Progress::finish(bool always) {
   if (!enabled_ || finished_) return;
   finished_ = true;
+  if (!always && !shown_) return;
   double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   std::fprintf(stderr, "%s%s: done in %.1fs\n", tty_ ? "\r\033[K" : "", label_.c_str(), el);
 }

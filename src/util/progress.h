@@ -12,13 +12,16 @@ class Progress {
   Progress(std::string label, uint64_t total_bytes, bool enabled = true);
   // done_items/total_items are shown as "k/n"; bytes drive the rate and ETA.
   void update(uint64_t bytes_done, int64_t items_done, int64_t items_total);
-  void finish();
+  // The "done in" line; with always = false only when an update was shown (a short load that
+  // drew nothing stays silent).
+  void finish(bool always = true);
 
  private:
   std::string label_;
   uint64_t total_;
   bool enabled_, tty_;
   bool finished_ = false;
+  bool shown_ = false;  // an update was printed
   std::chrono::steady_clock::time_point start_, last_;
 };
 

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <random>
 
 #include "tokenizer/utf8.h"
@@ -52,8 +53,13 @@ Engine load_engine(const EngineFlags& f, int64_t min_ctx) {
   std::string dev = f.device;
   if (f.ngl == 0) dev = "cpu";
   else if (f.ngl > 0 && dev == "auto") dev = "cuda";
+  // Backends that copy the weights (CUDA) report each layer: a bar on a terminal, a line every
+  // few seconds otherwise, nothing for a load too short to draw one.
+  auto prog = std::make_shared<Progress>("loading " + f.model, e.model->weight_bytes());
+  o.load_progress = [prog](uint64_t done, uint64_t, int64_t k, int64_t n) { prog->update(done, k, n); };
   e.backend = make_backend(dev, o);
   e.backend->load(*e.model);
+  prog->finish(false);
   return e;
 }
 

@@ -454,6 +454,14 @@ void CudaBackend::load(const Model& m) {
     return L.own.back();
   };
   layers_.resize(size_t(hp.n_layer));
+  // Progress (BackendOptions::load_progress): the source bytes of each layer's projections as
+  // they are repacked and uploaded, then the output and embedding tables as the last part.
+  const uint64_t load_total = m.weight_bytes();
+  uint64_t load_done = 0;
+  auto progress = [&](uint64_t bytes, int64_t parts_done) {
+    load_done = std::min(load_total, load_done + bytes);
+    if (opts_.load_progress) opts_.load_progress(load_done, load_total, parts_done, hp.n_layer + 1);
+  };
   for (int l = 0; l < int(hp.n_layer); ++l) {
     const auto& W = m.layers[size_t(l)];
     auto& L = layers_[size_t(l)];
@@ -496,6 +504,11 @@ void CudaBackend::load(const Model& m) {
     CUDA_CHECK(cudaMemset(L.kc, 0, cache));
     CUDA_CHECK(cudaMemset(L.vc, 0, cache));
     L.counters = cuda::qkv_counters_alloc(int(hp.n_head), int(hp.n_head_kv));
+    uint64_t layer_bytes = 0;
+    for (const Weight* w : {&W.wq, &W.wk, &W.wv, &W.wo, &W.w_gate, &W.w_up, &W.w_down, &W.attn_norm, &W.ffn_norm,
+                            &W.q_norm, &W.k_norm, &W.bq, &W.bk, &W.bv})
+      layer_bytes += w->nbytes;
+    progress(layer_bytes, l + 1);
   }
   for (const auto& [w, dw] : mats_) pf_w_elems_ = std::max(pf_w_elems_, size_t(dw.rows * dw.cols));
   for (const auto& L : layers_)
@@ -507,6 +520,7 @@ void CudaBackend::load(const Model& m) {
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&embd_raw_), m.tok_embd.nbytes));
   CUDA_CHECK(cudaMemcpy(embd_raw_, m.tok_embd.data, m.tok_embd.nbytes, cudaMemcpyHostToDevice));
   buffers_.push_back(embd_raw_);
+  progress(load_total, hp.n_layer + 1);  // the rest: output norm, output, embedding
   decode_bytes_ += uint64_t(hp.n_layer) * 2 * uint64_t(hp.n_embd) * 4;  // norm vectors
   if (!hp.rope_freq_factors.empty()) {
     const size_t n = hp.rope_freq_factors.size() * sizeof(float);

@@ -1,7 +1,9 @@
-// The CUDA backend refuses a model that does not fit the free GPU memory with one clear error
-// (how much it needs, how much is free) instead of failing inside an allocation: the free memory
-// is taken away with cudaMalloc until ~128 MiB are left, then a golden tiny model is loaded. With
-// the memory given back, the same model loads and runs on a new backend.
+// Loading a model on the CUDA backend. (1) A model that does not fit the free GPU memory is
+// refused with one clear error (how much it needs, how much is free) instead of failing inside an
+// allocation: the free memory is taken away with cudaMalloc until ~128 MiB are left, then a golden
+// tiny model is loaded; with the memory given back, the same model loads and runs on a new
+// backend. (2) The load reports its progress (BackendOptions::load_progress) once per layer and
+// once for the rest, the bytes growing to the model's weight bytes.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -52,4 +54,31 @@ TEST(CudaBackend, RefusesAModelThatDoesNotFitTheFreeMemory) {
   lmf::Session s(*m, *ok);
   const std::vector<int32_t> toks = {1, 5, 9};
   EXPECT_EQ(s.eval(toks, false).size(), size_t(m->hp.n_vocab));
+}
+
+TEST(CudaBackend, LoadReportsProgressPerLayer) {
+  const std::string golden = std::string(LMFUSE_SOURCE_DIR) + "/tests/data/golden/";
+  auto m = lmf::Model::load(golden + "llama-tiny-q4_1.gguf");
+  struct Call {
+    uint64_t done, total;
+    int64_t k, n;
+  };
+  std::vector<Call> calls;
+  lmf::BackendOptions bo;
+  bo.n_ctx = 32;
+  bo.load_progress = [&](uint64_t done, uint64_t total, int64_t k, int64_t n) { calls.push_back({done, total, k, n}); };
+  auto be = lmf::make_backend("cuda", bo);
+  be->load(*m);
+  const int64_t parts = m->hp.n_layer + 1;
+  ASSERT_TRUE(int64_t(calls.size()) == parts) << calls.size() << " calls for " << parts << " parts";
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].k, int64_t(i + 1));
+    EXPECT_EQ(calls[i].n, parts);
+    EXPECT_EQ(calls[i].total, m->weight_bytes());
+    EXPECT_TRUE(calls[i].done > 0 && calls[i].done <= calls[i].total) << i << ": " << calls[i].done;
+    if (i > 0) {
+      EXPECT_TRUE(calls[i].done > calls[i - 1].done) << i;
+    }
+  }
+  EXPECT_EQ(calls.back().done, m->weight_bytes());
 }

@@ -2,12 +2,14 @@
 // interleave equal the single-matrix repacks of their rows, put together row by row. The per-SM
 // tiles (repack_tiles_*): every GGUF Q4_0 block lands at the byte the layout documents, for
 // concatenated parts and for interleaved gate/up rows, and shapes off the tile grid or other
-// types are refused. Host only (no device needed).
+// types are refused. The load's parallel repack (a ThreadPool) gives the same bytes as one thread.
+// Host only (no device needed).
 #include <algorithm>
 #include <cstring>
 
 #include "cuda_test.h"
 #include "cuda_test_util.h"
+#include "util/threadpool.h"
 
 using namespace lmfct_cuda;
 using namespace lmf::cuda;
@@ -96,5 +98,22 @@ TEST(CudaRepack, ConcatAndGateUpAreTheirRowsRepacked) {
       bad += !same_row(gu, 2 * i + 1, b.data() + rb * i);
     }
     EXPECT_EQ(bad, 0) << dtype_name(t);
+  }
+}
+
+TEST(CudaRepack, ThreadPoolGivesTheSameBytes) {
+  std::mt19937 rng(11);
+  lmf::ThreadPool pool(4);
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16}) {
+    const int64_t cols = 1056;  // 33 blocks: a partial second group; rows past the pool's threshold
+    auto a = random_rows(t, 301, cols, rng), b = random_rows(t, 77, cols, rng);
+    const std::vector<RowsRef> parts = {RowsRef{a.data(), 301}, RowsRef{b.data(), 77}};
+    const HostPacked c1 = repack_concat(t, parts, cols), cp = repack_concat(t, parts, cols, &pool);
+    const HostPacked g1 = repack_gate_up(t, a.data(), b.data(), 77, cols),
+                     gp = repack_gate_up(t, a.data(), b.data(), 77, cols, &pool);
+    const HostPacked r1 = repack_rows(t, a.data(), 301, cols), rp = repack_rows(t, a.data(), 301, cols, &pool);
+    EXPECT_TRUE(c1.q == cp.q && c1.scales == cp.scales) << dtype_name(t) << " concat";
+    EXPECT_TRUE(g1.q == gp.q && g1.scales == gp.scales) << dtype_name(t) << " gate/up";
+    EXPECT_TRUE(r1.q == rp.q && r1.scales == rp.scales) << dtype_name(t) << " rows";
   }
 }

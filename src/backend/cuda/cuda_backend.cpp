@@ -31,6 +31,7 @@
 #include "format/quant/half.h"
 #include "util/log.h"
 #include "util/status.h"
+#include "util/threadpool.h"
 
 namespace lmf {
 namespace {
@@ -76,9 +77,9 @@ GpuSource gpu_source(const Weight& w) {
   }
   return s;
 }
-cuda::HostPacked pack(const Weight& w) {
+cuda::HostPacked pack(const Weight& w, ThreadPool* pool = nullptr) {
   GpuSource s = gpu_source(w);
-  return cuda::repack_rows(s.type, s.data, w.rows, w.cols);
+  return cuda::repack_rows(s.type, s.data, w.rows, w.cols, pool);
 }
 
 struct LayerDev {
@@ -454,6 +455,10 @@ void CudaBackend::load(const Model& m) {
     return L.own.back();
   };
   layers_.resize(size_t(hp.n_layer));
+  // The repacking runs on a pool of the load's own (-t threads, default the machine's cores):
+  // rows are independent, the bytes the same (8B from the page cache: 4.3-4.7 s on one thread,
+  // docs/PERF.md S41-4).
+  ThreadPool pool(opts_.n_threads > 0 ? opts_.n_threads : 0);
   // Progress (BackendOptions::load_progress): the source bytes of each layer's projections as
   // they are repacked and uploaded, then the output and embedding tables as the last part.
   const uint64_t load_total = m.weight_bytes();
@@ -470,12 +475,12 @@ void CudaBackend::load(const Model& m) {
     if (W.wq.type == W.wk.type && W.wk.type == W.wv.type) {
       GpuSource q = gpu_source(W.wq), k = gpu_source(W.wk), v = gpu_source(W.wv);
       L.qkv = upload(L, cuda::repack_concat(q.type, {{q.data, W.wq.rows}, {k.data, W.wk.rows}, {v.data, W.wv.rows}},
-                                            hp.n_embd));
+                                            hp.n_embd, &pool));
       mats_[&W.wq] = row_view(L.qkv, 0, W.wq.rows);
       mats_[&W.wk] = row_view(L.qkv, W.wq.rows, W.wk.rows);
       mats_[&W.wv] = row_view(L.qkv, W.wq.rows + W.wk.rows, W.wv.rows);
     } else {
-      for (const Weight* w : {&W.wq, &W.wk, &W.wv}) mats_[w] = upload(L, pack(*w));
+      for (const Weight* w : {&W.wq, &W.wk, &W.wv}) mats_[w] = upload(L, pack(*w, &pool));
     }
     if (hp.qkv_bias) {
       const size_t nq = size_t(W.bq.cols), nk = size_t(W.bk.cols);
@@ -487,17 +492,17 @@ void CudaBackend::load(const Model& m) {
       vecs_[&W.bk] = L.qkv_bias + nq;
       vecs_[&W.bv] = L.qkv_bias + nq + nk;
     }
-    mats_[&W.wo] = upload(L, pack(W.wo));
+    mats_[&W.wo] = upload(L, pack(W.wo, &pool));
     if (gateup_fused && W.w_gate.type == W.w_up.type) {
       GpuSource gs = gpu_source(W.w_gate), us = gpu_source(W.w_up);
-      L.gate_up = upload(L, cuda::repack_gate_up(gs.type, gs.data, us.data, W.w_gate.rows, W.w_gate.cols));
+      L.gate_up = upload(L, cuda::repack_gate_up(gs.type, gs.data, us.data, W.w_gate.rows, W.w_gate.cols, &pool));
       gate_up_layer_[&W.w_gate] = l;
       gate_up_layer_[&W.w_up] = l;
     } else {
-      mats_[&W.w_gate] = upload(L, pack(W.w_gate));
-      mats_[&W.w_up] = upload(L, pack(W.w_up));
+      mats_[&W.w_gate] = upload(L, pack(W.w_gate, &pool));
+      mats_[&W.w_up] = upload(L, pack(W.w_up, &pool));
     }
-    mats_[&W.w_down] = upload(L, pack(W.w_down));
+    mats_[&W.w_down] = upload(L, pack(W.w_down, &pool));
     const size_t cache = size_t(opts_.n_ctx) * size_t(hp.kv_dim()) * sizeof(uint16_t);
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&L.kc), cache));
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&L.vc), cache));
@@ -514,7 +519,7 @@ void CudaBackend::load(const Model& m) {
   for (const auto& L : layers_)
     if (L.gate_up.q) pf_w_elems_ = std::max(pf_w_elems_, size_t(L.gate_up.rows / 2 * L.gate_up.cols));
   upload_f32(m.output_norm);
-  extra_.push_back(cuda::upload_weight(pack(m.output), stream_));
+  extra_.push_back(cuda::upload_weight(pack(m.output, &pool), stream_));
   mats_[&m.output] = extra_.back();
   decode_bytes_ += cuda::weight_bytes(extra_.back());
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&embd_raw_), m.tok_embd.nbytes));

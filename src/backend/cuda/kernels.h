@@ -22,6 +22,10 @@
 #include "format/quant/types.h"
 #include "util/tri.h"
 
+namespace lmf {
+class ThreadPool;  // util/threadpool.h
+}
+
 namespace lmf::cuda {
 
 // ---------------------------------------------------------------------------------------------
@@ -45,15 +49,18 @@ struct HostPacked {
 
 // `src` holds `rows` GGUF rows of `cols` elements back to back (row_bytes(t, cols) each).
 // Supported: Q4_0, Q4_1, Q8_0, F16, BF16. Throws lmf::Error on other types or cols % 32 != 0.
-HostPacked repack_rows(DType t, const void* src, int64_t rows, int64_t cols);
+// pool: rows packed on its threads (the same bytes; the backend's load passes one), null = this
+// thread.
+HostPacked repack_rows(DType t, const void* src, int64_t rows, int64_t cols, ThreadPool* pool = nullptr);
 // Q|K|V (or any list): the rows of each part, concatenated in order, as one weight.
 struct RowsRef {
   const void* data;
   int64_t rows;
 };
-HostPacked repack_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols);
+HostPacked repack_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols, ThreadPool* pool = nullptr);
 // gate/up for the SiLU-mul epilogue: output rows interleaved gate0, up0, gate1, up1, ...
-HostPacked repack_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols);
+HostPacked repack_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols,
+                          ThreadPool* pool = nullptr);
 
 // Per-SM tile layout (Q4_0 only; the persistent decode step prototyped in
 // bench/cuda_bench_persist.cu, docs/PERF.md session 20). rows % 32 == 0, cols % 128 == 0. Row

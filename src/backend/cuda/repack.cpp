@@ -4,6 +4,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "util/status.h"
+#include "util/threadpool.h"
 
 namespace lmf::cuda {
 namespace {
@@ -83,38 +84,56 @@ int64_t total_rows(const std::vector<RowsRef>& parts) {
   for (auto& p : parts) rows += p.rows;
   return rows;
 }
+// f(i) for i in [0, n): on the pool's threads when there is one (rows are independent: each
+// writes only its own place), else in order on this thread. make_h has checked the type and
+// shape before, so nothing in f throws.
+template <class F>
+void for_rows(int64_t n, ThreadPool* pool, const F& f) {
+  if (!pool || pool->size() < 2 || n < 64) {
+    for (int64_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+  pool->parallel_for(n, [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) f(i);
+  });
+}
 template <class H, class Make, class At>
-H concat_rows(DType t, const std::vector<RowsRef>& parts, int64_t cols, Make make_h, At at) {
+H concat_rows(DType t, const std::vector<RowsRef>& parts, int64_t cols, Make make_h, At at, ThreadPool* pool) {
   H h = make_h(total_rows(parts));
   const size_t rb = row_bytes(t, cols);
-  int64_t r = 0;
-  for (auto& p : parts)
-    for (int64_t i = 0; i < p.rows; ++i) at(h, r++, static_cast<const uint8_t*>(p.data) + rb * i);
+  int64_t r0 = 0;
+  for (auto& p : parts) {
+    const auto* src = static_cast<const uint8_t*>(p.data);
+    for_rows(p.rows, pool, [&](int64_t i) { at(h, r0 + i, src + rb * i); });
+    r0 += p.rows;
+  }
   return h;
 }
 template <class H, class Make, class At>
-H interleave_rows(DType t, const void* gate, const void* up, int64_t rows, int64_t cols, Make make_h, At at) {
+H interleave_rows(DType t, const void* gate, const void* up, int64_t rows, int64_t cols, Make make_h, At at,
+                  ThreadPool* pool) {
   H h = make_h(2 * rows);
   const size_t rb = row_bytes(t, cols);
-  for (int64_t i = 0; i < rows; ++i) {
+  for_rows(rows, pool, [&](int64_t i) {
     at(h, 2 * i, static_cast<const uint8_t*>(gate) + rb * i);
     at(h, 2 * i + 1, static_cast<const uint8_t*>(up) + rb * i);
-  }
+  });
   return h;
 }
 
 }  // namespace
 
-HostPacked repack_rows(DType t, const void* src, int64_t rows, int64_t cols) {
-  return repack_concat(t, {RowsRef{src, rows}}, cols);
+HostPacked repack_rows(DType t, const void* src, int64_t rows, int64_t cols, ThreadPool* pool) {
+  return repack_concat(t, {RowsRef{src, rows}}, cols, pool);
 }
 
-HostPacked repack_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols) {
-  return concat_rows<HostPacked>(t, parts, cols, [&](int64_t rows) { return make(t, rows, cols); }, pack_at);
+HostPacked repack_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols, ThreadPool* pool) {
+  return concat_rows<HostPacked>(t, parts, cols, [&](int64_t rows) { return make(t, rows, cols); }, pack_at, pool);
 }
 
-HostPacked repack_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols) {
-  return interleave_rows<HostPacked>(t, gate, up, rows, cols, [&](int64_t n) { return make(t, n, cols); }, pack_at);
+HostPacked repack_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols, ThreadPool* pool) {
+  return interleave_rows<HostPacked>(t, gate, up, rows, cols, [&](int64_t n) { return make(t, n, cols); }, pack_at,
+                                     pool);
 }
 
 namespace {
@@ -148,12 +167,13 @@ void tile_pack_at(HostTiles& h, int64_t row, const uint8_t* src) {
 }  // namespace
 
 HostTiles repack_tiles_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols) {
-  return concat_rows<HostTiles>(t, parts, cols, [&](int64_t rows) { return make_tiles(t, rows, cols); }, tile_pack_at);
+  return concat_rows<HostTiles>(t, parts, cols, [&](int64_t rows) { return make_tiles(t, rows, cols); }, tile_pack_at,
+                                nullptr);
 }
 
 HostTiles repack_tiles_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols) {
   return interleave_rows<HostTiles>(t, gate, up, rows, cols, [&](int64_t n) { return make_tiles(t, n, cols); },
-                                    tile_pack_at);
+                                    tile_pack_at, nullptr);
 }
 
 }  // namespace lmf::cuda

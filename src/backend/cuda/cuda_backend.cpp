@@ -456,8 +456,8 @@ void CudaBackend::load(const Model& m) {
   };
   layers_.resize(size_t(hp.n_layer));
   // The repacking runs on a pool of the load's own (-t threads, default the machine's cores):
-  // rows are independent, the bytes the same (8B from the page cache: 4.3-4.7 s on one thread,
-  // docs/PERF.md S41-4).
+  // rows are independent, the bytes the same (8B from the page cache: 4.3 s on one thread, 2.7-3.2
+  // s on 16, docs/PERF.md S41-4/S41-5).
   ThreadPool pool(opts_.n_threads > 0 ? opts_.n_threads : 0);
   // Progress (BackendOptions::load_progress): the source bytes of each layer's projections as
   // they are repacked and uploaded, then the output and embedding tables as the last part.

@@ -152,6 +152,26 @@ def greedy_cell(args, model, tokens):
     return g_ok, ("yes" if g_ok else f"no ({describe(bad)})") + (f" ({tie_s})" if ties else "")
 
 
+def table(header, cases, row):
+    """Prints a markdown table: the header's cells, then row(case) -> (ok, cells) for each (name,
+    case) in cases, " **FAIL**" after a row that is not ok, an error row for a case that raises
+    (the other cases still run); then the failure count. Returns the exit status."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + " --- |" * len(header))
+    failures = 0
+    for name, case in cases:
+        try:
+            ok, cells = row(case)
+            print("| " + " | ".join([name, *cells]) + " |" + ("" if ok else " **FAIL**"))
+        except Exception as ex:  # report and continue with the other cases
+            ok = False
+            print(f"| {name} | error: {ex} |" + " |" * (len(header) - 2) + " **FAIL**")
+        failures += not ok
+        sys.stdout.flush()
+    print(f"\n{failures} case(s) failed")
+    return 1 if failures else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lmfuse", default=os.path.join(ROOT, "build", "lmfuse"))
@@ -178,41 +198,34 @@ def main():
               f"identical for the first {first} tokens")
         return 0 if rel_l2(dev, cpu) < 3e-2 and rel_l2(dev, unf) <= 1e-3 and rel_l2(dev, one) <= 1e-3 else 1
     man = json.load(open(os.path.join(GOLD, "manifest.json")))
-    failures = 0
-    print(f"| case | vs HF rel-L2 (tol) | argmax | vs CPU rel-L2 | fused vs unfused (pinned) | prefill+decode vs one "
-          f"prefill (pinned) | chunks of 7 vs one prefill (pinned) | in-kernel vs outer prefill | auto vs forced (max) | greedy {args.gen} = CPU (pinned) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for c in man["cases"]:
+
+    def row(c):
         model = os.path.join(GOLD, c["gguf"])
         want = np.fromfile(os.path.join(GOLD, c["logits"]), dtype="<f4")
         V = c["n_vocab"]
-        try:
-            dev = logits(args.lmfuse, model, c["tokens"], args.device)
-            cpu = logits(args.lmfuse, model, c["tokens"], "cpu", CPU8)
-            pin = logits(args.lmfuse, model, c["tokens"], args.device, PIN)
-            unf = logits(args.lmfuse, model, c["tokens"], args.device, {**PIN, "LMFUSE_FUSION": "0"})
-            ik = logits(args.lmfuse, model, c["tokens"], args.device, PIN, prefill=None)
-            chunked = logits(args.lmfuse, model, c["tokens"], args.device, PIN, prefill=None, ubatch=7)
-            ou = logits(args.lmfuse, model, c["tokens"], args.device, {"LMFUSE_PREFILL_INKERNEL_DEQUANT": "0"}, prefill=None)
-            e_hf, e_cpu, e_fu, e_one = rel_l2(dev, want), rel_l2(dev, cpu), rel_l2(pin, unf), rel_l2(pin, ik)
-            au = logits(args.lmfuse, model, c["tokens"], args.device, {}, prefill=None)
-            e_route = rel_l2(ik, ou)
-            e_auto = max(rel_l2(au, ik), rel_l2(au, ou))
-            e_chunk = rel_l2(chunked, ik)
-            am = float(np.mean(dev.reshape(-1, V).argmax(1) == want.reshape(-1, V).argmax(1)))
-            tol = c["tolerance"]
-            ok = e_hf <= tol["rel_l2"] and am >= tol.get("argmax_agreement", 0) and e_fu <= 1e-3 and e_one <= 1e-3 and e_route <= 3e-2 and e_auto <= 3e-2 and e_chunk <= 1e-3
-            g_ok, same = greedy_cell(args, model, c["tokens"])
-            ok = ok and g_ok
-            print(f"| {c['name']} | {e_hf:.2e} ({tol['rel_l2']:.0e}) | {am:.3f} | {e_cpu:.2e} | {e_fu:.2e} | {e_one:.2e} | {e_chunk:.2e} | {e_route:.2e} | {e_auto:.2e} | {same} |"
-                  + ("" if ok else " **FAIL**"))
-        except Exception as ex:  # report and continue with the other cases
-            ok = False
-            print(f"| {c['name']} | error: {ex} | | | | | | | | | **FAIL**")
-        failures += not ok
-        sys.stdout.flush()
-    print(f"\n{failures} case(s) failed")
-    return 1 if failures else 0
+        dev = logits(args.lmfuse, model, c["tokens"], args.device)
+        cpu = logits(args.lmfuse, model, c["tokens"], "cpu", CPU8)
+        pin = logits(args.lmfuse, model, c["tokens"], args.device, PIN)
+        unf = logits(args.lmfuse, model, c["tokens"], args.device, {**PIN, "LMFUSE_FUSION": "0"})
+        ik = logits(args.lmfuse, model, c["tokens"], args.device, PIN, prefill=None)
+        chunked = logits(args.lmfuse, model, c["tokens"], args.device, PIN, prefill=None, ubatch=7)
+        ou = logits(args.lmfuse, model, c["tokens"], args.device, {"LMFUSE_PREFILL_INKERNEL_DEQUANT": "0"}, prefill=None)
+        e_hf, e_cpu, e_fu, e_one = rel_l2(dev, want), rel_l2(dev, cpu), rel_l2(pin, unf), rel_l2(pin, ik)
+        au = logits(args.lmfuse, model, c["tokens"], args.device, {}, prefill=None)
+        e_route = rel_l2(ik, ou)
+        e_auto = max(rel_l2(au, ik), rel_l2(au, ou))
+        e_chunk = rel_l2(chunked, ik)
+        am = float(np.mean(dev.reshape(-1, V).argmax(1) == want.reshape(-1, V).argmax(1)))
+        tol = c["tolerance"]
+        ok = e_hf <= tol["rel_l2"] and am >= tol.get("argmax_agreement", 0) and e_fu <= 1e-3 and e_one <= 1e-3 and e_route <= 3e-2 and e_auto <= 3e-2 and e_chunk <= 1e-3
+        g_ok, same = greedy_cell(args, model, c["tokens"])
+        return ok and g_ok, [f"{e_hf:.2e} ({tol['rel_l2']:.0e})", f"{am:.3f}", f"{e_cpu:.2e}", f"{e_fu:.2e}", f"{e_one:.2e}",
+                             f"{e_chunk:.2e}", f"{e_route:.2e}", f"{e_auto:.2e}", same]
+
+    return table(["case", "vs HF rel-L2 (tol)", "argmax", "vs CPU rel-L2", "fused vs unfused (pinned)",
+                  "prefill+decode vs one prefill (pinned)", "chunks of 7 vs one prefill (pinned)",
+                  "in-kernel vs outer prefill", "auto vs forced (max)", f"greedy {args.gen} = CPU (pinned)"],
+                 [(c["name"], c) for c in man["cases"]], row)
 
 
 def act16_table(args):
@@ -232,28 +245,21 @@ def act16_table(args):
             if c["name"].split("-")[-1] in ("q4_0", "q4_1", "q8_0"):
                 want = np.fromfile(os.path.join(GOLD, c["logits"]), dtype="<f4")
                 cases.append((c["name"], os.path.join(GOLD, c["gguf"]), c["tokens"], want, 1e-3))
-    print(f"| case | vs HF, int8 codes | vs HF, 16-bit codes (tol) | vs CPU 16-bit | fused vs unfused | greedy {args.gen} = CPU 16-bit |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    failures = 0
-    for name, model, toks, want, tol in cases:
-        try:
-            d8 = logits(args.lmfuse, model, toks, args.device, {})
-            d16 = logits(args.lmfuse, model, toks, args.device, dev16)
-            c16 = logits(args.lmfuse, model, toks, "cpu", cpu16)
-            u16 = logits(args.lmfuse, model, toks, args.device, {**dev16, "LMFUSE_FUSION": "0"})
-            ref = c16 if want is None else want
-            e8, e16, e_cpu, e_fu = rel_l2(d8, ref), rel_l2(d16, ref), rel_l2(d16, c16), rel_l2(d16, u16)
-            ok = e16 <= tol and e_cpu <= 1e-3 and e_fu <= 1e-3
-            g_ok, same = greedy_cell(args, model, toks)
-            ok = ok and g_ok
-            print(f"| {name} | {e8:.2e} | {e16:.2e} ({tol:.0e}) | {e_cpu:.2e} | {e_fu:.2e} | {same} |" + ("" if ok else " **FAIL**"))
-        except Exception as ex:
-            ok = False
-            print(f"| {name} | error: {ex} | | | | | **FAIL**")
-        failures += not ok
-        sys.stdout.flush()
-    print(f"\n{failures} case(s) failed")
-    return 1 if failures else 0
+
+    def row(case):
+        model, toks, want, tol = case
+        d8 = logits(args.lmfuse, model, toks, args.device, {})
+        d16 = logits(args.lmfuse, model, toks, args.device, dev16)
+        c16 = logits(args.lmfuse, model, toks, "cpu", cpu16)
+        u16 = logits(args.lmfuse, model, toks, args.device, {**dev16, "LMFUSE_FUSION": "0"})
+        ref = c16 if want is None else want
+        e8, e16, e_cpu, e_fu = rel_l2(d8, ref), rel_l2(d16, ref), rel_l2(d16, c16), rel_l2(d16, u16)
+        ok = e16 <= tol and e_cpu <= 1e-3 and e_fu <= 1e-3
+        g_ok, same = greedy_cell(args, model, toks)
+        return ok and g_ok, [f"{e8:.2e}", f"{e16:.2e} ({tol:.0e})", f"{e_cpu:.2e}", f"{e_fu:.2e}", same]
+
+    return table(["case", "vs HF, int8 codes", "vs HF, 16-bit codes (tol)", "vs CPU 16-bit", "fused vs unfused",
+                  f"greedy {args.gen} = CPU 16-bit"], [(name, rest) for name, *rest in cases], row)
 
 
 if __name__ == "__main__":

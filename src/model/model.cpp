@@ -44,9 +44,7 @@ uint64_t Model::param_count() const {
 }
 
 bool Model::quantized_matmuls() const {
-  auto quantized = [](const Weight& w) {
-    return w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0;
-  };
+  auto quantized = [](const Weight& w) { return type_info(w.type).quantized; };
   if (quantized(output)) return true;
   for (const auto& L : layers)
     for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})

@@ -28,13 +28,14 @@ struct Shape {
   int64_t rows, cols;
 };
 
-// RAII: the process-wide switches the backend sets per launch sequence.
-struct Act16Scope {
-  explicit Act16Scope(bool wide) {
-    set_gemv_act16(true);
+// RAII: the process-wide switches the backend sets per launch sequence, back to their defaults
+// however the scope ends.
+struct CodesScope {
+  CodesScope(bool x16, bool wide) {
+    set_gemv_act16(x16);
     set_gemv_wide(wide);
   }
-  ~Act16Scope() {
+  ~CodesScope() {
     set_gemv_act16(false);
     set_gemv_wide(false);
   }
@@ -45,19 +46,12 @@ std::vector<float> run(const DeviceWeight& dw, Prologue pro, Epilogue epi, const
                        const std::vector<float>& res, const std::vector<float>& gamma, const std::vector<float>& yres,
                        bool x16, bool wide, bool* guards) {
   DevBuf<float> d_in(in), d_res(res), d_gamma(gamma), d_rout(in.size()), d_y(yres);
-  GemvArgs a;
-  a.w = &dw;
-  a.in = d_in.p();
-  a.residual = d_res.p();
-  a.residual_out = d_rout.p();
-  a.gamma = d_gamma.p();
-  a.y = d_y.p();
+  GemvArgs a = prologue_args(dw, d_in.p(), d_res.p(), d_rout.p(), d_gamma.p(), d_y.p());
   if (epi == Epilogue::Residual) a.y_residual = d_y.p();
-  set_gemv_act16(x16);
-  set_gemv_wide(wide);
-  gemv(pro, epi, a);
-  set_gemv_act16(false);
-  set_gemv_wide(false);
+  {
+    const CodesScope codes(x16, wide);
+    gemv(pro, epi, a);
+  }
   *guards = d_y.guards_intact() && d_rout.guards_intact();
   return d_y.get();
 }

@@ -33,13 +33,7 @@ void check_store(DType t, Shape s, Prologue pro, uint32_t seed) {
   auto kref = gemv_kernel_ref(t, W, s.rows, s.cols, in, pro == Prologue::AddNorm ? &res : nullptr,
                          pro != Prologue::None ? &gamma : nullptr);
   DevBuf<float> d_in(in), d_res(res), d_gamma(gamma), d_rout(s.cols), d_y(s.rows);
-  GemvArgs a;
-  a.w = &dw;
-  a.in = d_in.p();
-  a.residual = d_res.p();
-  a.residual_out = d_rout.p();
-  a.gamma = d_gamma.p();
-  a.y = d_y.p();
+  GemvArgs a = prologue_args(dw, d_in.p(), d_res.p(), d_rout.p(), d_gamma.p(), d_y.p());
   gemv(pro, Epilogue::Store, a);
   auto y = d_y.get();
   EXPECT_TRUE(all_finite(y)) << dtype_name(t) << " " << s.rows << "x" << s.cols << " unwritten output";
@@ -187,13 +181,7 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
         auto in = randn(s.cols, rng), res = randn(s.cols, rng), gamma = randn(s.cols, rng, 0.5f);
         DevBuf<float> d_in(in), d_res(res), d_gamma(gamma), d_rout(s.cols), d_h(s.cols), d_xn(s.cols),
             d_y(s.rows), d_y2(s.rows);
-        GemvArgs a;
-        a.w = &dw;
-        a.in = d_in.p();
-        a.residual = d_res.p();
-        a.residual_out = d_rout.p();
-        a.gamma = d_gamma.p();
-        a.y = d_y.p();
+        GemvArgs a = prologue_args(dw, d_in.p(), d_res.p(), d_rout.p(), d_gamma.p(), d_y.p());
         a.spare_sms = wide ? 3 : 1;  // a smaller grid (qkv_post_room) changes no bit
         set_gemv_wide(wide);
         gemv(pro, Epilogue::Store, a);

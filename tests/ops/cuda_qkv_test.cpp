@@ -78,12 +78,7 @@ void run_case(const QkvCase& c, uint32_t seed) {
     kref[pos].assign(raw.begin() + size_t(c.n_head) * c.hd, raw.begin() + size_t(c.n_head + c.n_kv) * c.hd);
     vref[pos].assign(raw.begin() + size_t(c.n_head + c.n_kv) * c.hd, raw.end());
 
-    GemvArgs a;
-    a.w = &dw;
-    a.in = d_in.p();
-    a.residual = d_res.p();
-    a.residual_out = d_rout.p();
-    a.gamma = d_gamma.p();
+    GemvArgs a = prologue_args(dw, d_in.p(), d_res.p(), d_rout.p(), d_gamma.p(), nullptr);  // QKV writes a.qkv
     a.bias = c.bias ? d_bias.p() : nullptr;
     // One epilogue description for both fused forms: q/k/v to d_q, kc, vc (in-GEMV) or d_q3,
     // kc3, vc3 (the epilogue kernel after a Store GEMV).

@@ -21,6 +21,20 @@ using namespace lmf;
 
 constexpr size_t kGuard = 256;  // bytes of 0xFF (a NaN pattern) on each side of every buffer
 
+// The arguments of one GEMV launch with its prologue's inputs (in, residual, gamma), AddNorm's
+// residual_out and the output y set; the rest (epilogue inputs, grid settings) as GemvArgs has them.
+inline lmf::cuda::GemvArgs prologue_args(const lmf::cuda::DeviceWeight& w, const float* in, const float* residual,
+                                         float* residual_out, const float* gamma, float* y) {
+  lmf::cuda::GemvArgs a;
+  a.w = &w;
+  a.in = in;
+  a.residual = residual;
+  a.residual_out = residual_out;
+  a.gamma = gamma;
+  a.y = y;
+  return a;
+}
+
 // Device buffer of n T's inside guard zones; the whole allocation starts as 0xFF bytes, so an
 // element never written reads as NaN ("poisoned output"), and a write outside [0, n) changes a
 // guard byte.

@@ -180,7 +180,7 @@ void matmul_prefill(GemmHandle* g, const PrefillMatmul& m, const PrefillScratch&
     LMF_FAIL("cuda matmul_prefill: rows ", m.r0, " + ", n, " x step ", m.step, " outside a weight of ", w.rows);
   if (m.silu_pairs && (n % 2 != 0 || m.bias || m.residual))
     LMF_FAIL("cuda matmul_prefill: silu_pairs needs an even row count, no bias and no residual");
-  const bool q8 = w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0;
+  const bool q8 = int8_dot(w.type);
   // The outer route rounds quantized weights' activations to int8 blocks, as the decode GEMV
   // does, unless the GEMVs take 16-bit codes (cuda_act16): then fp16 of x, no block codes.
   const bool x8 = q8 && !gemv_act16();

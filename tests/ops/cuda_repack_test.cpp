@@ -117,3 +117,42 @@ TEST(CudaRepack, ThreadPoolGivesTheSameBytes) {
     EXPECT_TRUE(r1.q == rp.q && r1.scales == rp.scales) << dtype_name(t) << " rows";
   }
 }
+
+// The load packs each weight in pieces of rows straight into its staging buffers (pack_rows with
+// a RowSource, upload.h): the pieces put together are the whole repack, for concatenations and
+// the gate/up interleave, with and without the pool, and a bad shape or type is refused.
+TEST(CudaRepack, PackRowsInPiecesGivesTheWholeRepack) {
+  std::mt19937 rng(13);
+  lmf::ThreadPool pool(3);
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16}) {
+    const int64_t cols = 1056;
+    auto a = random_rows(t, 130, cols, rng), b = random_rows(t, 70, cols, rng);
+    const std::vector<RowsRef> parts = {RowsRef{a.data(), 130}, RowsRef{b.data(), 70}};
+    const HostPacked cat = repack_concat(t, parts, cols), gu = repack_gate_up(t, a.data(), b.data(), 70, cols);
+    const size_t qr = packed_q_bytes(t, cols), sr = packed_scale_bytes(t, cols);
+    EXPECT_EQ(cat.q.size(), qr * 200);
+    EXPECT_EQ(cat.scales.size(), sr * 200);
+    auto pieces = [&](const RowSource& src, int64_t rows, lmf::ThreadPool* p) {
+      HostPacked h;
+      h.q.assign(qr * rows, 0xAB);  // poisoned: every byte must be written
+      h.scales.assign(sr * rows, 0xAB);
+      for (int64_t r0 = 0; r0 < rows; r0 += 67) {
+        const int64_t r1 = std::min<int64_t>(rows, r0 + 67);
+        pack_rows(t, cols, r0, r1, src, h.q.data() + qr * r0, h.scales.data() + sr * r0, p);
+      }
+      return h;
+    };
+    for (lmf::ThreadPool* p : {static_cast<lmf::ThreadPool*>(nullptr), &pool}) {
+      const HostPacked c = pieces(concat_source(t, parts, cols), 200, p);
+      const HostPacked g = pieces(gate_up_source(t, a.data(), b.data(), cols), 140, p);
+      EXPECT_TRUE(c.q == cat.q && c.scales == cat.scales) << dtype_name(t) << " concat, pool " << (p != nullptr);
+      EXPECT_TRUE(g.q == gu.q && g.scales == gu.scales) << dtype_name(t) << " gate/up, pool " << (p != nullptr);
+    }
+  }
+  std::vector<uint8_t> q(4096), s(4096);
+  auto a = random_rows(DType::Q4_0, 2, 64, rng);
+  const RowSource src = concat_source(DType::Q4_0, {RowsRef{a.data(), 2}}, 64);
+  EXPECT_TRUE(throws_error([&] { pack_rows(DType::Q4_0, 48, 0, 1, src, q.data(), s.data()); })) << "48 columns";
+  EXPECT_TRUE(throws_error([&] { pack_rows(DType::Q4_0, 64, 1, 1, src, q.data(), s.data()); })) << "no rows";
+  EXPECT_TRUE(throws_error([&] { pack_rows(DType::F32, 64, 0, 1, src, q.data(), s.data()); })) << "F32";
+}

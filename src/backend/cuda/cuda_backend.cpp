@@ -15,6 +15,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -28,6 +30,7 @@
 #include "backend/cuda/qkv_post.h"
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/timeline.h"
+#include "backend/cuda/upload.h"
 #include "format/quant/half.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -77,10 +80,6 @@ GpuSource gpu_source(const Weight& w) {
   }
   return s;
 }
-cuda::HostPacked pack(const Weight& w, ThreadPool* pool = nullptr) {
-  GpuSource s = gpu_source(w);
-  return cuda::repack_rows(s.type, s.data, w.rows, w.cols, pool);
-}
 
 struct LayerDev {
   DeviceWeight qkv;               // Q|K|V rows (when q, k, v share a type) else empty
@@ -119,7 +118,9 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& o)
       : opts_(o), act16_(tri_resolve(o.knobs.cuda_act16, cuda::kCudaAct16Auto)) {
+    const auto t0 = std::chrono::steady_clock::now();
     CUDA_CHECK(cudaSetDevice(o.device));
+    CUDA_CHECK(cudaFree(nullptr));  // the context starts here (timed below), not in the first call that needs it
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_io_), 4 * sizeof(int)));
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_io_), 4 * sizeof(int)));
@@ -132,6 +133,8 @@ class CudaBackend final : public Backend {
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, o.device));
     dev_name_ = p.name;
+    LMF_LOG(Info, "cuda: ", dev_name_, " ready in ",
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), " s");
   }
 
   ~CudaBackend() override {
@@ -449,16 +452,41 @@ void CudaBackend::load(const Model& m) {
              " MiB are free on ", dev_name_, " (a smaller -c lowers the KV cache)");
   const bool gateup_fused = k.fusion != Tri::Off && k.gateup_fusion != Tri::Off;
 
-  auto upload = [&](LayerDev& L, const cuda::HostPacked& h) {
-    L.own.push_back(cuda::upload_weight(h, stream_));
-    decode_bytes_ += cuda::weight_bytes(L.own.back());
-    return L.own.back();
-  };
+  const auto t_load = std::chrono::steady_clock::now();
   layers_.resize(size_t(hp.n_layer));
   // The repacking runs on a pool of the load's own (-t threads, default the machine's cores):
   // rows are independent, the bytes the same (8B from the page cache: 4.3 s on one thread, 2.7-3.2
-  // s on 16, docs/PERF.md S41-4/S41-5).
+  // s on 16, docs/PERF.md S41-4/S41-5). The packed rows go straight into pinned staging buffers
+  // whose copies overlap the next rows' packing (upload.h).
   ThreadPool pool(opts_.n_threads > 0 ? opts_.n_threads : 0);
+  cuda::WeightUploader uploader(stream_, &pool);
+  const bool exp_pageable = std::getenv("LMFUSE_EXP_LOAD_PAGEABLE") != nullptr;  // S42-1 A/B, temporary
+  auto put = [&](DType t, int64_t rows, int64_t cols, const cuda::RowSource& src) {
+    DeviceWeight d;
+    if (exp_pageable) {
+      cuda::HostPacked h;
+      h.type = t;
+      h.rows = rows;
+      h.cols = cols;
+      h.q.resize(cuda::packed_q_bytes(t, cols) * size_t(rows));
+      h.scales.resize(cuda::packed_scale_bytes(t, cols) * size_t(rows));
+      cuda::pack_rows(t, cols, 0, rows, src, h.q.data(), h.scales.data(), &pool);
+      d = cuda::upload_weight(h, stream_);
+    } else {
+      d = uploader.upload(t, rows, cols, src);
+    }
+    decode_bytes_ += cuda::weight_bytes(d);
+    return d;
+  };
+  // One weight's rows as they are (F32 stored as F16: gpu_source).
+  auto put_weight = [&](const Weight& w) {
+    GpuSource s = gpu_source(w);
+    return put(s.type, w.rows, w.cols, cuda::concat_source(s.type, {{s.data, w.rows}}, w.cols));
+  };
+  auto upload = [&](LayerDev& L, DeviceWeight d) {
+    L.own.push_back(d);
+    return d;
+  };
   // Progress (BackendOptions::load_progress): the source bytes of each layer's projections as
   // they are repacked and uploaded, then the output and embedding tables as the last part.
   const uint64_t load_total = m.weight_bytes();
@@ -474,13 +502,14 @@ void CudaBackend::load(const Model& m) {
       if (v->data) upload_f32(*v);
     if (W.wq.type == W.wk.type && W.wk.type == W.wv.type) {
       GpuSource q = gpu_source(W.wq), k = gpu_source(W.wk), v = gpu_source(W.wv);
-      L.qkv = upload(L, cuda::repack_concat(q.type, {{q.data, W.wq.rows}, {k.data, W.wk.rows}, {v.data, W.wv.rows}},
-                                            hp.n_embd, &pool));
+      L.qkv = upload(L, put(q.type, W.wq.rows + W.wk.rows + W.wv.rows, hp.n_embd,
+                            cuda::concat_source(q.type, {{q.data, W.wq.rows}, {k.data, W.wk.rows}, {v.data, W.wv.rows}},
+                                                hp.n_embd)));
       mats_[&W.wq] = row_view(L.qkv, 0, W.wq.rows);
       mats_[&W.wk] = row_view(L.qkv, W.wq.rows, W.wk.rows);
       mats_[&W.wv] = row_view(L.qkv, W.wq.rows + W.wk.rows, W.wv.rows);
     } else {
-      for (const Weight* w : {&W.wq, &W.wk, &W.wv}) mats_[w] = upload(L, pack(*w, &pool));
+      for (const Weight* w : {&W.wq, &W.wk, &W.wv}) mats_[w] = upload(L, put_weight(*w));
     }
     if (hp.qkv_bias) {
       const size_t nq = size_t(W.bq.cols), nk = size_t(W.bk.cols);
@@ -492,17 +521,18 @@ void CudaBackend::load(const Model& m) {
       vecs_[&W.bk] = L.qkv_bias + nq;
       vecs_[&W.bv] = L.qkv_bias + nq + nk;
     }
-    mats_[&W.wo] = upload(L, pack(W.wo, &pool));
+    mats_[&W.wo] = upload(L, put_weight(W.wo));
     if (gateup_fused && W.w_gate.type == W.w_up.type) {
       GpuSource gs = gpu_source(W.w_gate), us = gpu_source(W.w_up);
-      L.gate_up = upload(L, cuda::repack_gate_up(gs.type, gs.data, us.data, W.w_gate.rows, W.w_gate.cols, &pool));
+      L.gate_up = upload(L, put(gs.type, 2 * W.w_gate.rows, W.w_gate.cols,
+                                cuda::gate_up_source(gs.type, gs.data, us.data, W.w_gate.cols)));
       gate_up_layer_[&W.w_gate] = l;
       gate_up_layer_[&W.w_up] = l;
     } else {
-      mats_[&W.w_gate] = upload(L, pack(W.w_gate, &pool));
-      mats_[&W.w_up] = upload(L, pack(W.w_up, &pool));
+      mats_[&W.w_gate] = upload(L, put_weight(W.w_gate));
+      mats_[&W.w_up] = upload(L, put_weight(W.w_up));
     }
-    mats_[&W.w_down] = upload(L, pack(W.w_down, &pool));
+    mats_[&W.w_down] = upload(L, put_weight(W.w_down));
     const size_t cache = size_t(opts_.n_ctx) * size_t(hp.kv_dim()) * sizeof(uint16_t);
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&L.kc), cache));
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&L.vc), cache));
@@ -519,13 +549,16 @@ void CudaBackend::load(const Model& m) {
   for (const auto& L : layers_)
     if (L.gate_up.q) pf_w_elems_ = std::max(pf_w_elems_, size_t(L.gate_up.rows / 2 * L.gate_up.cols));
   upload_f32(m.output_norm);
-  extra_.push_back(cuda::upload_weight(pack(m.output, &pool), stream_));
+  extra_.push_back(put_weight(m.output));
   mats_[&m.output] = extra_.back();
-  decode_bytes_ += cuda::weight_bytes(extra_.back());
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&embd_raw_), m.tok_embd.nbytes));
-  CUDA_CHECK(cudaMemcpy(embd_raw_, m.tok_embd.data, m.tok_embd.nbytes, cudaMemcpyHostToDevice));
+  embd_raw_ = uploader.upload_bytes(m.tok_embd.data, m.tok_embd.nbytes);
   buffers_.push_back(embd_raw_);
+  uploader.finish();
   progress(load_total, hp.n_layer + 1);  // the rest: output norm, output, embedding
+  LMF_LOG(Info, "cuda load: ", (uploader.bytes() >> 20), " MiB in ",
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(), " s (packing ",
+          uploader.pack_seconds(), " s, waiting for copies ", uploader.wait_seconds(), " s; ", pool.size(),
+          " threads)");
   decode_bytes_ += uint64_t(hp.n_layer) * 2 * uint64_t(hp.n_embd) * 4;  // norm vectors
   if (!hp.rope_freq_factors.empty()) {
     const size_t n = hp.rope_freq_factors.size() * sizeof(float);

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "format/quant/types.h"
@@ -61,6 +62,19 @@ HostPacked repack_concat(DType t, const std::vector<RowsRef>& parts, int64_t col
 // gate/up for the SiLU-mul epilogue: output rows interleaved gate0, up0, gate1, up1, ...
 HostPacked repack_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols,
                           ThreadPool* pool = nullptr);
+
+// The same packing in pieces, into memory the caller owns (the load's pinned staging buffers,
+// upload.h). A RowSource gives output row r's GGUF bytes: concat_source for a concatenation,
+// gate_up_source for the gate/up interleave (rows 2i and 2i+1 are gate i and up i). pack_rows
+// writes output rows [r0, r1) to q (packed_q_bytes each) and scales (packed_scale_bytes each),
+// row r0 first; HostPacked's q and scales are those rows for [0, rows).
+using RowSource = std::function<const uint8_t*(int64_t)>;
+RowSource concat_source(DType t, const std::vector<RowsRef>& parts, int64_t cols);
+RowSource gate_up_source(DType t, const void* gate, const void* up, int64_t cols);
+size_t packed_q_bytes(DType t, int64_t cols);      // per row; throws for an unsupported type
+size_t packed_scale_bytes(DType t, int64_t cols);  // per row; 0 for F16/BF16
+void pack_rows(DType t, int64_t cols, int64_t r0, int64_t r1, const RowSource& src, uint8_t* q, uint8_t* scales,
+               ThreadPool* pool = nullptr);
 
 // Per-SM tile layout (Q4_0 only; the persistent decode step prototyped in
 // bench/cuda_bench_persist.cu, docs/PERF.md session 20). rows % 32 == 0, cols % 128 == 0. Row

@@ -57,36 +57,25 @@ void pack_row(DType t, const uint8_t* src, int64_t cols, uint8_t* dst_q, uint8_t
   }
 }
 
-HostPacked make(DType t, int64_t rows, int64_t cols) {
+void check_shape(int64_t rows, int64_t cols) {
   if (cols <= 0 || cols % QK != 0) LMF_FAIL("cuda repack: cols must be a multiple of 32, got ", cols);
   if (rows <= 0) LMF_FAIL("cuda repack: rows must be positive, got ", rows);
+}
+
+HostPacked make(DType t, int64_t rows, int64_t cols) {
+  check_shape(rows, cols);
   HostPacked h;
   h.type = t;
   h.rows = rows;
   h.cols = cols;
-  const size_t stride = size_t(cols / QK) * pieces(t) * 16;
-  h.q.resize(stride * rows);
-  h.scales.resize(size_t(rows) * (cols / QK) * scale_bytes(t));
+  h.q.resize(packed_q_bytes(t, cols) * rows);
+  h.scales.resize(packed_scale_bytes(t, cols) * rows);
   return h;
 }
 
-void pack_at(HostPacked& h, int64_t row, const uint8_t* src) {
-  const size_t stride = size_t(h.cols / QK) * pieces(h.type) * 16;
-  const size_t sb = size_t(h.cols / QK) * scale_bytes(h.type);
-  pack_row(h.type, src, h.cols, h.q.data() + stride * row, h.scales.data() + sb * row);
-}
-
-// The output rows of a concatenation (the parts' rows in order) and of a gate/up interleave
-// (gate0, up0, gate1, ...): make_h(rows) builds the empty result, at(result, row, src) packs one GGUF
-// row. Shared by both layouts.
-int64_t total_rows(const std::vector<RowsRef>& parts) {
-  int64_t rows = 0;
-  for (auto& p : parts) rows += p.rows;
-  return rows;
-}
 // f(i) for i in [0, n): on the pool's threads when there is one (rows are independent: each
-// writes only its own place), else in order on this thread. make_h has checked the type and
-// shape before, so nothing in f throws.
+// writes only its own place), else in order on this thread. The callers have checked the type
+// and shape before, so nothing in f throws.
 template <class F>
 void for_rows(int64_t n, ThreadPool* pool, const F& f) {
   if (!pool || pool->size() < 2 || n < 64) {
@@ -97,43 +86,57 @@ void for_rows(int64_t n, ThreadPool* pool, const F& f) {
     for (int64_t i = b; i < e; ++i) f(i);
   });
 }
-template <class H, class Make, class At>
-H concat_rows(DType t, const std::vector<RowsRef>& parts, int64_t cols, Make make_h, At at, ThreadPool* pool) {
-  H h = make_h(total_rows(parts));
-  const size_t rb = row_bytes(t, cols);
-  int64_t r0 = 0;
-  for (auto& p : parts) {
-    const auto* src = static_cast<const uint8_t*>(p.data);
-    for_rows(p.rows, pool, [&](int64_t i) { at(h, r0 + i, src + rb * i); });
-    r0 += p.rows;
-  }
-  return h;
-}
-template <class H, class Make, class At>
-H interleave_rows(DType t, const void* gate, const void* up, int64_t rows, int64_t cols, Make make_h, At at,
-                  ThreadPool* pool) {
-  H h = make_h(2 * rows);
-  const size_t rb = row_bytes(t, cols);
-  for_rows(rows, pool, [&](int64_t i) {
-    at(h, 2 * i, static_cast<const uint8_t*>(gate) + rb * i);
-    at(h, 2 * i + 1, static_cast<const uint8_t*>(up) + rb * i);
-  });
-  return h;
+
+int64_t total_rows(const std::vector<RowsRef>& parts) {
+  int64_t rows = 0;
+  for (auto& p : parts) rows += p.rows;
+  return rows;
 }
 
 }  // namespace
+
+size_t packed_q_bytes(DType t, int64_t cols) { return size_t(cols / QK) * pieces(t) * 16; }
+size_t packed_scale_bytes(DType t, int64_t cols) { return size_t(cols / QK) * scale_bytes(t); }
+
+RowSource concat_source(DType t, const std::vector<RowsRef>& parts, int64_t cols) {
+  const size_t rb = row_bytes(t, cols);
+  return [parts, rb](int64_t r) {
+    for (const RowsRef& p : parts) {
+      if (r < p.rows) return static_cast<const uint8_t*>(p.data) + rb * size_t(r);
+      r -= p.rows;
+    }
+    return static_cast<const uint8_t*>(nullptr);  // past the end: pack_rows' callers never ask
+  };
+}
+
+RowSource gate_up_source(DType t, const void* gate, const void* up, int64_t cols) {
+  const size_t rb = row_bytes(t, cols);
+  const auto* g = static_cast<const uint8_t*>(gate);
+  const auto* u = static_cast<const uint8_t*>(up);
+  return [g, u, rb](int64_t r) { return (r % 2 ? u : g) + rb * size_t(r / 2); };
+}
+
+void pack_rows(DType t, int64_t cols, int64_t r0, int64_t r1, const RowSource& src, uint8_t* q, uint8_t* scales,
+               ThreadPool* pool) {
+  check_shape(r1 - r0, cols);
+  const size_t qb = packed_q_bytes(t, cols), sb = packed_scale_bytes(t, cols);
+  for_rows(r1 - r0, pool, [&](int64_t i) { pack_row(t, src(r0 + i), cols, q + qb * i, scales + sb * i); });
+}
 
 HostPacked repack_rows(DType t, const void* src, int64_t rows, int64_t cols, ThreadPool* pool) {
   return repack_concat(t, {RowsRef{src, rows}}, cols, pool);
 }
 
 HostPacked repack_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols, ThreadPool* pool) {
-  return concat_rows<HostPacked>(t, parts, cols, [&](int64_t rows) { return make(t, rows, cols); }, pack_at, pool);
+  HostPacked h = make(t, total_rows(parts), cols);
+  pack_rows(t, cols, 0, h.rows, concat_source(t, parts, cols), h.q.data(), h.scales.data(), pool);
+  return h;
 }
 
 HostPacked repack_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols, ThreadPool* pool) {
-  return interleave_rows<HostPacked>(t, gate, up, rows, cols, [&](int64_t n) { return make(t, n, cols); }, pack_at,
-                                     pool);
+  HostPacked h = make(t, 2 * rows, cols);
+  pack_rows(t, cols, 0, h.rows, gate_up_source(t, gate, up, cols), h.q.data(), h.scales.data(), pool);
+  return h;
 }
 
 namespace {
@@ -167,13 +170,17 @@ void tile_pack_at(HostTiles& h, int64_t row, const uint8_t* src) {
 }  // namespace
 
 HostTiles repack_tiles_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols) {
-  return concat_rows<HostTiles>(t, parts, cols, [&](int64_t rows) { return make_tiles(t, rows, cols); }, tile_pack_at,
-                                nullptr);
+  HostTiles h = make_tiles(t, total_rows(parts), cols);
+  const RowSource src = concat_source(t, parts, cols);
+  for (int64_t r = 0; r < h.rows; ++r) tile_pack_at(h, r, src(r));
+  return h;
 }
 
 HostTiles repack_tiles_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols) {
-  return interleave_rows<HostTiles>(t, gate, up, rows, cols, [&](int64_t n) { return make_tiles(t, n, cols); },
-                                    tile_pack_at, nullptr);
+  HostTiles h = make_tiles(t, 2 * rows, cols);
+  const RowSource src = gate_up_source(t, gate, up, cols);
+  for (int64_t r = 0; r < h.rows; ++r) tile_pack_at(h, r, src(r));
+  return h;
 }
 
 }  // namespace lmf::cuda

@@ -1,0 +1,55 @@
+// Weight upload at load: repacked rows stream to the GPU through two pinned staging buffers, so
+// the pool packs one chunk of rows while the copy engine moves the chunk before it, and no packed
+// copy of the model is ever made in pageable memory (docs/PERF.md S42-1: that copy's zero-fill and
+// the synchronous pageable uploads were most of the 8B load).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+
+namespace lmf::cuda {
+
+class WeightUploader {
+ public:
+  // Two staging buffers of buffer_bytes each (pinned host memory). pool packs the rows (null:
+  // this thread).
+  WeightUploader(cudaStream_t s, ThreadPool* pool, size_t buffer_bytes = size_t(32) << 20);
+  ~WeightUploader();  // waits for the copies still in flight, then frees the buffers
+  WeightUploader(const WeightUploader&) = delete;
+  WeightUploader& operator=(const WeightUploader&) = delete;
+
+  // A device weight of `rows` packed rows (kernels.h layout), row r from src(r). Returns once
+  // every row is packed and its copy queued on the stream; finish() waits for the copies.
+  // Throws lmf::Error for an unsupported type or shape (nothing left allocated then).
+  DeviceWeight upload(DType t, int64_t rows, int64_t cols, const RowSource& src);
+  // n bytes as they are (the embedding table), through the same buffers. The caller frees the
+  // returned device memory with cudaFree.
+  void* upload_bytes(const void* src, size_t n);
+  void finish();
+
+  double pack_seconds() const { return pack_s_; }  // packing rows into the buffers
+  double wait_seconds() const { return wait_s_; }  // waiting for a buffer's previous copy
+  uint64_t bytes() const { return bytes_; }        // device bytes written
+
+ private:
+  struct Slot {
+    uint8_t* buf = nullptr;
+    cudaEvent_t done = nullptr;  // the slot's last copy has finished
+  };
+  void release();
+  // The next slot, once the copy that last read it has finished; record its event after
+  // queueing the copies out of it.
+  Slot& take_slot();
+  cudaStream_t stream_;
+  ThreadPool* pool_;
+  size_t buffer_bytes_;
+  Slot slots_[2];
+  int next_ = 0;
+  double pack_s_ = 0, wait_s_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace lmf::cuda

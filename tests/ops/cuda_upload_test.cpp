@@ -80,7 +80,7 @@ TEST(CudaUpload, RefusesRowsLargerThanABufferAndOtherTypes) {
         << "2 TB";
     cudaGetLastError();  // the failed cudaMalloc's error, not sticky: clear it for the tests after
     cudaMemGetInfo(&free1, &total);
-    EXPECT_EQ(free1, free0);  // nothing allocated and kept
+    EXPECT_TRUE(free1 >= free0) << free0 - free1 << " bytes kept";  // may grow: frees elsewhere land late
     EXPECT_EQ(up.bytes(), uint64_t(0));
   }
   cudaStreamDestroy(s);

@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -455,26 +454,14 @@ void CudaBackend::load(const Model& m) {
   const auto t_load = std::chrono::steady_clock::now();
   layers_.resize(size_t(hp.n_layer));
   // The repacking runs on a pool of the load's own (-t threads, default the machine's cores):
-  // rows are independent, the bytes the same (8B from the page cache: 4.3 s on one thread, 2.7-3.2
-  // s on 16, docs/PERF.md S41-4/S41-5). The packed rows go straight into pinned staging buffers
-  // whose copies overlap the next rows' packing (upload.h).
+  // rows are independent, the bytes the same. The packed rows go straight into pinned staging
+  // buffers whose copies overlap the next rows' packing (upload.h). 8B from the page cache: 2.3-2.6
+  // s with a packed copy in pageable memory and synchronous uploads, 0.24-0.26 s this way
+  // (docs/PERF.md S42-1).
   ThreadPool pool(opts_.n_threads > 0 ? opts_.n_threads : 0);
   cuda::WeightUploader uploader(stream_, &pool);
-  const bool exp_pageable = std::getenv("LMFUSE_EXP_LOAD_PAGEABLE") != nullptr;  // S42-1 A/B, temporary
   auto put = [&](DType t, int64_t rows, int64_t cols, const cuda::RowSource& src) {
-    DeviceWeight d;
-    if (exp_pageable) {
-      cuda::HostPacked h;
-      h.type = t;
-      h.rows = rows;
-      h.cols = cols;
-      h.q.resize(cuda::packed_q_bytes(t, cols) * size_t(rows));
-      h.scales.resize(cuda::packed_scale_bytes(t, cols) * size_t(rows));
-      cuda::pack_rows(t, cols, 0, rows, src, h.q.data(), h.scales.data(), &pool);
-      d = cuda::upload_weight(h, stream_);
-    } else {
-      d = uploader.upload(t, rows, cols, src);
-    }
+    DeviceWeight d = uploader.upload(t, rows, cols, src);
     decode_bytes_ += cuda::weight_bytes(d);
     return d;
   };

@@ -15,7 +15,7 @@ namespace {
 // enough to balance 1024-row projections over many threads.
 constexpr int64_t kRowGroup = 16;
 
-bool is_quantized(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+bool is_quantized(DType t) { return type_info(t).quantized; }
 
 const MatmulKernels& kernels_for(Isa isa) {
   switch (isa) {

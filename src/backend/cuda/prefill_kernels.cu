@@ -339,7 +339,7 @@ void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n
   const size_t stride = w.q_bytes / size_t(w.rows);
   const unsigned grid = blocks_for(n * nblk, 128);
   auto* o = reinterpret_cast<__half*>(out);
-  if (parts == 1 && (w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0)) {
+  if (parts == 1 && int8_dot(w.type)) {
     const dim3 g4(blocks_for(int64_t(nblk) * 4, 256), unsigned(std::min<int64_t>(n, 65535)));
     switch (w.type) {
       case DType::Q4_0: pdev::dequant_q_fast_kernel<DType::Q4_0><<<g4, 256, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;

@@ -106,6 +106,10 @@ def main():
     bad("system message that is not UTF-8", ["run", "-m", m, "-p", "hi", "--system", b"\xff"], "system message is not valid UTF-8")
     bad("text to tokenize that is not UTF-8", ["tokenize", "-m", m, b"a\xed\xa0\x80"], "the text is not valid UTF-8 (byte 0xED at offset 1)")
     bad("cuda without CUDA", ["logits", "-m", m, "--tokens", "1", "--device", "cuda", "-o", out], "CUDA")
+    bad("a GPU index without CUDA", ["logits", "-m", m, "--tokens", "1", "-mg", "1", "-o", out], "CUDA backend unavailable")
+    bad("a GPU index with the CPU", ["run", "-m", m, "-p", "x", "--device", "cpu", "--main-gpu", "0"],
+        "--main-gpu picks a CUDA device; it cannot be combined with --device cpu or -ngl 0")
+    bad("a negative GPU index", ["run", "-m", m, "-p", "x", "-mg", "-1"], "--mg")
     with open(m, "rb") as f, open(os.path.join(TMP, "trunc.gguf"), "wb") as g:
         g.write(f.read(1 << 20))
     bad("truncated model file", ["logits", "-m", os.path.join(TMP, "trunc.gguf"), "--tokens", "1", "-o", out], "truncated")

@@ -24,6 +24,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, bool model_required) {
   app.add_option("--device", f.device, "cpu, cuda or auto (default auto: CUDA when present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--ngl,--n-gpu-layers", f.ngl, "-ngl / --ngl: 0 runs on the CPU; any other value on the GPU");
+  app.add_option("--mg,--main-gpu", f.main_gpu, "-mg / --mg: the CUDA device to run on (default 0; implies --device cuda)")
+      ->check(at_least(0));
   app.add_option("--knob", f.knobs, "set a tri-state knob, e.g. --knob qkv_fusion=0 (repeatable)");
 }
 
@@ -53,6 +55,11 @@ Engine load_engine(const EngineFlags& f, int64_t min_ctx) {
   std::string dev = f.device;
   if (f.ngl == 0) dev = "cpu";
   else if (f.ngl > 0 && dev == "auto") dev = "cuda";
+  if (f.main_gpu >= 0) {
+    if (dev == "cpu") LMF_FAIL("--main-gpu picks a CUDA device; it cannot be combined with --device cpu or -ngl 0");
+    dev = "cuda";  // an explicit GPU never falls back to the CPU
+    o.device = f.main_gpu;
+  }
   // Backends that copy the weights (CUDA) report each layer: a bar on a terminal, a line every
   // few seconds otherwise, nothing for a load too short to draw one.
   auto prog = std::make_shared<Progress>("loading " + f.model, e.model->weight_bytes());

@@ -18,6 +18,7 @@ struct EngineFlags {
   std::string device = "auto";
   std::vector<std::string> knobs;  // NAME=0|1|auto
   int ngl = -1;                    // llama.cpp compatibility: 0 = CPU, >0 = GPU
+  int main_gpu = -1;               // CUDA device index (-mg); -1 = not given (device 0)
 };
 
 void add_engine_flags(CLI::App& app, EngineFlags& f, bool model_required = true);

@@ -47,9 +47,10 @@ int main(int argc, char** argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 1 : 0;
   }
-  // llama.cpp spells them -ngl, -ub; CLI11 takes only single-letter short options.
+  // llama.cpp spells them -ngl, -mg, -ub; CLI11 takes only single-letter short options.
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "-ngl")) argv[i] = const_cast<char*>("--ngl");
+    if (!std::strcmp(argv[i], "-mg")) argv[i] = const_cast<char*>("--mg");
     if (!std::strcmp(argv[i], "-ub")) argv[i] = const_cast<char*>("--ubatch-size");
   }
   for (const auto& c : kCommands) {

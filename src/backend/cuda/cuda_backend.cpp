@@ -545,7 +545,7 @@ void CudaBackend::load(const Model& m) {
   LMF_LOG(Info, "cuda load: ", (uploader.bytes() >> 20), " MiB in ",
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(), " s (packing ",
           uploader.pack_seconds(), " s, waiting for copies ", uploader.wait_seconds(), " s; ", pool.size(),
-          " threads)");
+          " threads); KV cache ", (kv_bytes >> 20), " MiB for ", opts_.n_ctx, " positions");
   decode_bytes_ += uint64_t(hp.n_layer) * 2 * uint64_t(hp.n_embd) * 4;  // norm vectors
   if (!hp.rope_freq_factors.empty()) {
     const size_t n = hp.rope_freq_factors.size() * sizeof(float);

@@ -6,8 +6,12 @@
 
 namespace lmf {
 
-Progress::Progress(std::string label, uint64_t total, bool enabled)
-    : label_(std::move(label)), total_(total), enabled_(enabled), tty_(isatty(2) != 0) {
+Progress::Progress(std::string label, uint64_t total, bool enabled, double interval_s)
+    : label_(std::move(label)),
+      total_(total),
+      enabled_(enabled),
+      tty_(isatty(2) != 0),
+      interval_(interval_s >= 0 ? interval_s : tty_ ? 0.1 : 3.0) {
   start_ = last_ = std::chrono::steady_clock::now();
 }
 
@@ -15,8 +19,10 @@ void Progress::update(uint64_t done, int64_t items, int64_t items_total) {
   if (!enabled_ || finished_) return;
   auto now = std::chrono::steady_clock::now();
   double since_last = std::chrono::duration<double>(now - last_).count();
-  bool last_item = items == items_total;
-  if (!last_item && since_last < (tty_ ? 0.1 : 3.0)) return;
+  // A load or conversion shorter than the interval draws nothing (it would be a "100 %" line at
+  // an instant's rate); a bar already drawn is finished at 100 %.
+  const bool complete_bar = items == items_total && shown_;
+  if (!complete_bar && since_last < interval_) return;
   last_ = now;
   shown_ = true;
   double el = std::chrono::duration<double>(now - start_).count();

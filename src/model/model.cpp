@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <filesystem>
 #include <map>
 
 #include "model/arch_table.h"
@@ -8,6 +9,10 @@
 namespace lmf {
 
 std::unique_ptr<Model> Model::load(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec) && std::filesystem::exists(std::filesystem::path(path) / "config.json", ec))
+    LMF_FAIL(path, ": a Hugging Face checkpoint folder; convert it to GGUF first: lmfuse convert ", path,
+             " -o model.gguf");
   auto m = std::make_unique<Model>();
   m->file = gguf::File::open(path);
   const gguf::File& f = *m->file;

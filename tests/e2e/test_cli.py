@@ -106,6 +106,11 @@ def main():
     bad("system message that is not UTF-8", ["run", "-m", m, "-p", "hi", "--system", b"\xff"], "system message is not valid UTF-8")
     bad("text to tokenize that is not UTF-8", ["tokenize", "-m", m, b"a\xed\xa0\x80"], "the text is not valid UTF-8 (byte 0xED at offset 1)")
     bad("cuda without CUDA", ["logits", "-m", m, "--tokens", "1", "--device", "cuda", "-o", out], "CUDA")
+    hf = os.path.join(TMP, "hf-checkpoint")
+    os.makedirs(hf, exist_ok=True)
+    with open(os.path.join(hf, "config.json"), "w") as f:
+        f.write("{}")
+    bad("a Hugging Face folder as the model", ["run", "-m", hf, "-p", "x"], "convert it to GGUF first: lmfuse convert")
     bad("a GPU index without CUDA", ["logits", "-m", m, "--tokens", "1", "-mg", "1", "-o", out], "CUDA backend unavailable")
     bad("a GPU index with the CPU", ["run", "-m", m, "-p", "x", "--device", "cpu", "--main-gpu", "0"],
         "--main-gpu picks a CUDA device; it cannot be combined with --device cpu or -ngl 0")

@@ -359,6 +359,12 @@ void set_gemv_coresident(Tri mode);
 // Set before capture.
 void set_gemv_wide(bool on);
 bool gemv_wide();
+// Wide integer-dot GEMVs with the Norm prologue (Store and SiluMul epilogues, hidden size <= 4096)
+// stage x from h and gamma loaded once and kept in registers, instead of reloading both after the
+// norm's block reduction. Same bits. Process-wide, set before capture (knob LMFUSE_GEMV_KEEP_X).
+void set_gemv_keep_x(bool on);
+// Knob gemv_keep_x unset (docs/PERF.md S42-4).
+constexpr bool kGemvKeepXAuto = false;
 // Integer-dot GEMVs quantize x to 16-bit codes (the CPU backend's cpu_act16 rule: ~1e-3 of the
 // float result on a real model where int8 codes give ~1e-1) instead of int8; the Int8 prologue
 // and SiluMulQ (8-bit producer codes) are refused then. Process-wide, like set_gemv_wide (the

@@ -433,6 +433,13 @@ __device__ __forceinline__ void xq_quantize_block(const GemvParams& p, int hb, i
   if (lane < 8) store_quant_word(reinterpret_cast<float4*>(p.xq), nblk, hb, lane, w);
 }
 
+// Whether the kept staging (SF = 3) serves a shape: wide blocks with the Norm prologue, x of at
+// most 4 float4 per norm thread (the batch the batched form's pass 1 loads at once).
+template <int W>
+__host__ __device__ constexpr bool gemv_kept_stage(int cols) {
+  return W == kWideWarps && (cols >> 2) <= 4 * kNormThreads;
+}
+
 // Whether the compact staging serves a shape (narrow blocks, one float4 of x per thread).
 template <DType T, Prologue PRO, int W>
 __host__ __device__ constexpr bool gemv_compact_stage(int cols) {
@@ -442,7 +449,8 @@ __host__ __device__ constexpr bool gemv_compact_stage(int cols) {
 // Stages x (after the prologue) in shared memory: the layout of the header comment. All
 // kGemvThreads<T, W> threads of the block call it; the caller synchronizes before reading xs4.
 // SF (stage form): 0 = both forms, chosen by gemv_compact_stage at run time; 1 = the compact form
-// only (the caller guarantees gemv_compact_stage); 2 = the batched form only.
+// only (the caller guarantees gemv_compact_stage); 2 = the batched form only; 3 = the kept form
+// (wide Norm blocks, gemv_kept_stage: h and gamma loaded once, kept in registers).
 template <DType T, Prologue PRO, int W, int SF = 0, int XB = 8>
 __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red) {
   static_assert(XB == 8 || PRO != Prologue::Int8, "the producers' codes (Prologue::Int8) are 8-bit");
@@ -526,6 +534,41 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
       return v.x;
     }
   };
+  if constexpr (SF == 3) {
+    // Kept form (wide blocks, Norm prologue, n4 <= kXBatch * kNormThreads: hidden sizes up to
+    // 4096). The batched form below loads h in pass 1 (threads < kNormThreads), then after the
+    // block reduction loads h again and gamma (all threads) in pass 2: two more round trips
+    // queued behind the weight batches in flight. Here the pass-1 threads load gamma beside h,
+    // keep both, and stage their own float4s after the reduction. Same bits: the same per-thread
+    // sums in the same order, the same scale, the same elementwise norm, and lanes 8k..8k+7 still
+    // hold one 32-element block for stage4 (docs/PERF.md S42-4).
+    static_assert(PRO == Prologue::Norm && W == kWideWarps, "the kept form serves wide Norm blocks");
+    const int t = int(threadIdx.x);
+    const bool mine = t < kNormThreads;  // whole warps
+    float4 h[kXBatch], g[kXBatch];
+    float ss = 0.f;
+    if (mine) {
+#pragma unroll
+      for (int j = 0; j < kXBatch; ++j) {
+        const int i4 = j * kNormThreads + t;
+        h[j] = i4 < n4 ? __ldg(in4 + i4) : zero;
+        g[j] = i4 < n4 ? __ldg(gam4 + i4) : zero;
+      }
+#pragma unroll
+      for (int j = 0; j < kXBatch; ++j)
+        if (j * kNormThreads + t < n4) ss = sumsq4(h[j], ss);
+    }
+    const float rk = rms_scale(block_sum(ss, red), p.cols, p.eps);
+    if (mine) {
+#pragma unroll
+      for (int j = 0; j < kXBatch; ++j) {
+        if (j * kNormThreads >= n4) break;  // uniform: no slice left for any thread
+        const int i4 = j * kNormThreads + t;
+        stage4(norm_apply4(h[j], rk, g[j]), i4, i4 < n4);
+      }
+    }
+    return;
+  }
 #if LMFUSE_GEMV_COMPACT_STAGE
   // One float4 per thread (0.6B's hidden size 1024 in a narrow block): one load of h (and gamma,
   // issued beside it), no batches of predicated slices. The batched form below issues ~290

@@ -2,6 +2,7 @@
 // are instantiated for every weight type. Each kernels_gemv_<type>.cu includes this and expands
 // LMF_GEMV_ALLOW_LIST for its type, so instances compile in parallel, one file per type.
 #pragma once
+#include <cstdlib>
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv_grid.h"
 #include "backend/cuda/kernels/gemv.cuh"
@@ -36,6 +37,7 @@ GemvGrid gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_
                    const GemvParams& p);  // kernels_gemv.cu
 Tri gemv_split_k_mode();                                  // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
+bool gemv_keep_x();                                       // kernels_gemv.cu (set_gemv_keep_x)
 constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
 
 // Each launcher returns the SMs its grid left free.
@@ -87,6 +89,10 @@ int launch_gemv_instance(const GemvParams& p, bool wide, bool x16, cudaStream_t 
     } else if (x16) {
       return -1;  // the producers' codes are 8-bit: gemv() refuses the pair first
     }
+    if constexpr (PRO == Prologue::Norm && (EPI == Epilogue::Store || EPI == Epilogue::SiluMul))
+      if (wide && gemv_keep_x() && gemv_kept_stage<kWideWarps>(p.cols) &&
+          !(EPI == Epilogue::SiluMul && std::getenv("LMFUSE_EXP_KEEP_STORE_ONLY")))  // S42-4 A/B, temporary
+        return launch_gemv_width<T, PRO, EPI, kWideWarps, 3>(p, s);
     if (wide) return launch_gemv_width<T, PRO, EPI, kWideWarps>(p, s);
     return launch_gemv_narrow<T, PRO, EPI>(p, s);
   } else if constexpr (PRO != Prologue::Int8 && EPI != Epilogue::SiluMulQ) {

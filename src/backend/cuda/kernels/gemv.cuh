@@ -535,37 +535,50 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
     }
   };
   if constexpr (SF == 3) {
-    // Kept form (wide blocks, Norm prologue, n4 <= kXBatch * kNormThreads: hidden sizes up to
-    // 4096). The batched form below loads h in pass 1 (threads < kNormThreads), then after the
-    // block reduction loads h again and gamma (all threads) in pass 2: two more round trips
-    // queued behind the weight batches in flight. Here the pass-1 threads load gamma beside h,
-    // keep both, and stage their own float4s after the reduction. Same bits: the same per-thread
-    // sums in the same order, the same scale, the same elementwise norm, and lanes 8k..8k+7 still
-    // hold one 32-element block for stage4 (docs/PERF.md S42-4).
-    static_assert(PRO == Prologue::Norm && W == kWideWarps, "the kept form serves wide Norm blocks");
+    // Kept form (wide blocks, Norm prologue, n4 <= 4 * kNormThreads: hidden sizes up to 4096).
+    // The batched form below loads h in pass 1 (threads < kNormThreads, up to four float4 each)
+    // for the sum of squares, then after the block reduction loads h again and gamma in pass 2:
+    // one more round trip behind the weight batches in flight. Here every thread loads, once and
+    // up front, the two float4s of h and gamma it will stage: thread u < kNormThreads slices 0
+    // and 1 of norm thread u (float4 u, u + 256), thread u + kNormThreads slices 2 and 3 (u + 512,
+    // u + 768). The sum of squares keeps rmsnorm_rows' chain per norm thread: thread u sums its two,
+    // hands the partial over in shared memory, thread u + kNormThreads continues it; block_sum then
+    // sees each chain in warp 8 + w instead of warp w (the other half adds zeros: the same bits).
+    // Same scale, same elementwise norm, and lanes 8k..8k+7 still hold one 32-element block for
+    // stage4. (A first form kept all four float4s in the norm threads and staged twice as many
+    // per thread: 8B 0.989, docs/PERF.md S42-4.)
+    static_assert(PRO == Prologue::Norm && NT == 2 * kNormThreads, "the kept form serves wide Norm blocks");
+    __shared__ float ss_lo[kNormThreads];
     const int t = int(threadIdx.x);
-    const bool mine = t < kNormThreads;  // whole warps
-    float4 h[kXBatch], g[kXBatch];
-    float ss = 0.f;
-    if (mine) {
+    const int hi = t >= kNormThreads ? 1 : 0;  // whole warps
+    const int u = t - hi * kNormThreads;
+    float4 h[2], g[2];
 #pragma unroll
-      for (int j = 0; j < kXBatch; ++j) {
-        const int i4 = j * kNormThreads + t;
-        h[j] = i4 < n4 ? __ldg(in4 + i4) : zero;
-        g[j] = i4 < n4 ? __ldg(gam4 + i4) : zero;
-      }
-#pragma unroll
-      for (int j = 0; j < kXBatch; ++j)
-        if (j * kNormThreads + t < n4) ss = sumsq4(h[j], ss);
+    for (int j = 0; j < 2; ++j) {
+      const int i4 = (2 * hi + j) * kNormThreads + u;
+      h[j] = i4 < n4 ? __ldg(in4 + i4) : zero;
+      g[j] = i4 < n4 ? __ldg(gam4 + i4) : zero;
     }
-    const float rk = rms_scale(block_sum(ss, red), p.cols, p.eps);
-    if (mine) {
+    float ss = 0.f;
+    if (!hi) {
 #pragma unroll
-      for (int j = 0; j < kXBatch; ++j) {
-        if (j * kNormThreads >= n4) break;  // uniform: no slice left for any thread
-        const int i4 = j * kNormThreads + t;
-        stage4(norm_apply4(h[j], rk, g[j]), i4, i4 < n4);
-      }
+      for (int j = 0; j < 2; ++j)
+        if (j * kNormThreads + u < n4) ss = sumsq4(h[j], ss);
+      ss_lo[u] = ss;
+    }
+    __syncthreads();
+    if (hi) {
+      ss = ss_lo[u];
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        if ((2 + j) * kNormThreads + u < n4) ss = sumsq4(h[j], ss);
+    }
+    const float rk = rms_scale(block_sum(hi ? ss : 0.f, red), p.cols, p.eps);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int base = (2 * hi + j) * kNormThreads;
+      if (base >= n4) break;  // warp-uniform: no slice left for this warp
+      stage4(norm_apply4(h[j], rk, g[j]), base + u, base + u < n4);
     }
     return;
   }

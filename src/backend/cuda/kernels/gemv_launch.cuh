@@ -2,7 +2,6 @@
 // are instantiated for every weight type. Each kernels_gemv_<type>.cu includes this and expands
 // LMF_GEMV_ALLOW_LIST for its type, so instances compile in parallel, one file per type.
 #pragma once
-#include <cstdlib>
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv_grid.h"
 #include "backend/cuda/kernels/gemv.cuh"
@@ -90,8 +89,7 @@ int launch_gemv_instance(const GemvParams& p, bool wide, bool x16, cudaStream_t 
       return -1;  // the producers' codes are 8-bit: gemv() refuses the pair first
     }
     if constexpr (PRO == Prologue::Norm && (EPI == Epilogue::Store || EPI == Epilogue::SiluMul))
-      if (wide && gemv_keep_x() && gemv_kept_stage<kWideWarps>(p.cols) &&
-          !(EPI == Epilogue::SiluMul && std::getenv("LMFUSE_EXP_KEEP_STORE_ONLY")))  // S42-4 A/B, temporary
+      if (wide && gemv_keep_x() && gemv_kept_stage<kWideWarps>(p.cols))
         return launch_gemv_width<T, PRO, EPI, kWideWarps, 3>(p, s);
     if (wide) return launch_gemv_width<T, PRO, EPI, kWideWarps>(p, s);
     return launch_gemv_narrow<T, PRO, EPI>(p, s);

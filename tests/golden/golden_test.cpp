@@ -120,7 +120,9 @@ TEST_P(Golden, MatchesTransformers) {
   // the manifest's 3e-2 written for 8-bit activations (EightBitActivationsMatchTransformers).
   const double tol = std::min(c.rel_l2, 1e-3);
   EXPECT_LE(e, tol) << c.name;
-  if (c.argmax > 0) EXPECT_GE(argmax_agreement(got, want, c.n_vocab), c.argmax) << c.name;
+  if (c.argmax > 0) {
+    EXPECT_GE(argmax_agreement(got, want, c.n_vocab), c.argmax) << c.name;
+  }
   RecordProperty("rel_l2", std::to_string(e));
   std::printf("[golden] %-18s rel_l2 %.3e (tolerance %.0e) argmax %.3f\n", c.name.c_str(), e, tol,
               argmax_agreement(got, want, c.n_vocab));
@@ -137,7 +139,9 @@ TEST_P(Golden, EightBitActivationsMatchTransformers) {
   ASSERT_EQ(got.size(), want.size());
   const double e = rel_l2(got, want);
   EXPECT_LE(e, c.rel_l2) << c.name;
-  if (c.argmax > 0) EXPECT_GE(argmax_agreement(got, want, c.n_vocab), c.argmax) << c.name;
+  if (c.argmax > 0) {
+    EXPECT_GE(argmax_agreement(got, want, c.n_vocab), c.argmax) << c.name;
+  }
   Engine r = open(c, k8);
   Session s(*r.model, *r.backend);
   EXPECT_LE(rel_l2(got, s.eval(c.tokens, true)), 1e-4) << c.name;

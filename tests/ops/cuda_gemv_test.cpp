@@ -334,7 +334,8 @@ TEST(CudaGemv, BadArgumentsFail) {
 // form in place (the same bits trivially, and no failure).
 TEST(CudaGemv, KeptNormStagingGivesTheTwoPassBits) {
   struct KeepScope {
-    ~KeepScope() { set_gemv_keep_x(false); }
+    bool before = gemv_keep_x();
+    ~KeepScope() { set_gemv_keep_x(before); }
   } keep_scope;
   uint32_t seed = 900;
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})

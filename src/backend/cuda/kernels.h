@@ -363,8 +363,9 @@ bool gemv_wide();
 // stage x from h and gamma loaded once and kept in registers, instead of reloading both after the
 // norm's block reduction. Same bits. Process-wide, set before capture (knob LMFUSE_GEMV_KEEP_X).
 void set_gemv_keep_x(bool on);
-// Knob gemv_keep_x unset (docs/PERF.md S42-4).
-constexpr bool kGemvKeepXAuto = false;
+bool gemv_keep_x();
+// Knob gemv_keep_x unset: on (docs/PERF.md S42-5, `--ab gemv_keep_x` tg128: 8B 1.020, 4B 1.035).
+constexpr bool kGemvKeepXAuto = true;
 // Integer-dot GEMVs quantize x to 16-bit codes (the CPU backend's cpu_act16 rule: ~1e-3 of the
 // float result on a real model where int8 codes give ~1e-1) instead of int8; the Int8 prologue
 // and SiluMulQ (8-bit producer codes) are refused then. Process-wide, like set_gemv_wide (the

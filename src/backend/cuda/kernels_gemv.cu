@@ -52,10 +52,10 @@ std::atomic<int> g_coresident{int(Tri::Auto)};
 std::atomic<int> g_pdl_early{kEarlyAll};
 std::atomic<bool> g_wide{false};
 std::atomic<bool> g_act16{false};
-std::atomic<bool> g_keep_x{false};
+std::atomic<bool> g_keep_x{kGemvKeepXAuto};
 }  // namespace
 void set_gemv_keep_x(bool on) { g_keep_x.store(on, std::memory_order_relaxed); }
-bool dev::gemv_keep_x() { return g_keep_x.load(std::memory_order_relaxed); }
+bool gemv_keep_x() { return g_keep_x.load(std::memory_order_relaxed); }
 void set_gemv_wide(bool on) { g_wide.store(on, std::memory_order_relaxed); }
 bool gemv_wide() { return g_wide.load(std::memory_order_relaxed); }
 void set_gemv_act16(bool on) { g_act16.store(on, std::memory_order_relaxed); }

@@ -36,7 +36,6 @@ GemvGrid gemv_grid(const void* func, int threads, int rows, size_t smem, int rg_
                    const GemvParams& p);  // kernels_gemv.cu
 Tri gemv_split_k_mode();                                  // kernels_gemv.cu
 Tri gemv_coresident_mode();                               // kernels_gemv.cu
-bool gemv_keep_x();                                       // kernels_gemv.cu (set_gemv_keep_x)
 constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared memory instances opt in to
 
 // Each launcher returns the SMs its grid left free.

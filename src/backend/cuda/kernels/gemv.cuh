@@ -434,7 +434,7 @@ __device__ __forceinline__ void xq_quantize_block(const GemvParams& p, int hb, i
 }
 
 // Whether the kept staging (SF = 3) serves a shape: wide blocks with the Norm prologue, x of at
-// most 4 float4 per norm thread (the batch the batched form's pass 1 loads at once).
+// most 4 float4 per norm thread, so two per thread of the 16-warp block (hidden size <= 4096).
 template <int W>
 __host__ __device__ constexpr bool gemv_kept_stage(int cols) {
   return W == kWideWarps && (cols >> 2) <= 4 * kNormThreads;

@@ -27,12 +27,17 @@ def load_ref(root=ROOT):
     return ref, want
 
 
+def logits_cmd(lmfuse, model, device, ref, *extra):
+    """`lmfuse logits` over the reference prompt's ids on `device`, then extra arguments."""
+    return [lmfuse, "logits", "-m", model, "--device", device, "-c", "256", "--tokens",
+            ",".join(map(str, ref["tokens"])), *extra]
+
+
 def vs_ref(lmfuse, model, device, setting, ref, want, env):
     """(last-position rel-L2 vs transformers, argmax agreement over the positions) of the prompt's
     ids on `device`, one decode step per token (--prefill 1); setting: () or ("--knob", "k=v")."""
     with tempfile.NamedTemporaryFile(suffix=".bin") as f:
-        r = subprocess.run([lmfuse, "logits", "-m", model, "--device", device, "-c", "256", *setting, "--tokens",
-                            ",".join(map(str, ref["tokens"])), "--all", "--prefill", "1", "-o", f.name],
+        r = subprocess.run(logits_cmd(lmfuse, model, device, ref, *setting, "--all", "--prefill", "1", "-o", f.name),
                            env=env, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"lmfuse logits -> {r.returncode}: {r.stderr.strip()}")
@@ -53,9 +58,8 @@ def main():
     env = {k: v for k, v in os.environ.items() if k not in ACT16_ENV}
 
     def greedy(setting, device=None):
-        r = subprocess.run([args.lmfuse, "logits", "-m", args.model, "--device", device or args.device, "-c", "256",
-                            "--tokens", ",".join(map(str, ref["tokens"])), "--generate", str(args.gen), "-o",
-                            os.devnull, *setting], env=env, check=True, capture_output=True, text=True)
+        r = subprocess.run(logits_cmd(args.lmfuse, args.model, device or args.device, ref, "--generate", str(args.gen),
+                                      "-o", os.devnull, *setting), env=env, check=True, capture_output=True, text=True)
         return [int(x) for x in r.stdout.split()]
 
     base = greedy(())

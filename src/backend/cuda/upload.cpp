@@ -56,16 +56,10 @@ DeviceWeight WeightUploader::upload(DType t, int64_t rows, int64_t cols, const R
     if (sr) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sc), w.scale_bytes));
     const int64_t chunk = int64_t(buffer_bytes_ / (qr + sr));
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-      const int64_t r1 = std::min(rows, r0 + chunk), n = r1 - r0;
-      Slot& sl = take_slot();
-      uint8_t* hq = sl.buf;
-      uint8_t* hs = hq + qr * size_t(n);
-      const auto t0 = std::chrono::steady_clock::now();
-      pack_rows(t, cols, r0, r1, src, hq, hs, pool_);
-      pack_s_ += seconds_since(t0);
-      CUDA_CHECK(cudaMemcpyAsync(q + qr * size_t(r0), hq, qr * size_t(n), cudaMemcpyHostToDevice, stream_));
-      if (sr) CUDA_CHECK(cudaMemcpyAsync(sc + sr * size_t(r0), hs, sr * size_t(n), cudaMemcpyHostToDevice, stream_));
-      CUDA_CHECK(cudaEventRecord(sl.done, stream_));
+      const int64_t r1 = std::min(rows, r0 + chunk);
+      const size_t nq = qr * size_t(r1 - r0), ns = sr * size_t(r1 - r0);
+      send([&](uint8_t* b) { pack_rows(t, cols, r0, r1, src, b, b + nq, pool_); },
+           {{q + qr * size_t(r0), 0, nq}, {sc + sr * size_t(r0), nq, ns}});
     }
   } catch (...) {
     cudaStreamSynchronize(stream_);
@@ -79,13 +73,18 @@ DeviceWeight WeightUploader::upload(DType t, int64_t rows, int64_t cols, const R
   return w;
 }
 
-WeightUploader::Slot& WeightUploader::take_slot() {
+void WeightUploader::send(const std::function<void(uint8_t*)>& fill, std::initializer_list<Copy> copies) {
   Slot& sl = slots_[next_];
   next_ ^= 1;
-  const auto t0 = std::chrono::steady_clock::now();
-  CUDA_CHECK(cudaEventSynchronize(sl.done));
+  auto t0 = std::chrono::steady_clock::now();
+  CUDA_CHECK(cudaEventSynchronize(sl.done));  // the copies that last read this buffer
   wait_s_ += seconds_since(t0);
-  return sl;
+  t0 = std::chrono::steady_clock::now();
+  fill(sl.buf);
+  pack_s_ += seconds_since(t0);
+  for (const Copy& c : copies)
+    if (c.n) CUDA_CHECK(cudaMemcpyAsync(c.dst, sl.buf + c.off, c.n, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaEventRecord(sl.done, stream_));
 }
 
 void* WeightUploader::upload_bytes(const void* src, size_t n) {
@@ -94,12 +93,7 @@ void* WeightUploader::upload_bytes(const void* src, size_t n) {
   try {
     for (size_t off = 0; off < n; off += buffer_bytes_) {
       const size_t len = std::min(buffer_bytes_, n - off);
-      Slot& sl = take_slot();
-      const auto t0 = std::chrono::steady_clock::now();
-      std::memcpy(sl.buf, static_cast<const uint8_t*>(src) + off, len);
-      pack_s_ += seconds_since(t0);
-      CUDA_CHECK(cudaMemcpyAsync(d + off, sl.buf, len, cudaMemcpyHostToDevice, stream_));
-      CUDA_CHECK(cudaEventRecord(sl.done, stream_));
+      send([&](uint8_t* b) { std::memcpy(b, static_cast<const uint8_t*>(src) + off, len); }, {{d + off, 0, len}});
     }
   } catch (...) {
     cudaStreamSynchronize(stream_);

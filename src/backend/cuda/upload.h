@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 
 #include "backend/cuda/kernels.h"
 
@@ -39,10 +41,15 @@ class WeightUploader {
     uint8_t* buf = nullptr;
     cudaEvent_t done = nullptr;  // the slot's last copy has finished
   };
+  // One copy out of a staging buffer: n bytes at offset off to dst (n = 0: none).
+  struct Copy {
+    void* dst;
+    size_t off, n;
+  };
   void release();
-  // The next slot, once the copy that last read it has finished; record its event after
-  // queueing the copies out of it.
-  Slot& take_slot();
+  // Fills the next buffer once the copies that last read it have finished (fill is timed as
+  // packing), queues the copies out of it and records its event.
+  void send(const std::function<void(uint8_t*)>& fill, std::initializer_list<Copy> copies);
   cudaStream_t stream_;
   ThreadPool* pool_;
   size_t buffer_bytes_;

@@ -104,6 +104,46 @@ TEST(CudaGemv, ResidualEpilogueInPlace) {
     }
 }
 
+// Three warps per row group (set_gemv_split3: wide blocks, deep shapes where two warps would
+// leave a batch after the PDL wait; 4B down and an odd shape of the same kind): the residual
+// epilogue in place against the int8-x reference, every row written, the guards intact, for the
+// integer-dot types (Q8_0's one-group batches keep two warps), and within the reference's tolerance
+// of the two-warp form (a different summation order, not the same bits).
+TEST(CudaGemv, SplitThreeWarpsPerRowGroup) {
+  struct Scope {
+    bool split3 = gemv_split3(), wide = gemv_wide();
+    ~Scope() { set_gemv_split3(split3), set_gemv_wide(wide); }
+  } scope;
+  set_gemv_wide(true);
+  uint32_t seed = 350;
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+    for (Shape s : {Shape{2560, 9728}, Shape{2502, 9664}}) {
+      std::mt19937 rng(seed++);
+      auto wq = random_rows(t, s.rows, s.cols, rng);
+      auto W = dequant(t, wq, s.rows, s.cols);
+      DeviceWeight dw = upload_weight(repack_rows(t, wq.data(), s.rows, s.cols));
+      auto in = randn(s.cols, rng), yres = randn(s.rows, rng);
+      auto kref = gemv_kernel_ref(t, W, s.rows, s.cols, in, nullptr, nullptr);
+      for (int64_t r = 0; r < s.rows; ++r) kref[r] += yres[r];
+      std::vector<float> y[2];
+      for (int three = 0; three < 2; ++three) {
+        set_gemv_split3(three == 1);
+        DevBuf<float> d_in(in), d_y(yres);
+        GemvArgs a;
+        a.w = &dw;
+        a.in = d_in.p();
+        a.y = d_y.p();
+        a.y_residual = d_y.p();
+        gemv(Prologue::None, Epilogue::Residual, a);
+        y[three] = d_y.get();
+        EXPECT_TRUE(all_finite(y[three]) && d_y.guards_intact()) << dtype_name(t) << " " << s.rows << "x" << s.cols;
+        EXPECT_LE(rel_l2(y[three], kref), kTol) << dtype_name(t) << " " << s.rows << "x" << s.cols << " three " << three;
+      }
+      EXPECT_LE(rel_l2(y[1], y[0]), kTol) << dtype_name(t) << " " << s.rows << "x" << s.cols;
+      free_weight(dw);
+    }
+}
+
 TEST(CudaGemv, SiluMulGateUpFusedVsUnfused) {
   uint32_t seed = 400;
   for (DType t : kTypes)
@@ -328,10 +368,11 @@ TEST(CudaGemv, BadArgumentsFail) {
   free_weight(dw);
 }
 
-// The kept Norm staging of the wide blocks (set_gemv_keep_x, hidden sizes up to 4096): h and
-// gamma loaded once and kept in registers give the two-pass staging's output bit for bit, for the
-// Store and SiluMul epilogues, odd and real hidden sizes; above 4096 the switch leaves the two-pass
-// form in place (the same bits trivially, and no failure).
+// The kept Norm staging (set_gemv_keep_x; wide blocks up to hidden size 4096, narrow ones up to
+// 2048): h and gamma loaded once and kept in registers give the two-pass staging's output bit for
+// bit, for the Store and SiluMul epilogues, both block widths, odd and real hidden sizes; outside
+// those sizes the switch leaves the compact or two-pass form in place (the same bits trivially,
+// and no failure).
 TEST(CudaGemv, KeptNormStagingGivesTheTwoPassBits) {
   struct KeepScope {
     bool before = gemv_keep_x();
@@ -339,8 +380,9 @@ TEST(CudaGemv, KeptNormStagingGivesTheTwoPassBits) {
   } keep_scope;
   uint32_t seed = 900;
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
-    for (int64_t cols : {int64_t(96), int64_t(1056), int64_t(2560), int64_t(4096), int64_t(5120)})
-      for (Epilogue epi : {Epilogue::Store, Epilogue::SiluMul}) {
+    for (int64_t cols : {int64_t(96), int64_t(1056), int64_t(1984), int64_t(2048), int64_t(2560), int64_t(4096), int64_t(5120)})
+      for (Epilogue epi : {Epilogue::Store, Epilogue::SiluMul})
+      for (lmf::Tri wide : {lmf::Tri::On, lmf::Tri::Off}) {
         std::mt19937 rng(seed++);
         const int64_t rows = 512;
         auto wq = random_rows(t, rows, cols, rng);
@@ -353,13 +395,14 @@ TEST(CudaGemv, KeptNormStagingGivesTheTwoPassBits) {
           set_gemv_keep_x(keep == 1);
           DevBuf<float> d_y(n_out);
           GemvArgs a = prologue_args(dw, d_in.p(), nullptr, nullptr, d_gamma.p(), d_y.p());
-          a.wide = lmf::Tri::On;
+          a.wide = wide;
           gemv(Prologue::Norm, epi, a);
           y[keep] = d_y.get();
           EXPECT_TRUE(all_finite(y[keep]) && d_y.guards_intact())
-              << dtype_name(t) << " cols " << cols << " epi " << int(epi) << " keep " << keep;
+              << dtype_name(t) << " cols " << cols << " epi " << int(epi) << " wide " << int(wide) << " keep " << keep;
         }
-        EXPECT_TRUE(y[0] == y[1]) << dtype_name(t) << " cols " << cols << " epi " << int(epi) << ": kept != two-pass";
+        EXPECT_TRUE(y[0] == y[1]) << dtype_name(t) << " cols " << cols << " epi " << int(epi) << " wide "
+                                  << int(wide) << ": kept != two-pass";
         free_weight(dw);
       }
 }

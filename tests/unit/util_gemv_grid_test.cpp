@@ -105,5 +105,25 @@ TEST(GemvGrid, DownFitsOnGateUpsFreeSms) {
   EXPECT_EQ(gu.blocks, 2 * 96);
 }
 
+// Warps per row group (gemv_ksplit_rule) for the Q4_0 down_proj shapes: two 8-warp blocks of slots
+// per SM, two column groups of 32 blocks per batch. 3 only in a wide grid that takes every row
+// group in one round, where 2 would leave a batch after the PDL wait (4B down: 5 batches).
+TEST(GemvGrid, SplitKWarpsPerRowGroup) {
+  auto k = [](int rows, int cols, int wide3_blocks, int steps = 2) {
+    return gemv_ksplit_rule((rows + 3) / 4, (cols / 32 + 31) / 32, steps, kH200, 16, wide3_blocks);
+  };
+  EXPECT_EQ(k(4096, 12288, 0), 2);       // 8B down: 2,048 warps of 2,112; 4 would take a second round
+  EXPECT_EQ(k(4096, 12288, kH200), 2);   // 3 x 1,024 row groups > 5 x 132
+  EXPECT_EQ(k(2560, 9728, 0), 2);        // 4B down, narrow (or split3 off): 3 batches for the first warp
+  EXPECT_EQ(k(2560, 9728, kH200), 3);    // wide: 640 row groups <= 660 slots of 3 warps, 2 batches each
+  EXPECT_EQ(k(2560, 9728, 127), 2);      // a grid with spare SMs would need a second round
+  EXPECT_EQ(k(2560, 9728, 128), 3);
+  EXPECT_EQ(k(2560, 9728, kH200, 1), 2); // Q8_0 (one group a batch): 10 batches, 3 warps leave 4
+  EXPECT_EQ(k(2048, 6144, kH200), 2);    // Qwen3 1.7B down: 2 warps already load all before the wait
+  EXPECT_EQ(k(2048, 8192, kH200), 4);    // Llama 3.2 1B down: 2,048 warps, one batch each
+  EXPECT_EQ(k(4096, 4096, kH200), 2);    // 8B o_proj (split only when forced): 2 batches, never 3
+  EXPECT_EQ(k(1024, 3072, kH200), 2);    // 0.6B down (split only when forced): 2 batches, never 3
+}
+
 }  // namespace
 }  // namespace lmf::cuda

@@ -61,6 +61,24 @@ constexpr int gemv_fit_spare(const GemvGridShape& g, int fit_sms) {
   return need <= fit_sms ? g.sms - need : -1;
 }
 
+// Warps per row group (in-block split-K, gemv.cuh) for a shape of `row_groups` row groups of
+// `ngroups` column groups (32 blocks each), `steps` groups per column batch, on `sms` SMs of
+// `slots_per_sm` warp slots of the narrow block. Doubles k while the doubled count of working warps
+// still fits the slots in one round and every warp of the group still gets at least one column
+// batch. The slots are the narrow block's for every width, so both widths sum a shape in the same
+// order, except in a grid of `wide3_blocks` 16-warp blocks (0: none; five groups of 3 warps each):
+// 3 warps per row group where 2 would leave each first warp a batch to load after the PDL wait
+// (more than two batches: two are loaded before it) and 3 load every batch before it, in one round
+// (4B down: 640 row groups of 5 batches; docs/PERF.md S43-2).
+constexpr int gemv_ksplit_rule(int row_groups, int ngroups, int steps, int sms, int slots_per_sm, int wide3_blocks) {
+  const long slots = long(sms) * slots_per_sm;
+  int k = 1;
+  while (k < 8 && long(row_groups) * 2 * k <= slots && (2 * k - 1) * steps < ngroups) k *= 2;
+  const int batches = (ngroups + steps - 1) / steps;
+  if (k == 2 && (batches + 1) / 2 > 2 && (batches + 2) / 3 <= 2 && long(row_groups) <= long(wide3_blocks) * 5) k = 3;
+  return k;
+}
+
 struct GemvGrid {
   int blocks = 1;
   int spare = 0;  // SMs left free

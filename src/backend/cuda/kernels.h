@@ -348,6 +348,15 @@ void set_pdl_early_trigger(int mask);
 // 1.009-1.014, 0.6B untouched (no deep shape); on every shape it loses on qkv and o (4B: 1.007
 // against auto's 1.011; sessions 5, 8, 13). Set before capture.
 void set_gemv_split_k(Tri mode);
+// In 16-warp blocks, 3 warps per row group instead of 2 where 2 would leave each first warp a
+// column batch to load after the PDL wait and 3 load them all before it in one round
+// (gemv_grid.h gemv_ksplit_rule: 4B down among the benchmark models). Changes that shape's
+// summation order, so its bits differ from the narrow block's. Process-wide, set before capture
+// (knob LMFUSE_GEMV_SPLIT3).
+void set_gemv_split3(bool on);
+bool gemv_split3();
+// Knob gemv_split3 unset (docs/PERF.md S43-2).
+constexpr bool kGemvSplit3Auto = false;
 // One GEMV block per SM instead of as many as fit (2 for the integer-dot types), so that a block
 // of the next PDL-launched kernel fits beside it and issues its weight loads while this one runs.
 // Auto (default) = Off, measured slower end to end (docs/PERF.md, session 5); On: every GEMV
@@ -359,9 +368,9 @@ void set_gemv_coresident(Tri mode);
 // Set before capture.
 void set_gemv_wide(bool on);
 bool gemv_wide();
-// Wide integer-dot GEMVs with the Norm prologue (Store and SiluMul epilogues, hidden size <= 4096)
-// stage x from h and gamma loaded once and kept in registers, instead of reloading both after the
-// norm's block reduction. Same bits. Process-wide, set before capture (knob LMFUSE_GEMV_KEEP_X).
+// Integer-dot GEMVs with the Norm prologue (Store and SiluMul epilogues; wide blocks up to hidden
+// size 4096, narrow ones from 1056 to 2048) stage x from h and gamma loaded once and kept in
+// registers, instead of reloading both after the norm's block reduction. Same bits. Process-wide, set before capture (knob LMFUSE_GEMV_KEEP_X).
 void set_gemv_keep_x(bool on);
 bool gemv_keep_x();
 // Knob gemv_keep_x unset: on (docs/PERF.md S42-5, `--ab gemv_keep_x` tg128: 8B 1.020, 4B 1.035).

@@ -53,7 +53,10 @@ std::atomic<int> g_pdl_early{kEarlyAll};
 std::atomic<bool> g_wide{false};
 std::atomic<bool> g_act16{false};
 std::atomic<bool> g_keep_x{kGemvKeepXAuto};
+std::atomic<bool> g_split3{kGemvSplit3Auto};
 }  // namespace
+void set_gemv_split3(bool on) { g_split3.store(on, std::memory_order_relaxed); }
+bool gemv_split3() { return g_split3.load(std::memory_order_relaxed); }
 void set_gemv_keep_x(bool on) { g_keep_x.store(on, std::memory_order_relaxed); }
 bool gemv_keep_x() { return g_keep_x.load(std::memory_order_relaxed); }
 void set_gemv_wide(bool on) { g_wide.store(on, std::memory_order_relaxed); }

@@ -34,9 +34,11 @@
 // k warps of a block share a row group, warp `sub` taking column batches sub, sub+k, ...; at the
 // end of the row group the k partial sums meet in shared memory (named barrier per warp group)
 // and are added in sub order by warp sub 0, which runs the epilogue. The order depends only on
-// the shape (the host picks k from rows/cols/type), so results are deterministic. Which shapes
-// split: set_gemv_split_k in kernels.h; k = 1 for the others. k is a power of two, so the warp
-// split is shifts; warp sub 0 adds the others' partials in a fixed loop of at most 7.
+// the shape (the host picks k from rows/cols/type and, for k = 3, the block width), so results are
+// deterministic. Which shapes split: set_gemv_split_k and set_gemv_split3 in kernels.h; k = 1 for
+// the others. k is 1, 2, 4 or 8, or 3 in 16-warp blocks (the last warp then idles): the warp split
+// is a multiply and a shift (gemv_ksplit_mul), no division; warp sub 0 adds the others' partials
+// in a fixed loop of at most 7.
 //
 // Row sums. A warp's 4 accumulators are reduced in 6 shuffles (warp_sum_rows4: the values per
 // lane halve at xor 16 and 8), after which lanes 8r..8r+7 hold row r: lane 8r runs the
@@ -51,6 +53,7 @@
 #pragma once
 #include <cuda_fp16.h>
 
+#include "backend/cuda/gemv_grid.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/act_quant.cuh"
@@ -168,7 +171,8 @@ struct GemvParams {
   const float* y_residual;
   const float* bias;
   QkvParams qkv;
-  int ksplit;  // warps per row group: 1, 2, 4 or 8 (gemv_ksplit)
+  int ksplit;  // warps per row group: 1, 2, 3, 4 or 8 (gemv_ksplit)
+  int ks_mul;  // gemv_ksplit_mul(ksplit)
   unsigned long long* tl;  // launch timeline slot or null
   uint8_t* xq;             // SiluMulQ: written; Int8 prologue: read
   unsigned* xq_cnt;        // SiluMulQ: per 32-block of y
@@ -183,21 +187,21 @@ struct GemvParams {
 template <DType T>
 constexpr int kSteps = WTraits<T>::P == 1 ? 2 : 1;
 
-// Warps per row group for a shape (host side; see the header comment). Doubles k while the
-// doubled count of working warps still fits the warp slots in one round (assumed occupancy
-// kMinBlocks of the narrow block, not the instance's, so every prologue/epilogue variant and both
-// block widths of a shape sum in the same order) and every warp of the group still gets at least
-// one column batch. (Until session 19 the test was on k before doubling, so 4B down got k = 4:
-// 2,560 warps for 2,112 slots, a second round.)
+// Warps per row group for a shape (host side; see the header comment and gemv_ksplit_rule),
+// assuming the narrow block's occupancy kMinBlocks, not the instance's, so every prologue/epilogue
+// variant and both block widths of a shape sum in the same order, but where a grid of wide3_blocks
+// 16-warp blocks (set_gemv_split3; 0 = none) takes 3. (Until session 19 the test was on k before
+// doubling, so 4B down got k = 4: 2,560 warps for 2,112 slots, a second round.)
 template <DType T>
-inline int gemv_ksplit(int rows, int cols, int sms) {
+inline int gemv_ksplit(int rows, int cols, int sms, int wide3_blocks) {
   const int n_rg = (rows + kRows - 1) / kRows;
   const int ngroups = (cols / 32 + 31) / 32;
-  const long slots = long(sms) * kMinBlocks<T, kNarrowWarps> * kGemvWarps<T, kNarrowWarps>;
-  int k = 1;
-  while (k < kGemvWarps<T, kNarrowWarps> && long(n_rg) * 2 * k <= slots && (2 * k - 1) * kSteps<T> < ngroups) k *= 2;
-  return k;
+  return gemv_ksplit_rule(n_rg, ngroups, kSteps<T>, sms, kMinBlocks<T, kNarrowWarps> * kGemvWarps<T, kNarrowWarps>,
+                          kInt8x<T> ? wide3_blocks : 0);
 }
+// slot = warp / k and the block's slots W / k as (x * m) >> 5 (exact for x <= 16): k = 3 is not a
+// power of two, and a division costs code in every instance (docs/PERF.md S30-2).
+constexpr int gemv_ksplit_mul(int k) { return k == 3 ? 11 : 32 / k; }
 
 __device__ __forceinline__ void named_barrier(int id, int nthreads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
@@ -433,11 +437,13 @@ __device__ __forceinline__ void xq_quantize_block(const GemvParams& p, int hb, i
   if (lane < 8) store_quant_word(reinterpret_cast<float4*>(p.xq), nblk, hb, lane, w);
 }
 
-// Whether the kept staging (SF = 3) serves a shape: wide blocks with the Norm prologue, x of at
-// most 4 float4 per norm thread, so two per thread of the 16-warp block (hidden size <= 4096).
+// Whether the kept staging (SF = 3) serves a shape with the Norm prologue: x of at most 4 float4
+// per norm thread in a wide block, two per thread of the 16-warp block (hidden size <= 4096); at
+// most 2 in a narrow block, whose threads are the norm threads (hidden size <= 2048; the compact
+// form, tested first, takes those up to 1024).
 template <int W>
 __host__ __device__ constexpr bool gemv_kept_stage(int cols) {
-  return W == kWideWarps && (cols >> 2) <= 4 * kNormThreads;
+  return (cols >> 2) <= (W == kWideWarps ? 4 : 2) * kNormThreads;
 }
 
 // Whether the compact staging serves a shape (narrow blocks, one float4 of x per thread).
@@ -535,8 +541,8 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
     }
   };
   if constexpr (SF == 3) {
-    // Kept form (wide blocks, Norm prologue, n4 <= 4 * kNormThreads: hidden sizes up to 4096).
-    // The batched form below loads h in pass 1 (threads < kNormThreads, up to four float4 each)
+    // Kept form (Norm prologue; gemv_kept_stage: wide blocks up to hidden size 4096, narrow ones
+    // up to 2048). Wide: the batched form below loads h in pass 1 (threads < kNormThreads, up to four float4 each)
     // for the sum of squares, then after the block reduction loads h again and gamma in pass 2:
     // one more round trip behind the weight batches in flight. Here every thread loads, once and
     // up front, the two float4s of h and gamma it will stage: thread u < kNormThreads slices 0
@@ -547,9 +553,34 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
     // Same scale, same elementwise norm, and lanes 8k..8k+7 still hold one 32-element block for
     // stage4. (A first form kept all four float4s in the norm threads and staged twice as many
     // per thread: 8B 0.989, docs/PERF.md S42-4.)
-    static_assert(PRO == Prologue::Norm && NT == 2 * kNormThreads, "the kept form serves wide Norm blocks");
-    __shared__ float ss_lo[kNormThreads];
+    static_assert(PRO == Prologue::Norm && (NT == 2 * kNormThreads || NT == kNormThreads),
+                  "the kept form serves Norm blocks of 8 or 16 warps");
     const int t = int(threadIdx.x);
+    if constexpr (NT == kNormThreads) {
+      // Narrow block (n4 <= 2 * kNormThreads): every thread is a norm thread, and pass 1 and pass
+      // 2 of the batched form give it the same two float4s (t, t + 256). Loading gamma beside h
+      // and keeping both adds no work and saves pass 2's reload (docs/PERF.md S43-1).
+      float4 h[2], g[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int i4 = j * kNormThreads + t;
+        h[j] = i4 < n4 ? __ldg(in4 + i4) : zero;
+        g[j] = i4 < n4 ? __ldg(gam4 + i4) : zero;
+      }
+      float ss = 0.f;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        if (j * kNormThreads + t < n4) ss = sumsq4(h[j], ss);
+      const float rk = rms_scale(block_sum(ss, red), p.cols, p.eps);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int base = j * kNormThreads;
+        if (base >= n4) break;  // uniform
+        stage4(norm_apply4(h[j], rk, g[j]), base + t, base + t < n4);
+      }
+      return;
+    }
+    __shared__ float ss_lo[kNormThreads];
     const int hi = t >= kNormThreads ? 1 : 0;  // whole warps
     const int u = t - hi * kNormThreads;
     float4 h[2], g[2];
@@ -697,10 +728,10 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // (SF = 1: gemv_compact_stage holds, so cols <= 1024 and there is one column group)
   constexpr bool kOneGroup = LMFUSE_GEMV_COMPACT_ONE_STEP && SF == 1;
   const int ngroups = kOneGroup ? 1 : (nblk + 31) / 32;
-  const int ks = p.ksplit;
-  const int ks_log2 = __ffs(ks) - 1;  // ks = 1, 2, 4 or 8
-  const int sub = warp & (ks - 1), slot = warp >> ks_log2;
-  const int rg_step = gridDim.x * (kGemvWarps<T, W> >> ks_log2);
+  const int ks = p.ksplit;  // 1, 2, 3, 4 or 8
+  const int slot = (warp * p.ks_mul) >> 5, sub = warp - slot * ks;
+  const int nslots = (kGemvWarps<T, W> * p.ks_mul) >> 5;  // ks = 3: the last warp has no slot
+  const int rg_step = gridDim.x * nslots;
 
   const uint64_t pol = evict_first_policy();
   constexpr int U = kOneGroup ? 1 : kSteps<T>;
@@ -717,7 +748,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     }
     return q;
   };
-  Pos a{int(blockIdx.x) + int(gridDim.x) * slot, g0};
+  Pos a{slot < nslots ? int(blockIdx.x) + int(gridDim.x) * slot : n_rg, g0};
   Pos b = next_pos(a);
   Frag<T> cur[U], nxt[U];
   auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
@@ -923,7 +954,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     // fence inside the loop waits for the weight loads in flight too: S12-8, -10 %). One lane
     // per row group of this warp counts its block; each warp that completes a block quantizes
     // it for the Int8 consumer and resets its counter for the next launch.
-    if (sub == 0) {
+    if (sub == 0 && slot < nslots) {
       __threadfence();  // this warp's y stores before its counts
       __syncwarp();
       const int first = int(blockIdx.x) + int(gridDim.x) * slot;

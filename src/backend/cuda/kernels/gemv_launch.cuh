@@ -58,7 +58,9 @@ int launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   // Split-K (set_gemv_split_k): Auto = the deep shapes only (more than two batches per row group).
   const Tri sk = gemv_split_k_mode();
   const bool split = sk == Tri::On || (sk == Tri::Auto && rg_batches > 2);
-  q.ksplit = split ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count()) : 1;
+  const int wide3_blocks = W == kWideWarps && gemv_split3() ? grid.blocks : 0;
+  q.ksplit = split ? gemv_ksplit<T>(p.rows, p.cols, device_sm_count(), wide3_blocks) : 1;
+  q.ks_mul = gemv_ksplit_mul(q.ksplit);
   launch_pdl(k, dim3(grid.blocks), dim3(threads), smem, s, q);
   return grid.spare;
 }
@@ -68,6 +70,8 @@ template <DType T, Prologue PRO, Epilogue EPI, int XB = 8>
 int launch_gemv_narrow(const GemvParams& p, cudaStream_t s) {
   if constexpr (LMFUSE_GEMV_SPLIT_STAGE && PRO != Prologue::Int8) {
     if (gemv_compact_stage<T, PRO, kNarrowWarps>(p.cols)) return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 1, XB>(p, s);
+    if constexpr (XB == 8 && kInt8x<T> && PRO == Prologue::Norm && (EPI == Epilogue::Store || EPI == Epilogue::SiluMul))
+      if (gemv_keep_x() && gemv_kept_stage<kNarrowWarps>(p.cols)) return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 3>(p, s);
     return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 2, XB>(p, s);
   } else {
     return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 0, XB>(p, s);

@@ -355,8 +355,9 @@ void set_gemv_split_k(Tri mode);
 // (knob LMFUSE_GEMV_SPLIT3).
 void set_gemv_split3(bool on);
 bool gemv_split3();
-// Knob gemv_split3 unset (docs/PERF.md S43-2).
-constexpr bool kGemvSplit3Auto = false;
+// Knob gemv_split3 unset: on (docs/PERF.md S43-2, `--ab gemv_split3` 4B tg128 1.007-1.008; no
+// other benchmark model has a shape that takes 3).
+constexpr bool kGemvSplit3Auto = true;
 // One GEMV block per SM instead of as many as fit (2 for the integer-dot types), so that a block
 // of the next PDL-launched kernel fits beside it and issues its weight loads while this one runs.
 // Auto (default) = Off, measured slower end to end (docs/PERF.md, session 5); On: every GEMV

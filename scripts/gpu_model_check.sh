@@ -37,7 +37,7 @@ if has sanitize; then
   done
 fi
 if has bench; then
-  for p in qwen3-0.6b qwen3-4b qwen3-8b llama3.2-1b; do
+  for p in qwen3-0.6b qwen3-4b qwen3-8b llama3.2-1b qwen3-1.7b; do  # those generated (PRESETS, the correct stage)
     [ -s $M/$p.gguf ] && $L bench -m $M/$p.gguf -p ${PP:-512} -n 128 -r ${REPS:-3} 2>&1 | tee -a "$OUT/bench.md"
   done
 fi

@@ -29,8 +29,6 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode GEMV (Norm prologue; wide blocks up to hidden size 4096, narrow ones up to 2048): h and gamma loaded once and kept in registers for the staging of x, instead of reloaded after the norm's block reduction; same bits (auto = on: tg128 8B +2.0 %, 4B +3.5 %)"},
       {"gemv_split3", "LMFUSE_GEMV_SPLIT3", &Knobs::gemv_split3,
        "CUDA decode GEMV (wide, deep shapes such as 4B down_proj): 3 warps per row group where 2 would leave each a column batch to load after the previous kernel's end (auto = on: 4B tg128 +0.7-0.8 %)"},
-      {"gemv_stage_first", "LMFUSE_GEMV_STAGE_FIRST", &Knobs::gemv_stage_first,
-       "CUDA decode GEMV (wide, plain prologue + residual epilogue, deep shapes such as down_proj): stage first the part of x that every warp's first column batch reads, and the rest after that batch and the issue of the next; same bits (auto = off until measured)"},
       {"gemv_xq", "LMFUSE_GEMV_XQ", &Knobs::gemv_xq,
        "CUDA decode: the gate/up GEMV writes down's input already quantized to int8, so down copies it instead of quantizing it per block (auto = off: measured slower)"},
       {"attn_xq", "LMFUSE_ATTN_XQ", &Knobs::attn_xq,

@@ -144,45 +144,6 @@ TEST(CudaGemv, SplitThreeWarpsPerRowGroup) {
     }
 }
 
-// The early-batch staging (set_gemv_stage_first: wide blocks, plain prologue, residual epilogue,
-// deep shapes up to 12,288 columns) gives the whole-staging form's bits: 8B and 4B down, odd
-// shapes (a half-empty last column group, fewer rows than warps), with two and three warps per
-// row group; above 12,288 columns the switch leaves the batched form in place.
-TEST(CudaGemv, StageFirstGivesTheSameBits) {
-  struct Scope {
-    bool first = gemv_stage_first(), split3 = gemv_split3(), wide = gemv_wide();
-    ~Scope() { set_gemv_stage_first(first), set_gemv_split3(split3), set_gemv_wide(wide); }
-  } scope;
-  set_gemv_wide(true);
-  uint32_t seed = 380;
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
-    for (Shape s : {Shape{4096, 12288}, Shape{2560, 9728}, Shape{2502, 9664}, Shape{1000, 4160}, Shape{100, 12288},
-                    Shape{1024, 17408}})
-      for (bool three : {false, true}) {
-        std::mt19937 rng(seed++);
-        set_gemv_split3(three);
-        auto wq = random_rows(t, s.rows, s.cols, rng);
-        DeviceWeight dw = upload_weight(repack_rows(t, wq.data(), s.rows, s.cols));
-        auto in = randn(s.cols, rng), yres = randn(s.rows, rng);
-        std::vector<float> y[2];
-        for (int first = 0; first < 2; ++first) {
-          set_gemv_stage_first(first == 1);
-          DevBuf<float> d_in(in), d_y(yres);
-          GemvArgs a;
-          a.w = &dw;
-          a.in = d_in.p();
-          a.y = d_y.p();
-          a.y_residual = d_y.p();
-          gemv(Prologue::None, Epilogue::Residual, a);
-          y[first] = d_y.get();
-          EXPECT_TRUE(all_finite(y[first]) && d_y.guards_intact()) << dtype_name(t) << " " << s.rows << "x" << s.cols;
-        }
-        EXPECT_TRUE(y[0] == y[1]) << dtype_name(t) << " " << s.rows << "x" << s.cols << " three " << three
-                                  << ": staged first != whole staging";
-        free_weight(dw);
-      }
-}
-
 TEST(CudaGemv, SiluMulGateUpFusedVsUnfused) {
   uint32_t seed = 400;
   for (DType t : kTypes)

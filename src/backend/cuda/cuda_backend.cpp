@@ -1262,7 +1262,6 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile, cuda::Timel
   cuda::set_gemv_wide(tri_resolve(opts_.knobs.gemv_wide, large));
   cuda::set_gemv_keep_x(tri_resolve(opts_.knobs.gemv_keep_x, cuda::kGemvKeepXAuto));
   cuda::set_gemv_split3(tri_resolve(opts_.knobs.gemv_split3, cuda::kGemvSplit3Auto));
-  cuda::set_gemv_stage_first(tri_resolve(opts_.knobs.gemv_stage_first, cuda::kGemvStageFirstAuto));
   cuda::set_gemv_act16(act16_);
   // Early trigger: per kernel by model size unless forced (docs/PERF.md S15-4..S15-6).
   cuda::set_pdl_early_trigger(cuda::pdl_early_mask(opts_.knobs.pdl_early_trigger, m_->hp.n_embd));

@@ -355,15 +355,6 @@ void set_gemv_split_k(Tri mode);
 // (knob LMFUSE_GEMV_SPLIT3).
 void set_gemv_split3(bool on);
 bool gemv_split3();
-// Wide integer-dot GEMVs with the plain prologue and the residual epilogue (down_proj), deep
-// enough for a column batch after the PDL wait and x in one batch of slices (up to 12,288
-// columns): x's slices that every warp's first batch reads are staged first, the rest after that
-// batch and the issue of the next (gemv.cuh, SF = 4). Same bits. Process-wide, set before capture
-// (knob LMFUSE_GEMV_STAGE_FIRST).
-void set_gemv_stage_first(bool on);
-bool gemv_stage_first();
-// Knob gemv_stage_first unset (docs/PERF.md S43-4).
-constexpr bool kGemvStageFirstAuto = false;
 // Knob gemv_split3 unset: on (docs/PERF.md S43-2, `--ab gemv_split3` 4B tg128 1.007-1.008; no
 // other benchmark model has a shape that takes 3).
 constexpr bool kGemvSplit3Auto = true;

@@ -54,10 +54,7 @@ std::atomic<bool> g_wide{false};
 std::atomic<bool> g_act16{false};
 std::atomic<bool> g_keep_x{kGemvKeepXAuto};
 std::atomic<bool> g_split3{kGemvSplit3Auto};
-std::atomic<bool> g_stage_first{kGemvStageFirstAuto};
 }  // namespace
-void set_gemv_stage_first(bool on) { g_stage_first.store(on, std::memory_order_relaxed); }
-bool gemv_stage_first() { return g_stage_first.load(std::memory_order_relaxed); }
 void set_gemv_split3(bool on) { g_split3.store(on, std::memory_order_relaxed); }
 bool gemv_split3() { return g_split3.load(std::memory_order_relaxed); }
 void set_gemv_keep_x(bool on) { g_keep_x.store(on, std::memory_order_relaxed); }

@@ -199,11 +199,6 @@ inline int gemv_ksplit(int rows, int cols, int sms, int wide3_blocks) {
   return gemv_ksplit_rule(n_rg, ngroups, kSteps<T>, sms, kMinBlocks<T, kNarrowWarps> * kGemvWarps<T, kNarrowWarps>,
                           kInt8x<T> ? wide3_blocks : 0);
 }
-// Column batches of one row group (a batch is kSteps<T> groups of 32 blocks; gemv_grid).
-template <DType T>
-constexpr int gemv_rg_batches(int cols) {
-  return ((cols / 32 + 31) / 32 + kSteps<T> - 1) / kSteps<T>;
-}
 // slot = warp / k and the block's slots W / k as (x * m) >> 5 (exact for x <= 16): k = 3 is not a
 // power of two, and a division costs code in every instance (docs/PERF.md S30-2).
 constexpr int gemv_ksplit_mul(int k) { return k == 3 ? 11 : 32 / k; }
@@ -462,21 +457,8 @@ __host__ __device__ constexpr bool gemv_compact_stage(int cols) {
 // SF (stage form): 0 = both forms, chosen by gemv_compact_stage at run time; 1 = the compact form
 // only (the caller guarantees gemv_compact_stage); 2 = the batched form only; 3 = the kept form
 // (wide Norm blocks, gemv_kept_stage: h and gamma loaded once, kept in registers).
-// The early-batch staging (SF = 4) serves a shape: wide blocks, the plain prologue, x in one
-// batch of slices (kXBatch of 2,048 columns), deep enough for a batch after the PDL wait.
-template <int W>
-__host__ __device__ constexpr bool gemv_early_stage(int cols, int rg_batches) {
-  return W == kWideWarps && cols <= 6 * 4 * kWideWarps * 32 && rg_batches > 2;
-}
-// Shared memory of the staged x (gemv_smem_bytes) in float4s, rounded up: SF = 4 keeps x's raw
-// floats after it.
-template <DType T, int XB = 8>
-__host__ __device__ constexpr int gemv_staged_f4(int cols) {
-  return kInt8x<T> ? ((cols / 32) * (16 * kXPlanes<XB> + 8) + 15) / 16 : (cols / 32) * 8;
-}
-
-template <DType T, Prologue PRO, int W, int SF = 0, int XB = 8, int PART = 0>
-__device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red, int j1 = 0) {
+template <DType T, Prologue PRO, int W, int SF = 0, int XB = 8>
+__device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, float* red) {
   static_assert(XB == 8 || PRO != Prologue::Int8, "the producers' codes (Prologue::Int8) are 8-bit");
   // Thread t takes float4 t of each 1024-element slice. The loads of kXBatch slices are issued
   // together into registers before any of them is used: x was just written by the previous
@@ -558,34 +540,6 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
       return v.x;
     }
   };
-  if constexpr (SF == 4) {
-    // Early-batch form (gemv_early_stage; docs/PERF.md S43-4): the kernel stages, before its
-    // first batch, only the j1 slices that every warp's first column batch reads (PART 0), and
-    // the rest (PART 1) after that batch's dot products and the issue of the batch that
-    // replaces it, so the loads that the whole staging used to hold back go out a slice count
-    // earlier. All slices are requested at once, as in the batched form, by cp.async into raw
-    // floats after the staged layout: no registers held across the batch, and the staging is
-    // read back by the thread that copied it. Same values, same quantizer: the same bits.
-    static_assert(PRO == Prologue::None && kInt8x<T> && XB == 8, "the early form serves the plain integer-dot prologue");
-    float4* raw = xs4 + gemv_staged_f4<T, XB>(p.cols);
-    const int t = int(threadIdx.x);
-    constexpr int kB = 6;  // gemv_early_stage: at most six slices of NT float4
-    if constexpr (PART == 0) {
-#pragma unroll
-      for (int j = 0; j < kB; ++j)
-        if (j * NT + t < n4) cp_async16(raw + j * NT + t, in4 + j * NT + t);
-      cp_async_commit();
-      cp_async_wait<0>();
-    }
-#pragma unroll
-    for (int j = 0; j < kB; ++j) {
-      if (j * NT >= n4 || (PART == 0 && j >= j1)) break;  // uniform
-      if (PART == 1 && j < j1) continue;
-      const int i4 = j * NT + t;
-      stage4(i4 < n4 ? raw[i4] : zero, i4, i4 < n4);
-    }
-    return;
-  }
   if constexpr (SF == 3) {
     // Kept form (Norm prologue; gemv_kept_stage: wide blocks up to hidden size 4096, narrow ones
     // up to 2048). Wide: the batched form below loads h in pass 1 (threads < kNormThreads, up to four float4 each)
@@ -838,10 +792,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   };
   load_yres(a.rg);
 
-  // SF = 4: the slices every warp's first column batch reads (groups < ks * U, 1,024 columns
-  // each; the rest after that batch, in the loop below).
-  const int j1 = SF == 4 ? min(6, (ks * U * 1024 + kGemvThreads<T, W> * 4 - 1) / (kGemvThreads<T, W> * 4)) : 0;
-  gemv_stage_x<T, PRO, W, SF, XB>(p, xs4, red, j1);
+  gemv_stage_x<T, PRO, W, SF, XB>(p, xs4, red);
   __syncthreads();
 #if LMFUSE_GEMV_STAGE_MARKS == 5
   if constexpr (kTl)
@@ -972,10 +923,9 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // newer batch would wait for its loads, ncu showed 19 % of the 8B down GEMV's stall samples
   // there). cur holds position a, nxt position b = next(a); each is refilled, two batches ahead,
   // right after it is consumed.
-  bool early = SF == 4;  // SF = 4: x's later slices still to stage (every warp, in the first turn)
   for (;;) {
-    if (a.rg >= n_rg && !early) break;
-    if (SF != 4 || a.rg < n_rg) step(cur, a, b);
+    if (a.rg >= n_rg) break;
+    step(cur, a, b);
 #if LMFUSE_GEMV_STAGE_MARKS >= 3
     if constexpr (kTl)
       if (!marked) {
@@ -989,12 +939,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #endif
     const Pos a2 = next_pos(b);
     load_batch(cur, a2);
-    if constexpr (SF == 4)
-      if (early) {
-        gemv_stage_x<T, PRO, W, SF, XB, 1>(p, xs4, red, j1);
-        __syncthreads();
-        early = false;
-      }
     if (b.rg >= n_rg) break;
     step(nxt, b, a2);
     const Pos b2 = next_pos(a2);

@@ -42,8 +42,7 @@ constexpr size_t kGemvMaxSmem = 200 * 1024;               // the dynamic shared 
 template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0, int XB = 8>
 int launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   auto* k = &gemv_kernel<T, PRO, EPI, W, SF, XB>;
-  // (SF = 4: x's raw floats after the staged layout)
-  const size_t smem = SF == 4 ? size_t(gemv_staged_f4<T, XB>(p.cols)) * 16 + size_t(p.cols) * 4 : gemv_smem_bytes<T, XB>(p.cols);
+  const size_t smem = gemv_smem_bytes<T, XB>(p.cols);
   // First call per instance happens before any graph capture. Always opted in: the 48 KB default
   // limit counts the static shared memory too (a 12288-column F16 x is exactly 48 KB dynamic).
   static const bool attr_set = [&] {
@@ -51,7 +50,8 @@ int launch_gemv_width(const GemvParams& p, cudaStream_t s) {
     return true;
   }();
   (void)attr_set;
-  const int rg_batches = gemv_rg_batches<T>(p.cols);
+  // Column batches of one row group (a batch is kSteps<T> groups of 32 blocks; gemv_grid).
+  const int rg_batches = ((p.cols / 32 + 31) / 32 + kSteps<T> - 1) / kSteps<T>;
   constexpr int threads = kGemvThreads<T, W>;
   const GemvGrid grid = gemv_grid(reinterpret_cast<const void*>(k), threads, p.rows, smem, rg_batches, p);
   GemvParams q = p;
@@ -94,9 +94,6 @@ int launch_gemv_instance(const GemvParams& p, bool wide, bool x16, cudaStream_t 
     if constexpr (PRO == Prologue::Norm && (EPI == Epilogue::Store || EPI == Epilogue::SiluMul))
       if (wide && gemv_keep_x() && gemv_kept_stage<kWideWarps>(p.cols))
         return launch_gemv_width<T, PRO, EPI, kWideWarps, 3>(p, s);
-    if constexpr (PRO == Prologue::None && EPI == Epilogue::Residual)
-      if (wide && gemv_stage_first() && gemv_early_stage<kWideWarps>(p.cols, gemv_rg_batches<T>(p.cols)))
-        return launch_gemv_width<T, PRO, EPI, kWideWarps, 4>(p, s);
     if (wide) return launch_gemv_width<T, PRO, EPI, kWideWarps>(p, s);
     return launch_gemv_narrow<T, PRO, EPI>(p, s);
   } else if constexpr (PRO != Prologue::Int8 && EPI != Epilogue::SiluMulQ) {

@@ -51,6 +51,16 @@ void check_store(DType t, Shape s, Prologue pro, uint32_t seed) {
   free_weight(dw);
 }
 
+// y += W x in place: the residual epilogue reading and writing one buffer.
+void gemv_residual_in_place(const DeviceWeight& dw, const float* in, float* y) {
+  GemvArgs a;
+  a.w = &dw;
+  a.in = in;
+  a.y = y;
+  a.y_residual = y;
+  gemv(Prologue::None, Epilogue::Residual, a);
+}
+
 }  // namespace
 
 TEST(CudaGemv, StoreAllTypesOddShapes) {
@@ -90,12 +100,7 @@ TEST(CudaGemv, ResidualEpilogueInPlace) {
       auto kref = gemv_kernel_ref(t, W, s.rows, s.cols, in, nullptr, nullptr);
       for (int64_t r = 0; r < s.rows; ++r) ref[r] += yres[r], kref[r] += yres[r];
       DevBuf<float> d_in(in), d_y(yres);
-      GemvArgs a;
-      a.w = &dw;
-      a.in = d_in.p();
-      a.y = d_y.p();
-      a.y_residual = d_y.p();  // y += W x, in place
-      gemv(Prologue::None, Epilogue::Residual, a);
+      gemv_residual_in_place(dw, d_in.p(), d_y.p());
       auto y = d_y.get();
       EXPECT_LE(rel_l2(y, kref), kTol) << dtype_name(t) << " " << s.rows << "x" << s.cols;
       EXPECT_LE(rel_l2(y, ref), act_quantized(t) ? kActQuantTol : kTol) << "vs exact " << dtype_name(t);
@@ -129,12 +134,7 @@ TEST(CudaGemv, SplitThreeWarpsPerRowGroup) {
       for (int three = 0; three < 2; ++three) {
         set_gemv_split3(three == 1);
         DevBuf<float> d_in(in), d_y(yres);
-        GemvArgs a;
-        a.w = &dw;
-        a.in = d_in.p();
-        a.y = d_y.p();
-        a.y_residual = d_y.p();
-        gemv(Prologue::None, Epilogue::Residual, a);
+        gemv_residual_in_place(dw, d_in.p(), d_y.p());
         y[three] = d_y.get();
         EXPECT_TRUE(all_finite(y[three]) && d_y.guards_intact()) << dtype_name(t) << " " << s.rows << "x" << s.cols;
         EXPECT_LE(rel_l2(y[three], kref), kTol) << dtype_name(t) << " " << s.rows << "x" << s.cols << " three " << three;

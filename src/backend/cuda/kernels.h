@@ -371,7 +371,8 @@ void set_gemv_wide(bool on);
 bool gemv_wide();
 // Integer-dot GEMVs with the Norm prologue (Store and SiluMul epilogues; wide blocks up to hidden
 // size 4096, narrow ones from 1056 to 2048) stage x from h and gamma loaded once and kept in
-// registers, instead of reloading both after the norm's block reduction. Same bits. Process-wide, set before capture (knob LMFUSE_GEMV_KEEP_X).
+// registers, instead of reloading both after the norm's block reduction. Same bits.
+// Process-wide, set before capture (knob LMFUSE_GEMV_KEEP_X).
 void set_gemv_keep_x(bool on);
 bool gemv_keep_x();
 // Knob gemv_keep_x unset: on (docs/PERF.md S42-5, `--ab gemv_keep_x` tg128: 8B 1.020, 4B 1.035).

@@ -542,10 +542,10 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
   };
   if constexpr (SF == 3) {
     // Kept form (Norm prologue; gemv_kept_stage: wide blocks up to hidden size 4096, narrow ones
-    // up to 2048). Wide: the batched form below loads h in pass 1 (threads < kNormThreads, up to four float4 each)
-    // for the sum of squares, then after the block reduction loads h again and gamma in pass 2:
-    // one more round trip behind the weight batches in flight. Here every thread loads, once and
-    // up front, the two float4s of h and gamma it will stage: thread u < kNormThreads slices 0
+    // up to 2048). Wide: the batched form below loads h in pass 1 (threads < kNormThreads, up to
+    // four float4 each) for the sum of squares, then after the block reduction loads h again and
+    // gamma in pass 2: one more round trip behind the weight batches in flight. Here every thread
+    // loads, once and up front, the two float4s of h and gamma it will stage: thread u < kNormThreads slices 0
     // and 1 of norm thread u (float4 u, u + 256), thread u + kNormThreads slices 2 and 3 (u + 512,
     // u + 768). The sum of squares keeps rmsnorm_rows' chain per norm thread: thread u sums its two,
     // hands the partial over in shared memory, thread u + kNormThreads continues it; block_sum then

@@ -154,11 +154,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   float* act = dev_floats(m.ffn);
   const bool xq = kn.gemv_xq == Tri::On;
   uint8_t* xq_buf = nullptr;
-  unsigned* xq_cnt = nullptr;
-  if (xq) {
-    CUDA_CHECK(cudaMalloc(&xq_buf, gemv_xq_bytes(m.ffn)));
-    xq_cnt = gemv_xq_counters_alloc(m.ffn);
-  }
+  if (xq) CUDA_CHECK(cudaMalloc(&xq_buf, gemv_xq_bytes(m.ffn)));
   // As the backend: automatic = on from the wide GEMVs' hidden size (session 13).
   const bool xq_o = tri_resolve(kn.attn_xq, large) && !g_merge_fusion;  // needs the merge kernel
   const bool staged = tri_resolve(kn.attn_staged, kAttnStagedAuto);  // as the backend
@@ -245,7 +241,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       gu.tl = slot(l, 5);
       gu.wide = width("gu");
       gu.xq = xq_buf;
-      gu.xq_counters = xq_cnt;
       gemv(Prologue::Norm, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, gu, s);
       GemvArgs d;
       d.w = &L[l].down;
@@ -331,7 +326,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   CUDA_CHECK(cudaFree(d_pos));
   CUDA_CHECK(cudaFree(ctr));
   if (xq_buf) CUDA_CHECK(cudaFree(xq_buf));
-  if (xq_cnt) CUDA_CHECK(cudaFree(xq_cnt));
   if (xq_o_buf) CUDA_CHECK(cudaFree(xq_o_buf));
 }
 

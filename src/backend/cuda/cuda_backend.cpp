@@ -101,10 +101,9 @@ struct GraphState {
   unsigned* attn_counters = nullptr;  // merge fusion: n_kv_head counters, zero between launches
   // x quantized once, by its producer (knobs attn_xq, gemv_xq; plan_xq): per op, whether it
   // writes xq (the attention op, the gate/up leader) or reads it (the o_proj, down leader); the
-  // one scratch every pair shares, and gate/up's per-32-block counters.
+  // one scratch every pair shares.
   std::vector<XqRole> xq_role;
   uint8_t* xq = nullptr;
-  unsigned* xq_counters = nullptr;
   int attn_splits = 1;
   cudaGraphExec_t exec = nullptr;
   // The same step with a direct attention (AttnArgs::direct, no merge kernels), replayed while
@@ -234,7 +233,6 @@ class CudaBackend final : public Backend {
     cudaFree(st.attn_partial);
     cudaFree(st.attn_counters);
     cudaFree(st.xq);
-    cudaFree(st.xq_counters);
     st = GraphState{};
   }
   float* ptr(const GraphState& st, const Graph& g, int t) const {
@@ -856,7 +854,6 @@ void CudaBackend::plan_xq(const Graph& g, GraphState& st) {
     const auto it = mats_.find(w);
     return it != mats_.end() && cuda::gemv_supported(it->second.type, pro, epi);
   };
-  bool counters = false;
   for (const FusionGroup& r : g.groups) {
     const Op& reader = g.ops[size_t(r.leader())];
     const bool o = r.kind == GroupKind::OResid && attn_xq_, down = r.kind == GroupKind::DownResid && gemv_xq_;
@@ -878,7 +875,6 @@ void CudaBackend::plan_xq(const Graph& g, GraphState& st) {
             back_to_back(gu.leader(), r.leader(), int(w)))
           writer = gu.leader();
       }
-      counters = counters || writer >= 0;
     }
     if (writer < 0) continue;
     st.xq_role[size_t(writer)] = XqRole::Write;
@@ -887,7 +883,6 @@ void CudaBackend::plan_xq(const Graph& g, GraphState& st) {
   const auto& hp = m_->hp;
   if (std::find(st.xq_role.begin(), st.xq_role.end(), XqRole::Read) != st.xq_role.end())
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.xq), cuda::gemv_xq_bytes(std::max(hp.q_dim(), hp.n_ff))));
-  if (counters) st.xq_counters = cuda::gemv_xq_counters_alloc(hp.n_ff);
 }
 
 void CudaBackend::matmul(const Weight* w, const float* x, float* y, const float* bias) {
@@ -1220,7 +1215,6 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
       a.y = ptr(st, g, g.ops[size_t(grp.epilogue[0])].out[0]);
       const bool xq = st.xq_role[size_t(grp.leader())] == XqRole::Write;
       a.xq = xq ? st.xq : nullptr;
-      a.xq_counters = xq ? st.xq_counters : nullptr;
       a.spare_sms = gateup_spare_sms(a.w->type);
       a.spare_same_rounds = true;
       gateup_free_ = {grp.layer, cuda::gemv(pro, xq ? Epilogue::SiluMulQ : Epilogue::SiluMul, a, stream_)};

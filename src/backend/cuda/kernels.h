@@ -122,7 +122,7 @@ enum class Epilogue {
   SiluMul,   // W from repack_gate_up: y[i] = silu((Wx)[2i]) * (Wx)[2i+1]     y [rows/2]
   QKV,       // W = Q|K|V rows: bias, per-head RMSNorm of q,k, RoPE, q -> q_out, k,v -> cache
   SiluMulQ,  // SiluMul, and y also quantized into xq for an Int8-prologue consumer (y [rows/2],
-             // rows/2 % 32 == 0; xq_counters [rows/64] zero before, left zero); Q4_0/Q4_1/Q8_0 only
+             // rows/2 % 32 == 0; each block makes whole 32-blocks of y); Q4_0/Q4_1/Q8_0 only
 };
 enum class RopeStyle { NeoX, Adjacent };  // NeoX: pairs (i, i+d/2) (qwen2/3); Adjacent: (2i, 2i+1)
 
@@ -163,7 +163,6 @@ struct GemvArgs {
   // codes and {dx, sum q} of each 32-block of a vector of `cols`, in the layout the integer-dot
   // GEMVs stage x in shared memory (gemv.cuh header comment), gemv_xq_bytes(cols) bytes.
   uint8_t* xq = nullptr;
-  unsigned* xq_counters = nullptr;  // SiluMulQ: per 32-block of y, see gemv_xq_counters_alloc
   // Integer-dot types: one 16-warp block per SM (On) or 8-warp blocks (Off); Auto = set_gemv_wide.
   Tri wide = Tri::Auto;
   // SMs the grid leaves free, so the kernel launched after this one finds whole SMs for its
@@ -192,7 +191,6 @@ int gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s = nullptr
 bool gemv_supported(DType t, Prologue pro, Epilogue epi);  // the allow-list
 unsigned* qkv_counters_alloc(int n_head, int n_kv_head);   // zeroed device counters
 size_t gemv_xq_bytes(int64_t cols);                        // 40 bytes per 32 columns
-unsigned* gemv_xq_counters_alloc(int64_t cols);            // zeroed, one per 32 columns
 
 // ---------------------------------------------------------------------------------------------
 // Decode attention over the fp16 KV cache (flash-decoding: n_splits blocks per KV head, then a

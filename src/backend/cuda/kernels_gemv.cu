@@ -112,7 +112,7 @@ int gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
     LMF_FAIL("cuda gemv: shape too large: ", w.rows, "x", w.cols);
   if (pro == Prologue::Int8 ? !a.xq : !a.in) LMF_FAIL("cuda gemv: missing input");
   if (epi == Epilogue::SiluMulQ) {
-    if (!a.xq || !a.xq_counters) LMF_FAIL("cuda gemv: SiluMulQ needs xq and xq_counters");
+    if (!a.xq) LMF_FAIL("cuda gemv: SiluMulQ needs xq");
     if ((w.rows / 2) % 32 != 0) LMF_FAIL("cuda gemv: SiluMulQ needs rows/2 % 32 == 0, got ", w.rows);
   }
   // The staging reads the inputs (and AddNorm writes residual_out, SiluMulQ xq) in 16-byte words.
@@ -158,7 +158,6 @@ int gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
   p.bias = a.bias;
   p.qkv = a.qkv;
   p.xq = a.xq;
-  p.xq_cnt = a.xq_counters;
   p.tl = a.tl;  // ignored by the Epilogue::QKV instances
   if (const int sms = device_sm_count(); a.spare_sms < 0 || a.spare_sms >= sms)
     LMF_FAIL("cuda gemv: spare_sms must be in [0, ", sms, "), got ", a.spare_sms);
@@ -186,14 +185,6 @@ int gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
 }
 
 size_t gemv_xq_bytes(int64_t cols) { return size_t(cols / 32) * 40; }
-
-unsigned* gemv_xq_counters_alloc(int64_t cols) {
-  unsigned* c = nullptr;
-  const size_t n = size_t(std::max<int64_t>(1, cols / 32));
-  CUDA_CHECK(cudaMalloc(&c, n * sizeof(unsigned)));
-  CUDA_CHECK(cudaMemset(c, 0, n * sizeof(unsigned)));
-  return c;
-}
 
 unsigned* qkv_counters_alloc(int n_head, int n_kv_head) {
   unsigned* c = nullptr;

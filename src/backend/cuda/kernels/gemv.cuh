@@ -175,7 +175,6 @@ struct GemvParams {
   int ks_mul;  // gemv_ksplit_mul(ksplit)
   unsigned long long* tl;  // launch timeline slot or null
   uint8_t* xq;             // SiluMulQ: written; Int8 prologue: read
-  unsigned* xq_cnt;        // SiluMulQ: per 32-block of y
   int spare_sms;           // host: SMs the grid leaves free (GemvArgs::spare_sms); not read by the kernel
   bool spare_same_rounds;  // host: GemvArgs::spare_same_rounds; not read by the kernel
   Tri coresident;          // host: GemvArgs::coresident; not read by the kernel
@@ -736,19 +735,33 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   const uint64_t pol = evict_first_policy();
   constexpr int U = kOneGroup ? 1 : kSteps<T>;
   // Position (row group rg, column group g) of a batch of U steps; the next batch follows.
+  // SiluMulQ: k counts the block's row groups, which come in runs of kRowGroupsPerXqBlock (the
+  // 32 outputs of one code block of y), the block's run i at blockIdx.x + gridDim.x * i, so the
+  // block quantizes its own outputs with no count across blocks (see the end of the kernel).
   struct Pos {
-    int rg, g;
+    int rg, g, k;
+  };
+  constexpr bool kRuns = EPI == Epilogue::SiluMulQ;
+  auto run_rg = [&](int k) {
+    return (int(blockIdx.x) + int(gridDim.x) * (k / kRowGroupsPerXqBlock)) * kRowGroupsPerXqBlock +
+           k % kRowGroupsPerXqBlock;
   };
   const int g0 = sub * U, gstep = ks * U;  // this warp's column batches: g0, g0 + gstep, ...
   auto next_pos = [&](Pos q) {
     q.g += gstep;
     if (q.g >= ngroups) {
       q.g = g0;
-      q.rg += rg_step;
+      if constexpr (kRuns) {
+        q.k += nslots;
+        q.rg = run_rg(q.k);  // increasing in k: past n_rg once, past it for good
+      } else {
+        q.rg += rg_step;
+      }
     }
     return q;
   };
-  Pos a{slot < nslots ? int(blockIdx.x) + int(gridDim.x) * slot : n_rg, g0};
+  Pos a{slot < nslots ? int(blockIdx.x) + int(gridDim.x) * slot : n_rg, g0, slot};
+  if constexpr (kRuns) a.rg = slot < nslots ? run_rg(slot) : n_rg;
   Pos b = next_pos(a);
   Frag<T> cur[U], nxt[U];
   auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {
@@ -950,28 +963,17 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   if constexpr (kTl) tl_mark_after(p.tl, 1, mlast);
 #endif
   if constexpr (EPI == Epilogue::SiluMulQ) {
-    // Last arriver per 32-block of y (16 row groups): counted once the warp's loop is over (a
-    // fence inside the loop waits for the weight loads in flight too: S12-8, -10 %). One lane
-    // per row group of this warp counts its block; each warp that completes a block quantizes
-    // it for the Int8 consumer and resets its counter for the next launch.
-    if (sub == 0 && slot < nslots) {
-      __threadfence();  // this warp's y stores before its counts
-      __syncwarp();
-      const int first = int(blockIdx.x) + int(gridDim.x) * slot;
-      for (int base = first; base < n_rg; base += 32 * rg_step) {  // warp-uniform
-        const int my_rg = base + lane * rg_step;
-        unsigned old = 0;
-        if (my_rg < n_rg) old = atomicAdd(&p.xq_cnt[my_rg / kRowGroupsPerXqBlock], 1u);
-        unsigned last = __ballot_sync(0xffffffffu, my_rg < n_rg && old == unsigned(kRowGroupsPerXqBlock - 1));
-        if (last) __threadfence();
-        while (last) {
-          const int src = __ffs(last) - 1;
-          last &= last - 1;
-          const int hb = __shfl_sync(0xffffffffu, my_rg / kRowGroupsPerXqBlock, src);
-          xq_quantize_block(p, hb, lane);
-          if (lane == 0) p.xq_cnt[hb] = 0;
-        }
-      }
+    // The block made whole 32-output code blocks of y (its runs, see Pos): after the barrier its
+    // y stores are visible to all its warps, and warp w quantizes the block's runs w, w + W, ...
+    // for the Int8 consumer. No count across blocks, no fence: the first form counted the last
+    // arriver per code block with a fence and an atomic per row group, a ~4 us tail in gate/up
+    // (docs/PERF.md S13-2, S43-6).
+    __syncthreads();
+    const int nruns = n_rg / kRowGroupsPerXqBlock;  // gemv(): rows % 64 == 0
+    for (int i = warp;; i += kGemvWarps<T, W>) {  // warp-uniform
+      const int hb = int(blockIdx.x) + int(gridDim.x) * i;
+      if (hb >= nruns) break;
+      xq_quantize_block(p, hb, lane);
     }
   }
 #if LMFUSE_GEMV_STAGE_MARKS == 5

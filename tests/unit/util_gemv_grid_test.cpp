@@ -4,6 +4,9 @@
 // (4B gate/up 30 -> 31 and 8B 4 -> 8 spare SMs added a round and lost 2-4 %; 0.6B 36 -> 37).
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "backend/cuda/gemv_grid.h"
 
 namespace lmf::cuda {
@@ -123,6 +126,37 @@ TEST(GemvGrid, SplitKWarpsPerRowGroup) {
   EXPECT_EQ(k(2048, 8192, kH200), 4);    // Llama 3.2 1B down: 2,048 warps, one batch each
   EXPECT_EQ(k(4096, 4096, kH200), 2);    // 8B o_proj (split only when forced): 2 batches, never 3
   EXPECT_EQ(k(1024, 3072, kH200), 2);    // 0.6B down (split only when forced): 2 batches, never 3
+}
+
+// Row groups dealt in runs of 16 (gemv_run_row_group, the SiluMulQ producer): over the slots of
+// every block of the grid (slot s takes k = s, s + slots, ...; 16 warps, 8, or fewer slots when
+// warps share a row group), every row group is taken exactly once, by the block whose run it is,
+// and each slot's sequence rises, so a slot is done at its first row group past the end.
+TEST(GemvGrid, RunsOfSixteenCoverEveryRowGroupOnce) {
+  struct Case {
+    int n_rg, grid, slots;
+  };
+  for (const Case c : {Case{6144, 128, 16}, Case{6144, 132, 16}, Case{4864, 110, 16}, Case{1536, 396, 8},
+                       Case{16, 132, 16}, Case{768, 264, 4}, Case{3072, 132, 5}, Case{192, 7, 1}}) {
+    std::vector<int> taken(size_t(c.n_rg), 0);
+    bool own = true, rising = true;
+    for (int b = 0; b < c.grid; ++b)
+      for (int s = 0; s < c.slots; ++s) {
+        int prev = -1;
+        for (int k = s;; k += c.slots) {
+          const int rg = gemv_run_row_group(b, c.grid, 16, k);
+          if (rg >= c.n_rg) break;
+          rising = rising && rg > prev;
+          prev = rg;
+          ++taken[size_t(rg)];
+          own = own && (rg / 16) % c.grid == b;
+        }
+      }
+    int64_t once = 0;
+    for (int t : taken) once += t == 1;
+    EXPECT_EQ(once, int64_t(c.n_rg)) << c.n_rg << " row groups, grid " << c.grid << ", slots " << c.slots;
+    EXPECT_TRUE(own && rising) << c.n_rg << " row groups, grid " << c.grid << ", slots " << c.slots;
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 
+#include "util/host_device.h"
 #include "util/tri.h"
 
 namespace lmf::cuda {
@@ -77,6 +78,14 @@ constexpr int gemv_ksplit_rule(int row_groups, int ngroups, int steps, int sms, 
   const int batches = (ngroups + steps - 1) / steps;
   if (k == 2 && (batches + 1) / 2 > 2 && (batches + 2) / 3 <= 2 && long(row_groups) <= long(wide3_blocks) * 5) k = 3;
   return k;
+}
+
+// The row group a block takes as its k-th (k = 0, 1, ...) when row groups are dealt in runs of
+// `run` (gemv.cuh, Epilogue::SiluMulQ: one run is the 32 outputs of one code block of y): block b
+// of a grid of g blocks takes runs b, b + g, b + 2g, ..., each whole and in order, so over k the
+// blocks take every row group once and each run inside one block (unit-tested).
+LMF_HOST_DEVICE constexpr int gemv_run_row_group(int block, int grid, int run, int k) {
+  return (block + grid * (k / run)) * run + k % run;
 }
 
 struct GemvGrid {

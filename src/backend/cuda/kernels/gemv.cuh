@@ -742,10 +742,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     int rg, g, k;
   };
   constexpr bool kRuns = EPI == Epilogue::SiluMulQ;
-  auto run_rg = [&](int k) {
-    return (int(blockIdx.x) + int(gridDim.x) * (k / kRowGroupsPerXqBlock)) * kRowGroupsPerXqBlock +
-           k % kRowGroupsPerXqBlock;
-  };
+  auto run_rg = [&](int k) { return gemv_run_row_group(int(blockIdx.x), int(gridDim.x), kRowGroupsPerXqBlock, k); };
   const int g0 = sub * U, gstep = ks * U;  // this warp's column batches: g0, g0 + gstep, ...
   auto next_pos = [&](Pos q) {
     q.g += gstep;

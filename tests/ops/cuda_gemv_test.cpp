@@ -53,10 +53,7 @@ void check_store(DType t, Shape s, Prologue pro, uint32_t seed) {
 
 // y += W x in place: the residual epilogue reading and writing one buffer.
 void gemv_residual_in_place(const DeviceWeight& dw, const float* in, float* y) {
-  GemvArgs a;
-  a.w = &dw;
-  a.in = in;
-  a.y = y;
+  GemvArgs a = prologue_args(dw, in, nullptr, nullptr, nullptr, y);
   a.y_residual = y;
   gemv(Prologue::None, Epilogue::Residual, a);
 }
@@ -115,10 +112,7 @@ TEST(CudaGemv, ResidualEpilogueInPlace) {
 // integer-dot types (Q8_0's one-group batches keep two warps), and within the reference's tolerance
 // of the two-warp form (a different summation order, not the same bits).
 TEST(CudaGemv, SplitThreeWarpsPerRowGroup) {
-  struct Scope {
-    bool split3 = gemv_split3(), wide = gemv_wide();
-    ~Scope() { set_gemv_split3(split3), set_gemv_wide(wide); }
-  } scope;
+  const SwitchRestore split3{set_gemv_split3, gemv_split3()}, wide{set_gemv_wide, gemv_wide()};
   set_gemv_wide(true);
   uint32_t seed = 350;
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
@@ -363,10 +357,7 @@ TEST(CudaGemv, BadArgumentsFail) {
 // those sizes the switch leaves the compact or two-pass form in place (the same bits trivially,
 // and no failure).
 TEST(CudaGemv, KeptNormStagingGivesTheTwoPassBits) {
-  struct KeepScope {
-    bool before = gemv_keep_x();
-    ~KeepScope() { set_gemv_keep_x(before); }
-  } keep_scope;
+  const SwitchRestore keep{set_gemv_keep_x, gemv_keep_x()};
   uint32_t seed = 900;
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
     for (int64_t cols : {int64_t(96), int64_t(1056), int64_t(1984), int64_t(2048), int64_t(2560), int64_t(4096), int64_t(5120)})

@@ -35,6 +35,14 @@ inline lmf::cuda::GemvArgs prologue_args(const lmf::cuda::DeviceWeight& w, const
   return a;
 }
 
+// Puts a process-wide switch of kernels.h (set_gemv_keep_x, set_gemv_wide, ...) back to the value
+// it had when the scope began, however the scope ends.
+struct SwitchRestore {
+  void (*set)(bool);
+  bool before;
+  ~SwitchRestore() { set(before); }
+};
+
 // Device buffer of n T's inside guard zones; the whole allocation starts as 0xFF bytes, so an
 // element never written reads as NaN ("poisoned output"), and a write outside [0, n) changes a
 // guard byte.

@@ -167,20 +167,20 @@ void tile_pack_at(HostTiles& h, int64_t row, const uint8_t* src) {
   }
 }
 
-}  // namespace
-
-HostTiles repack_tiles_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols) {
-  HostTiles h = make_tiles(t, total_rows(parts), cols);
-  const RowSource src = concat_source(t, parts, cols);
-  for (int64_t r = 0; r < h.rows; ++r) tile_pack_at(h, r, src(r));
+HostTiles repack_tiles(DType t, int64_t rows, int64_t cols, const RowSource& src) {
+  HostTiles h = make_tiles(t, rows, cols);
+  for (int64_t r = 0; r < rows; ++r) tile_pack_at(h, r, src(r));
   return h;
 }
 
+}  // namespace
+
+HostTiles repack_tiles_concat(DType t, const std::vector<RowsRef>& parts, int64_t cols) {
+  return repack_tiles(t, total_rows(parts), cols, concat_source(t, parts, cols));
+}
+
 HostTiles repack_tiles_gate_up(DType t, const void* gate, const void* up, int64_t rows, int64_t cols) {
-  HostTiles h = make_tiles(t, 2 * rows, cols);
-  const RowSource src = gate_up_source(t, gate, up, cols);
-  for (int64_t r = 0; r < h.rows; ++r) tile_pack_at(h, r, src(r));
-  return h;
+  return repack_tiles(t, 2 * rows, cols, gate_up_source(t, gate, up, cols));
 }
 
 }  // namespace lmf::cuda

@@ -445,6 +445,10 @@ __host__ __device__ constexpr bool gemv_kept_stage(int cols) {
   return (cols >> 2) <= (W == kWideWarps ? 4 : 2) * kNormThreads;
 }
 
+// The (type, prologue, epilogue) instances that have the kept stage form (8-bit codes).
+template <DType T, Prologue PRO, Epilogue EPI>
+constexpr bool kKeptPair = kInt8x<T> && PRO == Prologue::Norm && (EPI == Epilogue::Store || EPI == Epilogue::SiluMul);
+
 // Whether the compact staging serves a shape (narrow blocks, one float4 of x per thread).
 template <DType T, Prologue PRO, int W>
 __host__ __device__ constexpr bool gemv_compact_stage(int cols) {
@@ -544,43 +548,23 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
     // up to 2048). Wide: the batched form below loads h in pass 1 (threads < kNormThreads, up to
     // four float4 each) for the sum of squares, then after the block reduction loads h again and
     // gamma in pass 2: one more round trip behind the weight batches in flight. Here every thread
-    // loads, once and up front, the two float4s of h and gamma it will stage: thread u < kNormThreads slices 0
-    // and 1 of norm thread u (float4 u, u + 256), thread u + kNormThreads slices 2 and 3 (u + 512,
-    // u + 768). The sum of squares keeps rmsnorm_rows' chain per norm thread: thread u sums its two,
-    // hands the partial over in shared memory, thread u + kNormThreads continues it; block_sum then
-    // sees each chain in warp 8 + w instead of warp w (the other half adds zeros: the same bits).
+    // loads, once and up front, the two float4s of h and gamma it will stage: thread u <
+    // kNormThreads slices 0 and 1 of norm thread u (float4 u, u + 256), thread u + kNormThreads
+    // slices 2 and 3 (u + 512, u + 768). The sum of squares keeps rmsnorm_rows' chain per norm
+    // thread: thread u sums its two, hands the partial over in shared memory, thread u +
+    // kNormThreads continues it; block_sum then sees each chain in warp 8 + w instead of warp w
+    // (the other half adds zeros: the same bits).
     // Same scale, same elementwise norm, and lanes 8k..8k+7 still hold one 32-element block for
     // stage4. (A first form kept all four float4s in the norm threads and staged twice as many
     // per thread: 8B 0.989, docs/PERF.md S42-4.)
+    // Narrow block (n4 <= 2 * kNormThreads): every thread is a norm thread (hi = 0), and pass 1
+    // and pass 2 of the batched form give it the same two float4s (t, t + 256), so keeping them
+    // adds no work at all and there is nothing to hand over (docs/PERF.md S43-1).
     static_assert(PRO == Prologue::Norm && (NT == 2 * kNormThreads || NT == kNormThreads),
                   "the kept form serves Norm blocks of 8 or 16 warps");
+    constexpr bool kWide = NT == 2 * kNormThreads;
     const int t = int(threadIdx.x);
-    if constexpr (NT == kNormThreads) {
-      // Narrow block (n4 <= 2 * kNormThreads): every thread is a norm thread, and pass 1 and pass
-      // 2 of the batched form give it the same two float4s (t, t + 256). Loading gamma beside h
-      // and keeping both adds no work and saves pass 2's reload (docs/PERF.md S43-1).
-      float4 h[2], g[2];
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int i4 = j * kNormThreads + t;
-        h[j] = i4 < n4 ? __ldg(in4 + i4) : zero;
-        g[j] = i4 < n4 ? __ldg(gam4 + i4) : zero;
-      }
-      float ss = 0.f;
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-        if (j * kNormThreads + t < n4) ss = sumsq4(h[j], ss);
-      const float rk = rms_scale(block_sum(ss, red), p.cols, p.eps);
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int base = j * kNormThreads;
-        if (base >= n4) break;  // uniform
-        stage4(norm_apply4(h[j], rk, g[j]), base + t, base + t < n4);
-      }
-      return;
-    }
-    __shared__ float ss_lo[kNormThreads];
-    const int hi = t >= kNormThreads ? 1 : 0;  // whole warps
+    const int hi = kWide && t >= kNormThreads ? 1 : 0;  // whole warps
     const int u = t - hi * kNormThreads;
     float4 h[2], g[2];
 #pragma unroll
@@ -594,16 +578,20 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
 #pragma unroll
       for (int j = 0; j < 2; ++j)
         if (j * kNormThreads + u < n4) ss = sumsq4(h[j], ss);
-      ss_lo[u] = ss;
     }
-    __syncthreads();
-    if (hi) {
-      ss = ss_lo[u];
+    if constexpr (kWide) {
+      __shared__ float ss_lo[kNormThreads];
+      if (!hi) ss_lo[u] = ss;
+      __syncthreads();
+      if (hi) {
+        ss = ss_lo[u];
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
-        if ((2 + j) * kNormThreads + u < n4) ss = sumsq4(h[j], ss);
+        for (int j = 0; j < 2; ++j)
+          if ((2 + j) * kNormThreads + u < n4) ss = sumsq4(h[j], ss);
+      }
     }
-    const float rk = rms_scale(block_sum(hi ? ss : 0.f, red), p.cols, p.eps);
+    // (wide: the chain of thread u < kNormThreads goes on in thread u + kNormThreads)
+    const float rk = rms_scale(block_sum(kWide && !hi ? 0.f : ss, red), p.cols, p.eps);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int base = (2 * hi + j) * kNormThreads;
@@ -757,8 +745,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     }
     return q;
   };
-  Pos a{slot < nslots ? int(blockIdx.x) + int(gridDim.x) * slot : n_rg, g0, slot};
-  if constexpr (kRuns) a.rg = slot < nslots ? run_rg(slot) : n_rg;
+  Pos a{slot >= nslots ? n_rg : kRuns ? run_rg(slot) : int(blockIdx.x) + int(gridDim.x) * slot, g0, slot};
   Pos b = next_pos(a);
   Frag<T> cur[U], nxt[U];
   auto load_batch = [&](Frag<T> (&buf)[U], const Pos& at) {

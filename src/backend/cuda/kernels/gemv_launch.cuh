@@ -70,7 +70,7 @@ template <DType T, Prologue PRO, Epilogue EPI, int XB = 8>
 int launch_gemv_narrow(const GemvParams& p, cudaStream_t s) {
   if constexpr (LMFUSE_GEMV_SPLIT_STAGE && PRO != Prologue::Int8) {
     if (gemv_compact_stage<T, PRO, kNarrowWarps>(p.cols)) return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 1, XB>(p, s);
-    if constexpr (XB == 8 && kInt8x<T> && PRO == Prologue::Norm && (EPI == Epilogue::Store || EPI == Epilogue::SiluMul))
+    if constexpr (XB == 8 && kKeptPair<T, PRO, EPI>)
       if (gemv_keep_x() && gemv_kept_stage<kNarrowWarps>(p.cols)) return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 3>(p, s);
     return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 2, XB>(p, s);
   } else {
@@ -91,7 +91,7 @@ int launch_gemv_instance(const GemvParams& p, bool wide, bool x16, cudaStream_t 
     } else if (x16) {
       return -1;  // the producers' codes are 8-bit: gemv() refuses the pair first
     }
-    if constexpr (PRO == Prologue::Norm && (EPI == Epilogue::Store || EPI == Epilogue::SiluMul))
+    if constexpr (kKeptPair<T, PRO, EPI>)
       if (wide && gemv_keep_x() && gemv_kept_stage<kWideWarps>(p.cols))
         return launch_gemv_width<T, PRO, EPI, kWideWarps, 3>(p, s);
     if (wide) return launch_gemv_width<T, PRO, EPI, kWideWarps>(p, s);

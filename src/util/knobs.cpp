@@ -30,7 +30,7 @@ const std::vector<KnobInfo>& knob_table() {
       {"gemv_split3", "LMFUSE_GEMV_SPLIT3", &Knobs::gemv_split3,
        "CUDA decode GEMV (wide, deep shapes such as 4B down_proj): 3 warps per row group where 2 would leave each a column batch to load after the previous kernel's end (auto = on: 4B tg128 +0.7-0.8 %)"},
       {"gemv_xq", "LMFUSE_GEMV_XQ", &Knobs::gemv_xq,
-       "CUDA decode: the gate/up GEMV writes down's input already quantized to int8, so down copies it instead of quantizing it per block (auto = off: the cross-block form measured slower, PERF.md S43-6; the run-per-block form not measured yet)"},
+       "CUDA decode: the gate/up GEMV writes down's input already quantized to int8, so down copies it instead of quantizing it per block (auto = off: the cross-block form measured slower, PERF.md S43-6; the run-per-block form even, 8B 0.999, S44-1)"},
       {"attn_xq", "LMFUSE_ATTN_XQ", &Knobs::attn_xq,
        "CUDA decode: the attention merge kernel writes o_proj's input already quantized to int8, so o_proj copies it (auto = hidden size >= 2560 in the split + merge steps, and from hidden size 4096 the direct split too; 1 = the direct split on every size)"},
       {"gemv_split_k", "LMFUSE_GEMV_SPLIT_K", &Knobs::gemv_split_k,

@@ -26,7 +26,7 @@ struct Knobs {
   Tri gemv_wide = Tri::Auto;        // LMFUSE_GEMV_WIDE: integer-dot decode GEMVs as one 16-warp block per SM (auto = hidden size >= 2560)
   Tri gemv_keep_x = Tri::Auto;      // LMFUSE_GEMV_KEEP_X: Norm GEMVs (wide <= 4096, narrow <= 2048) stage x from h and gamma kept in registers (auto = on: PERF.md S42-5, S43-1)
   Tri gemv_split3 = Tri::Auto;      // LMFUSE_GEMV_SPLIT3: 3 warps per row group in wide GEMVs where 2 leave a batch after the PDL wait (auto = on, PERF.md S43-2)
-  Tri gemv_xq = Tri::Auto;          // LMFUSE_GEMV_XQ: down's x quantized once, by the gate/up GEMV (auto = off: the counting form measured slower, PERF.md S13-1, S43-6; the run-per-block form S43-7 not measured)
+  Tri gemv_xq = Tri::Auto;          // LMFUSE_GEMV_XQ: down's x quantized once, by the gate/up GEMV (auto = off: the counting form slower, PERF.md S13-1, S43-6; the run-per-block form even, 8B 0.999, S44-1)
   Tri attn_xq = Tri::Auto;          // LMFUSE_ATTN_XQ: o_proj's x quantized once, by the attention (auto: merge from hidden size 2560, direct split from 4096)
   Tri gemv_split_k = Tri::Auto;     // LMFUSE_GEMV_SPLIT_K: several warps per row group in decode GEMVs (auto = the deep shapes: down_proj)
   Tri qkv_post_pdl = Tri::Auto;     // LMFUSE_QKV_POST_PDL: the QKV epilogue kernel launched with PDL (auto = on)

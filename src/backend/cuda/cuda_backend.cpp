@@ -586,9 +586,10 @@ void CudaBackend::prepare(Graph& g) {
   o_room_ = tri_resolve(k.o_room, true);
   gateup_room_ = tri_resolve(k.gateup_room, true);
   down_fit_ = tri_resolve(k.down_fit, true);
-  // Measured slower (docs/PERF.md S13-1/S13-2: 0.94x 8B, 0.96x 0.6B): gate/up's counting tail
-  // costs ~3.8 µs per 8B layer, and down's shorter staging does not shorten down (its weight
-  // stream is the bound once the staging is that short). Automatic = off.
+  // Not faster (docs/PERF.md): the first, counting form lost (S13-1: 0.94x 8B, 0.96x 0.6B; S43-6:
+  // 0.93x), its cross-block tail ~4 µs per 8B layer; today's form, each block quantizing the runs
+  // of y it made, is even (S44-1: 8B 0.999, 4B 0.996): down is 1.2 µs shorter per 8B layer, gate/up
+  // 1.1 µs longer. Automatic = off.
   gemv_xq_ = k.fusion != Tri::Off && tri_resolve(k.gemv_xq, false) && !act16_;
   // Same arithmetic as the merge kernel (bitwise: cuda_op_tests CudaAttention), one launch fewer,
   // but slower (docs/PERF.md, session 8: 0.93-0.96x; the last block's fence, count and merge are

@@ -445,10 +445,12 @@ __host__ __device__ constexpr bool gemv_kept_stage(int cols) {
   return (cols >> 2) <= (W == kWideWarps ? 4 : 2) * kNormThreads;
 }
 
-// The (type, prologue, epilogue) instances that have the kept stage form (8-bit codes); the staging
-// does not depend on the epilogue (SiluMulQ since S44-3: before, the 8-bit producer had the two-pass form).
+// The (type, prologue, epilogue) instances that have the kept stage form (8-bit codes): every Norm
+// pair of the allow-list, whatever its epilogue (the staging does not read it), but the in-GEMV QKV
+// epilogue, whose register budget is spent (see kTl in gemv_kernel). (Until S44-3 the list named
+// Store and SiluMul, and the 8-bit producer SiluMulQ kept the two-pass form.)
 template <DType T, Prologue PRO, Epilogue EPI>
-constexpr bool kKeptPair = kInt8x<T> && PRO == Prologue::Norm && (EPI == Epilogue::Store || EPI == Epilogue::SiluMul || EPI == Epilogue::SiluMulQ);
+constexpr bool kKeptPair = kInt8x<T> && PRO == Prologue::Norm && EPI != Epilogue::QKV;
 
 // Whether the compact staging serves a shape (narrow blocks, one float4 of x per thread).
 template <DType T, Prologue PRO, int W>

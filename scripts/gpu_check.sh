@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check for the CUDA kernels: configure + build (build-cuda, Ninja, -DLMFUSE_CUDA=ON), run the
+# GPU check for the CUDA kernels: build (build-cuda, through scripts/gpu_build.sh: the carried
+# .prebuilt/ binaries when they match the tree, else configure + build here), run the
 # op tests and the micro-benchmark (BENCH=0: tests only), logs under $OUT (default ./out). Works on the bare GPU machine:
 # no GoogleTest there (cuda_op_tests has its own harness) and the CLI11 header that only the
 # lmfuse CLI needs is satisfied with .deps/include when carried, else a nonexistent path (the CLI
@@ -15,14 +16,7 @@ BUILD=${BUILD:-build-cuda}
 } >"$OUT/env.log" 2>&1
 cat "$OUT/env.log"
 
-cli=()
-if [ ! -e /usr/include/CLI/CLI.hpp ] && [ ! -e .deps/include/CLI/CLI.hpp ]; then cli=(-DCLI11_INCLUDE=/nonexistent-cli11); fi
-tests=(-DLMFUSE_TESTS=OFF)
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLMFUSE_CUDA=ON "${tests[@]}" "${cli[@]}" \
-  >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
-cmake --build "$BUILD" --target cuda_op_tests cuda_bench_gemv cuda_bench_stream cuda_bench_persist -j"$(nproc)" >"$OUT/build.log" 2>&1 \
-  || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
-echo "build ok"
+scripts/gpu_build.sh "$BUILD" cuda_op_tests cuda_bench_gemv || exit 1
 
 rc=0
 timeout 900 "$BUILD/cuda_op_tests" "$@" 2>&1 | tee "$OUT/tests.log" | grep -E "FAILED|failed:|exception|==========" | head -80

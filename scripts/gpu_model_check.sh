@@ -10,9 +10,7 @@ mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
 STAGES=${STAGES:-"correct sanitize bench ab profile depth"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLMFUSE_CUDA=ON -DLMFUSE_TESTS=OFF >"$OUT/configure.log" 2>&1 \
-  || { tail -30 "$OUT/configure.log"; exit 1; }
-cmake --build "$BUILD" --target lmfuse -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
+scripts/gpu_build.sh "$BUILD" lmfuse || exit 1
 L="$BUILD/lmfuse"
 M=/tmp/models
 mkdir -p $M

@@ -10,13 +10,7 @@ mkdir -p "$OUT"
 BUILD=${BUILD:-build-cuda}
 F=${F:-4}
 POS=${POS:-64}
-# (as gpu_check.sh: without CLI11 the lmfuse CLI target is left out; the benchmark does not need it)
-cli=()
-if [ ! -e /usr/include/CLI/CLI.hpp ] && [ ! -e .deps/include/CLI/CLI.hpp ]; then cli=(-DCLI11_INCLUDE=/nonexistent-cli11); fi
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLMFUSE_CUDA=ON -DLMFUSE_TESTS=OFF "${cli[@]}" \
-  >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
-cmake --build "$BUILD" --target cuda_bench_persist -j"$(nproc)" >"$OUT/build.log" 2>&1 \
-  || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
+scripts/gpu_build.sh "$BUILD" cuda_bench_persist || exit 1
 P="$BUILD/cuda_bench_persist"
 rc=0
 step() { echo "== $*"; timeout 120 "$P" "$@" 2>&1 | grep -v "^copy" | tee -a "$OUT/persist.log"; [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1; }

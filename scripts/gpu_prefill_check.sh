@@ -11,11 +11,7 @@ mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
 STAGES=${STAGES:-"tests sweep bench golden"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLMFUSE_CUDA=ON -DLMFUSE_TESTS=OFF >"$OUT/build.log" 2>&1 \
-  || { tail -30 "$OUT/build.log"; exit 1; }
-cmake --build "$BUILD" --target lmfuse cuda_op_tests cuda_bench_prefill -j"$(nproc)" >>"$OUT/build.log" 2>&1 \
-  || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
-echo "build ok"
+scripts/gpu_build.sh "$BUILD" lmfuse cuda_op_tests cuda_bench_prefill || exit 1
 L="$BUILD/lmfuse"
 M=/tmp/models
 mkdir -p $M

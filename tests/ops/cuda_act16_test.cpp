@@ -123,7 +123,7 @@ TEST(CudaGemvAct16, RefusesEightBitProducerCodes) {
 
 namespace {
 
-const std::string kGolden = std::string(LMFUSE_SOURCE_DIR) + "/tests/data/golden/";
+const std::string kGolden = cuda_test_golden_dir();
 
 std::unique_ptr<lmf::Backend> backend(const lmf::Model& m, const char* kind, lmf::Tri act16,
                                       lmf::Tri inkernel = lmf::Tri::Auto) {

@@ -18,7 +18,7 @@
 #include "util/status.h"
 
 TEST(CudaBackend, RefusesAModelThatDoesNotFitTheFreeMemory) {
-  const std::string golden = std::string(LMFUSE_SOURCE_DIR) + "/tests/data/golden/";
+  const std::string golden = cuda_test_golden_dir();
   auto m = lmf::Model::load(golden + "qwen3-tiny-q4_0.gguf");
   lmf::BackendOptions bo;
   bo.n_ctx = 64;
@@ -57,7 +57,7 @@ TEST(CudaBackend, RefusesAModelThatDoesNotFitTheFreeMemory) {
 }
 
 TEST(CudaBackend, LoadReportsProgressPerLayer) {
-  const std::string golden = std::string(LMFUSE_SOURCE_DIR) + "/tests/data/golden/";
+  const std::string golden = cuda_test_golden_dir();
   auto m = lmf::Model::load(golden + "llama-tiny-q4_1.gguf");
   struct Call {
     uint64_t done, total;

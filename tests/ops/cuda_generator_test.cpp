@@ -20,7 +20,7 @@ using lmfct_cuda::throws_error;
 
 namespace {
 
-const std::string kGolden = std::string(LMFUSE_SOURCE_DIR) + "/tests/data/golden/";
+const std::string kGolden = cuda_test_golden_dir();
 
 std::string str(const std::vector<int32_t>& v) {
   std::string s;

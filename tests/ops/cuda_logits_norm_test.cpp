@@ -14,7 +14,7 @@
 
 namespace {
 
-const std::string kGolden = std::string(LMFUSE_SOURCE_DIR) + "/tests/data/golden/";
+const std::string kGolden = cuda_test_golden_dir();
 
 struct Steps {
   std::vector<float> logits;  // every decode step's, concatenated

@@ -60,3 +60,18 @@ struct Voidify {
 #define EXPECT_GE(a, b) EXPECT_TRUE((a) >= (b)) << #a " = " << (a) << ", " #b " = " << (b) << " "
 #define EXPECT_EQ(a, b) EXPECT_TRUE((a) == (b)) << #a " = " << (a) << ", " #b " = " << (b) << " "
 #endif
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+// The golden models' folder, ending in '/': under $LMFUSE_SOURCE_DIR when set, else under the
+// source tree the binary was built from, else under the working directory (a binary packed on
+// another machine by scripts/gpu_prebuild.sh, run from the repository root as the scripts/gpu_*.sh
+// checks run it).
+inline std::string cuda_test_golden_dir() {
+  const char* env = std::getenv("LMFUSE_SOURCE_DIR");
+  std::string root = env && *env ? env : LMFUSE_SOURCE_DIR;
+  if (!(env && *env) && !std::filesystem::is_directory(root + "/tests/data/golden")) root = ".";
+  return root + "/tests/data/golden/";
+}

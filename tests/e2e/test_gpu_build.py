@@ -38,26 +38,27 @@ class GpuBuild(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
-    def pack(self, bins):
-        """.prebuilt/ with fake binaries (shell scripts exiting with the given code), stamped with
-        the tree as it is now."""
+    def pack(self, bins, defs="", name=".prebuilt"):
+        """A pack (default .prebuilt/) of fake binaries (shell scripts exiting with the given code),
+        stamped with the tree as it is now, built with the given CUDA defines."""
         stage = self.root / "stage"
         shutil.rmtree(stage, ignore_errors=True)
         stage.mkdir()
-        for name, code in bins.items():
-            (stage / name).write_text(f"#!/bin/sh\nexit {code}\n")
-            (stage / name).chmod(0o755)
-        p = self.root / ".prebuilt"
+        for b, code in bins.items():
+            (stage / b).write_text(f"#!/bin/sh\nexit {code}\n")
+            (stage / b).chmod(0o755)
+        p = self.root / name
         shutil.rmtree(p, ignore_errors=True)
         p.mkdir()
         subprocess.run(["tar", "-C", str(stage), "-cJf", str(p / "bin.tar.xz"), *bins], check=True)
         (p / "targets").write_text("".join(f"{b}\n" for b in bins))
         stamp = subprocess.run(["bash", "scripts/source_stamp.sh"], cwd=self.root, capture_output=True, text=True, check=True)
         (p / "stamp").write_text(stamp.stdout)
+        (p / "defs").write_text(defs + "\n")
         shutil.rmtree(stage)
 
-    def build(self, *targets):
-        env = dict(os.environ, OUT=str(self.root / "out"))
+    def build(self, *targets, **env_extra):
+        env = dict(os.environ, OUT=str(self.root / "out"), **env_extra)
         r = subprocess.run(["bash", "scripts/gpu_build.sh", "bdir", *targets], cwd=self.root, env=env,
                            capture_output=True, text=True, timeout=120)
         return r.returncode, r.stdout.splitlines()[0] if r.stdout else ""
@@ -95,6 +96,19 @@ class GpuBuild(unittest.TestCase):
         self.assertNotEqual(rc, 0)
         self.assertEqual(first, "build: compiling here (lmfuse --help failed)")
         self.assertFalse((self.root / "bdir.unpack").exists())
+
+    def test_an_experiment_pack_needs_its_defines(self):
+        self.pack({"lmfuse": 0}, defs="-DLMFUSE_X=1", name=".prebuilt-x")
+        rc, first = self.build("lmfuse", PACK=".prebuilt-x", GPU_BUILD_DEFS="-DLMFUSE_X=1")
+        self.assertEqual(rc, 0, first)
+        self.assertEqual(first.split(" (")[0], "build: prebuilt binaries of tree " +
+                         (self.root / ".prebuilt-x/stamp").read_text().strip() + " with -DLMFUSE_X=1")
+        rc, first = self.build("lmfuse", PACK=".prebuilt-x")
+        self.assertNotEqual(rc, 0)
+        self.assertEqual(first, "build: compiling here (packed with other defines (-DLMFUSE_X=1))")
+        rc, first = self.build("lmfuse", GPU_BUILD_DEFS="-DLMFUSE_X=1")  # the default pack has none
+        self.assertNotEqual(rc, 0)
+        self.assertEqual(first, "build: compiling here (packed with other defines ())")
 
     def test_no_pack_builds(self):
         shutil.rmtree(self.root / ".prebuilt")

@@ -77,6 +77,14 @@
 #ifndef LMFUSE_GEMV_NO_MATH
 #define LMFUSE_GEMV_NO_MATH 0
 #endif
+// Upper-bound build for the 8-bit producer (results wrong; the timed chain only),
+// -DLMFUSE_GEMV_XQ_NO_TAIL=1: SiluMulQ deals its row groups in runs as always but skips the
+// barrier and the quantization after it, so down reads stale codes. With gemv_xq = 1, gate/up's
+// time in this build against the default one is the tail's; against gemv_xq = 0, the run
+// dealing's (docs/PERF.md S45-3).
+#ifndef LMFUSE_GEMV_XQ_NO_TAIL
+#define LMFUSE_GEMV_XQ_NO_TAIL 0
+#endif
 
 // The one-float4-per-thread staging (gemv_stage_x); 0 builds the batched form for every shape
 // (an A/B build for docs/PERF.md S27-3).
@@ -949,7 +957,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 #if LMFUSE_GEMV_STAGE_MARKS == 3
   if constexpr (kTl) tl_mark_after(p.tl, 1, mlast);
 #endif
-  if constexpr (EPI == Epilogue::SiluMulQ) {
+  if constexpr (EPI == Epilogue::SiluMulQ && !LMFUSE_GEMV_XQ_NO_TAIL) {
     // The block made whole 32-output code blocks of y (its runs, see Pos): after the barrier its
     // y stores are visible to all its warps, and warp w quantizes the block's runs w, w + W, ...
     // for the Int8 consumer. No count across blocks, no fence: the first form counted the last

@@ -4,12 +4,13 @@
 #   scripts/gpu_prebuild.sh [TARGET...]   (default: lmfuse cuda_op_tests cuda_bench_gemv)
 # then name ".prebuilt" in the device tool's carry list. An experiment build gets its own pack and
 # build folder: PACK=.prebuilt-x BUILD=build-carry-x GPU_BUILD_DEFS="-DLMFUSE_...=1" (defines for
-# the CUDA code; scripts/gpu_build.sh takes the same PACK and GPU_BUILD_DEFS). The build (build-carry) leaves out the
-# optional PCRE2 / utf8proc (the GPU machine has neither library, so a binary linked to them would
-# not load there), records the CUDA toolkit's usual library folders as run paths, and keeps only
-# sm_90 machine code, uncompressed (no PTX: the H200 runs the sm_90 code; see the packing). The pack is
-# tied to the tree by scripts/source_stamp.sh: edit a source after packing and the GPU machine
-# compiles instead. Takes ~15-25 min from scratch on 2 cores, seconds when only a few files changed.
+# the CUDA code; scripts/gpu_build.sh takes the same PACK and GPU_BUILD_DEFS).
+# The build leaves out the optional PCRE2 / utf8proc (the GPU machine has neither library, so a
+# binary linked to them would not load there), records the CUDA toolkit's usual library folders as
+# run paths, and keeps only sm_90 machine code, uncompressed (no PTX: the H200 runs the sm_90 code;
+# see the packing). The pack is tied to the tree by scripts/source_stamp.sh: edit a source after
+# packing and the GPU machine compiles instead. Takes ~10-20 min from scratch on 2 cores, seconds
+# when only a few files changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build-carry}

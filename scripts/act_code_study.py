@@ -12,11 +12,13 @@ forward (float: ~1e-3, the level of the CPU's 16-bit path). docs/PERF.md, sessio
 
   python3 scripts/act_code_study.py [--model models/smollm2-135m-instruct-q4_1.gguf]
 """
-import argparse, base64, json, os
+import argparse, os
 
 import numpy as np
 import gguf
 from gguf.quants import dequantize
+
+from check_real_logits import load_ref  # the transformers reference (scripts/make_real_refs.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATMULS = ("qkv", "o", "gateup", "down", "head")
@@ -98,8 +100,7 @@ def main():
     ap.add_argument("--gen", type=int, default=59, help="greedy tokens after the prompt")
     args = ap.parse_args()
     w, c = load(args.model)
-    ref = json.load(open(os.path.join(ROOT, "tests", "data", "real", "smollm2_ref.json")))
-    hf = np.frombuffer(base64.b64decode(ref["last_logits_f16_b64"]), "<f2").astype(np.float64)
+    ref, hf = load_ref(ROOT)
     toks, last = list(ref["tokens"]), len(ref["tokens"]) - 1
     for _ in range(args.gen):
         toks.append(int(forward(w, c, toks, variant())[-1].argmax()))

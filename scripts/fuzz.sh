@@ -65,6 +65,8 @@ texts += [c["template"] for c in refs["jinja"]]
 for i, t in enumerate(texts):
     open(f"{sys.argv[2]}/t{i}.jinja", "w").write(t)
 PY
+# ... and the inputs the fuzzer once failed on (libFuzzer runs every seed first, so each is checked).
+cp "$root"/tests/fuzz/jinja_regressions/*.jinja "$jseeds"/
 # Seeds for the tokenizer fuzzer: the texts whose ids the tests check against HF tokenizers.
 python3 - "$root/tests/data/tokenizer/qwen3_refs.json" "$tseeds" <<'PY'
 import json, sys

@@ -105,6 +105,15 @@ class Interp {
     if (ctx.t == T::Dict)
       for (const auto& [k, v] : *ctx.d) scopes_[0][k] = v;
   }
+  // A namespace is the one container a template can change after making it, so every reference
+  // cycle ({% set ns.me = ns %}, a namespace holding one that holds it) runs through one: emptying
+  // the namespaces the render made frees those cycles, which shared ownership alone would leak.
+  ~Interp() {
+    for (const auto& w : namespaces_)
+      if (auto d = w.lock()) Dict().swap(*d);
+  }
+  Interp(const Interp&) = delete;
+  Interp& operator=(const Interp&) = delete;
 
   enum class Flow { Normal, Break, Continue };
 
@@ -152,6 +161,7 @@ class Interp {
  private:
   int64_t steps_ = 0;
   std::vector<std::unordered_map<std::string, Value>> scopes_;
+  std::vector<std::weak_ptr<Dict>> namespaces_;  // made by namespace(), emptied at the end
 
   Value* find(const std::string& name) {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
@@ -618,6 +628,7 @@ class Interp {
     if (f == "namespace" || f == "dict") {
       Value ns = Value::dict();
       ns.is_namespace = f == "namespace";
+      if (ns.is_namespace) namespaces_.push_back(ns.d);
       if (!a.pos.empty() && a.pos[0].t == T::Dict)
         for (const auto& [k, v] : *a.pos[0].d) ns.set(k, v);
       for (const auto& [k, v] : a.kw) ns.set(k, v);

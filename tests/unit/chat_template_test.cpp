@@ -134,6 +134,17 @@ TEST(ChatTemplate, HostileTemplatesAreRefusedNotRun) {
             "100000");
 }
 
+// A namespace may hold itself, directly or through another (Jinja2 renders these), as long as
+// nothing prints it; the render frees the cycle when it ends. The fuzzer's LeakSanitizer run checks
+// the freeing on the input that found the leak (tests/fuzz/jinja_regressions).
+TEST(ChatTemplate, SelfHoldingNamespacesRender) {
+  jinja::Template one("{% set ns = namespace(n=0) %}{% for i in range(5) %}{% set ns.n = ns %}{% endfor %}"
+                      "{{ ns.n is defined }}");
+  EXPECT_EQ(one.render(jinja::Value::dict()), "True");
+  jinja::Template two("{% set a = namespace(o=0) %}{% set b = namespace(o=a) %}{% set a.o = b %}{{ a.o.o.o.o is defined }}");
+  EXPECT_EQ(two.render(jinja::Value::dict()), "True");
+}
+
 // The evaluator refuses values nested past 64, but a value built through the API (or around a
 // stale depth) may be deeper: releasing it must not recurse once per level.
 TEST(ChatTemplate, DeepValuesAreFreedWithoutRecursion) {

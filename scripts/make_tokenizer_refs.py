@@ -151,6 +151,7 @@ JINJA_SNIPPETS = [
     "{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}{% endif %}{{ i }}{% endfor %}",
     "{{ (1, 2) }} {{ [3, 1, 2] | reverse | list }} {{ 'abc' | reverse }} {{ '%' }} {{ \"it's\" }} {{ 'say \\'hi\\'' }} {{ ['it\\'s', 'a\\nb'] }}",
     "{{ 0.1 + 0.2 }} {{ 1e3 if false else 3.0 }} {{ 2.5 | int }} {{ '42' | int + 1 }} {{ -3 | abs }} {{ 1 == 1.0 }} {{ true == 1 }}",
+    "{{ {'a': [1, 2], 'b': {}} | tojson(indent=-1) }}|{{ {'a': [1, 2]} | tojson(indent='\\t') }}|{{ [1, [2]] | tojson(indent=true) }}|{{ [1, {'k': []}] | tojson(indent=0) }}|{{ [1] | tojson(indent=none) }}",
 ]
 
 

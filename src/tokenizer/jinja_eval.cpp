@@ -27,7 +27,7 @@ using T = Value::T;
 // templates stay orders of magnitude below each, and one that does not is refused by name
 // instead of hanging, exhausting memory, or overflowing the stack.
 constexpr int64_t kMaxSteps = 2'000'000;      // expressions evaluated + loop iterations (~1 s)
-constexpr size_t kMaxText = size_t(64) << 20;  // bytes of any string, and of the output
+// (kMaxText, jinja_value.h: bytes of any string, of a printed value, and of the output)
 constexpr size_t kMaxItems = size_t(1) << 20;  // elements of any list or dict
 constexpr int kMaxDepth = 64;                  // containers inside containers
 
@@ -674,8 +674,21 @@ class Interp {
       return Value::str(strip(v.to_str(), c && c->is_str() ? c->s : kWs, true, true));
     }
     if (f == "tojson") {
+      // Python's json.dumps: an int (bool included) is that many spaces, 0 or negative none (newlines
+      // only); a string is the unit itself; None is one line.
       const Value* ind = a.get(0, "indent");
-      return Value::str(v.to_json(ind && ind->t == T::Int ? int(ind->i) : -1));
+      if (!ind || ind->t == T::None || ind->t == T::Undefined) return Value::str(v.to_json());
+      std::string unit;
+      if (ind->t == T::Str) {
+        unit = ind->s;
+      } else if (ind->t == T::Int || ind->t == T::Bool) {
+        const int64_t n = ind->t == T::Bool ? int64_t(ind->b) : ind->i;
+        check_text(e, n > 0 ? size_t(n) : 0);
+        unit.assign(n > 0 ? size_t(n) : 0, ' ');
+      } else {
+        fail(e, std::string("tojson indent of type ") + ind->type_name());
+      }
+      return Value::str(v.to_json(&unit));
     }
     if (f == "string") return Value::str(v.to_str());
     if (f == "upper") return Value::str(upper(v.to_str()));

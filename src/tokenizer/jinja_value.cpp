@@ -164,6 +164,11 @@ constexpr int kMaxPrintDepth = 128;
 void check_print_depth(int depth) {
   if (depth > kMaxPrintDepth) LMF_FAIL("chat template: a value nested more than ", kMaxPrintDepth, " levels deep (or holding itself)");
 }
+// A container's printed form grows item by item; each item's own form is checked as it is made,
+// so the check after each append bounds what is held to a few times kMaxText.
+void check_printed(size_t n) {
+  if (n > kMaxText) LMF_FAIL("chat template: a printed value longer than ", kMaxText >> 20, " MiB");
+}
 }  // namespace
 
 std::string Value::repr() const { return repr_at(0); }
@@ -180,29 +185,36 @@ std::string Value::repr_at(int depth) const {
     case T::Str: return py_quote(s);
     case T::List: {
       std::string o = is_tuple ? "(" : "[";
-      for (size_t k = 0; k < l->size(); ++k) o += (k ? ", " : "") + (*l)[k].repr_at(depth + 1);
+      for (size_t k = 0; k < l->size(); ++k) {
+        o += (k ? ", " : "") + (*l)[k].repr_at(depth + 1);
+        check_printed(o.size());
+      }
       if (is_tuple) return o + (l->size() == 1 ? ",)" : ")");
       return o + "]";
     }
     case T::Dict: {
       if (is_namespace) return "<Namespace>";
       std::string o = "{";
-      for (size_t k = 0; k < d->size(); ++k)
+      for (size_t k = 0; k < d->size(); ++k) {
         o += (k ? ", " : "") + py_quote((*d)[k].first) + ": " + (*d)[k].second.repr_at(depth + 1);
+        check_printed(o.size());
+      }
       return o + "}";
     }
   }
   return "";
 }
 
-std::string Value::to_json(int indent, int depth) const {
+std::string Value::to_json(const std::string* indent, int depth) const {
   check_print_depth(depth);
-  auto nl = [&](int dd) {  // a newline and dd indents (built in place: g++ 12 misreads "\n" + string as overlapping)
-    if (indent < 0) return std::string();
-    std::string r(size_t(indent * dd) + 1, ' ');
-    r[0] = '\n';
+  auto nl = [&](int dd) {  // a newline and dd indents
+    if (!indent) return std::string();
+    check_printed(indent->size() * size_t(dd) + 1);
+    std::string r = "\n";
+    for (int k = 0; k < dd; ++k) r += *indent;
     return r;
   };
+  const char* sep = indent ? "," : ", ";
   switch (t) {
     case T::Func: LMF_FAIL("chat template: tojson of a function");
     case T::Undefined: LMF_FAIL("chat template: tojson of an undefined value");
@@ -214,16 +226,19 @@ std::string Value::to_json(int indent, int depth) const {
     case T::List: {
       if (l->empty()) return "[]";
       std::string o = "[";
-      for (size_t k = 0; k < l->size(); ++k)
-        o += (k ? (indent < 0 ? ", " : ",") : "") + nl(depth + 1) + (*l)[k].to_json(indent, depth + 1);
+      for (size_t k = 0; k < l->size(); ++k) {
+        o += (k ? sep : "") + nl(depth + 1) + (*l)[k].to_json(indent, depth + 1);
+        check_printed(o.size());
+      }
       return o + nl(depth) + "]";
     }
     case T::Dict: {
       if (d->empty()) return "{}";
       std::string o = "{";
-      for (size_t k = 0; k < d->size(); ++k)
-        o += (k ? (indent < 0 ? ", " : ",") : "") + nl(depth + 1) + json_quote((*d)[k].first) + ": " +
-             (*d)[k].second.to_json(indent, depth + 1);
+      for (size_t k = 0; k < d->size(); ++k) {
+        o += (k ? sep : "") + nl(depth + 1) + json_quote((*d)[k].first) + ": " + (*d)[k].second.to_json(indent, depth + 1);
+        check_printed(o.size());
+      }
       return o + nl(depth) + "}";
     }
   }

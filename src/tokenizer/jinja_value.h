@@ -58,10 +58,16 @@ struct Value {
   std::string to_str() const;   // Python str(): what {{ v }} prints
   std::string repr() const;     // Python repr()
   std::string repr_at(int depth) const;  // repr() of a value `depth` containers deep
-  std::string to_json(int indent = -1, int depth = 0) const;  // json.dumps(ensure_ascii=False)
+  // json.dumps(ensure_ascii=False, indent=...): indent is the unit repeated per level (Python's
+  // int n is n spaces, 0 or negative none: newlines only); nullptr is indent=None (one line).
+  std::string to_json(const std::string* indent = nullptr, int depth = 0) const;
   const char* type_name() const;
 };
 
 bool equal(const Value& a, const Value& b, int depth = 0);  // Python ==
+
+// The longest string a render makes: any value, any printed form of one (repr, tojson), and the
+// output. A template comes from a model file: past this it is refused, not run out of memory.
+inline constexpr size_t kMaxText = size_t(64) << 20;
 
 }  // namespace lmf::jinja

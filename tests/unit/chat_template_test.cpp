@@ -120,6 +120,14 @@ TEST(ChatTemplate, HostileTemplatesAreRefusedNotRun) {
   expect_error("{{ (-9223372036854775807 - 1) // -1 }}", "integer overflow in //");
   expect_error("{{ -(-9223372036854775807 - 1) }}", "integer overflow in unary -");
   expect_error("{{ 1e300 | int }}", "does not fit 64 bits");
+  // found by fuzz_jinja (out of memory): a huge tojson indent, and printed containers of large
+  // strings, are refused by size before they are built
+  expect_error("{{ {'a': [1, 2.5, 'x\"y', none, true],} | tojson(indent=888888888888888883) }}", "a string longer than 64 MiB");
+  expect_error("{{ [[[1]]] | tojson(indent=60000000) }}", "a printed value longer than 64 MiB");
+  expect_error("{% set s = 'x' * 30000000 %}{{ [s, s, s] | tojson }}", "a printed value longer than 64 MiB");
+  expect_error("{% set s = 'x' * 30000000 %}{{ [s, s, s] }}", "a printed value longer than 64 MiB");
+  expect_error("{% set s = 'x' * 30000000 %}{{ {'a': s, 'b': s, 'c': s} }}", "a printed value longer than 64 MiB");
+  expect_error("{{ [1] | tojson(indent=1.5) }}", "tojson indent of type float");
   EXPECT_EQ(render_chat("{{ 3 ** 39 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ '\\u00e9' }}", {{"user", "hi"}}, true, "", "", true),
             "4052555153018976267 -4 2 \u00e9");
   // the limits leave room: 60 levels of parentheses and of blocks, a loop of 100,000 iterations

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <ctime>
+#include <iterator>
 #include <string>
 #include <unordered_map>
 
@@ -674,21 +675,37 @@ class Interp {
       return Value::str(strip(v.to_str(), c && c->is_str() ? c->s : kWs, true, true));
     }
     if (f == "tojson") {
-      // Python's json.dumps: an int (bool included) is that many spaces, 0 or negative none (newlines
-      // only); a string is the unit itself; None is one line.
-      const Value* ind = a.get(0, "indent");
-      if (!ind || ind->t == T::None || ind->t == T::Undefined) return Value::str(v.to_json());
-      std::string unit;
-      if (ind->t == T::Str) {
-        unit = ind->s;
-      } else if (ind->t == T::Int || ind->t == T::Bool) {
-        const int64_t n = ind->t == T::Bool ? int64_t(ind->b) : ind->i;
-        check_text(e, n > 0 ? size_t(n) : 0);
-        unit.assign(n > 0 ? size_t(n) : 0, ' ');
-      } else {
-        fail(e, std::string("tojson indent of type ") + ind->type_name());
+      // transformers' own filter: tojson(x, ensure_ascii=False, indent=None, separators=None,
+      // sort_keys=False), i.e. json.dumps with those options. indent: an int (bool included) is
+      // that many spaces, 0 or negative none (newlines only), a string is the unit.
+      static constexpr const char* kNames[] = {"ensure_ascii", "indent", "separators", "sort_keys"};
+      if (a.pos.size() > 4) fail(e, "tojson takes at most 4 arguments");
+      for (const auto& [k, x] : a.kw)
+        if (std::find(std::begin(kNames), std::end(kNames), k) == std::end(kNames)) fail(e, "tojson: unexpected argument " + k);
+      JsonStyle js;
+      if (const Value* x = a.get(0, kNames[0])) js.ascii = x->truthy();
+      const Value* ind = a.get(1, kNames[1]);
+      if (ind && ind->t != T::None && ind->t != T::Undefined) {
+        if (ind->t == T::Str) {
+          js.indent = ind->s;
+        } else if (ind->t == T::Int || ind->t == T::Bool) {
+          const int64_t n = ind->t == T::Bool ? int64_t(ind->b) : ind->i;
+          check_text(e, n > 0 ? size_t(n) : 0);
+          js.indent = std::string(n > 0 ? size_t(n) : 0, ' ');
+        } else {
+          fail(e, std::string("tojson indent of type ") + ind->type_name());
+        }
+        js.item_sep = ",";
       }
-      return Value::str(v.to_json(&unit));
+      const Value* sep = a.get(2, kNames[2]);
+      if (sep && sep->t != T::None && sep->t != T::Undefined) {
+        if (sep->t != T::List || sep->l->size() != 2 || !(*sep->l)[0].is_str() || !(*sep->l)[1].is_str())
+          fail(e, "tojson separators: expected two strings");
+        js.item_sep = (*sep->l)[0].s;
+        js.key_sep = (*sep->l)[1].s;
+      }
+      if (const Value* x = a.get(3, kNames[3])) js.sort_keys = x->truthy();
+      return Value::str(v.to_json(js));
     }
     if (f == "string") return Value::str(v.to_str());
     if (f == "upper") return Value::str(upper(v.to_str()));

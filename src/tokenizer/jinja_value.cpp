@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "tokenizer/utf8.h"
 #include "util/status.h"
 
 namespace lmf::jinja {
@@ -128,21 +129,42 @@ std::string py_quote(const std::string& s) {
   return o + q;
 }
 
-std::string json_quote(const std::string& s) {
+// json.dumps's string form: ensure_ascii=False escapes only '"', '\\' and the C0 controls;
+// ensure_ascii=True also writes every code point past '~' as \uXXXX (astral ones as a UTF-16
+// surrogate pair). A byte that is not UTF-8 (Python strings cannot hold one) is written as U+FFFD.
+std::string json_quote(const std::string& s, bool ascii) {
   std::string o = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      case '\b': o += "\\b"; break;
-      case '\f': o += "\\f"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", c); o += b; }
-        else o += char(c);
+  auto u = [&](uint32_t c) { char b[16]; std::snprintf(b, sizeof b, "\\u%04x", unsigned(c)); o += b; };
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      switch (c) {
+        case '"': o += "\\\""; break;
+        case '\\': o += "\\\\"; break;
+        case '\n': o += "\\n"; break;
+        case '\r': o += "\\r"; break;
+        case '\t': o += "\\t"; break;
+        case '\b': o += "\\b"; break;
+        case '\f': o += "\\f"; break;
+        default:
+          if (c < 0x20 || (ascii && c == 0x7f)) u(c);
+          else o += char(c);
+      }
+      ++i;
+      continue;
     }
+    size_t bad = 0, len = 0;
+    bool cut = false;
+    if (utf8::seq_len(s, i, &bad, &cut) == 0) {
+      if (ascii) u(0xfffd); else o += "\xef\xbf\xbd";
+      i += bad;
+      continue;
+    }
+    const uint32_t cp = utf8::decode_at(s, i, &len);
+    if (!ascii) o.append(s, i, len);
+    else if (cp < 0x10000) u(cp);
+    else u(0xd800 + ((cp - 0x10000) >> 10)), u(0xdc00 + ((cp - 0x10000) & 0x3ff));
+    i += len;
   }
   return o + "\"";
 }
@@ -205,8 +227,9 @@ std::string Value::repr_at(int depth) const {
   return "";
 }
 
-std::string Value::to_json(const std::string* indent, int depth) const {
+std::string Value::to_json(const JsonStyle& js, int depth) const {
   check_print_depth(depth);
+  const std::string* indent = js.indent ? &*js.indent : nullptr;
   auto nl = [&](int dd) {  // a newline and dd indents
     if (!indent) return std::string();
     check_printed(indent->size() * size_t(dd) + 1);
@@ -214,7 +237,6 @@ std::string Value::to_json(const std::string* indent, int depth) const {
     for (int k = 0; k < dd; ++k) r += *indent;
     return r;
   };
-  const char* sep = indent ? "," : ", ";
   switch (t) {
     case T::Func: LMF_FAIL("chat template: tojson of a function");
     case T::Undefined: LMF_FAIL("chat template: tojson of an undefined value");
@@ -222,21 +244,26 @@ std::string Value::to_json(const std::string* indent, int depth) const {
     case T::Bool: return b ? "true" : "false";
     case T::Int: return std::to_string(i);
     case T::Float: return std::isfinite(f) ? float_str(f) : (std::isnan(f) ? "NaN" : f > 0 ? "Infinity" : "-Infinity");
-    case T::Str: return json_quote(s);
+    case T::Str: return json_quote(s, js.ascii);
     case T::List: {
       if (l->empty()) return "[]";
       std::string o = "[";
       for (size_t k = 0; k < l->size(); ++k) {
-        o += (k ? sep : "") + nl(depth + 1) + (*l)[k].to_json(indent, depth + 1);
+        o += (k ? js.item_sep : "") + nl(depth + 1) + (*l)[k].to_json(js, depth + 1);
         check_printed(o.size());
       }
       return o + nl(depth) + "]";
     }
     case T::Dict: {
       if (d->empty()) return "{}";
+      std::vector<size_t> order(d->size());
+      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+      if (js.sort_keys)  // Python compares str keys by code point: UTF-8's byte order
+        std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return (*d)[x].first < (*d)[y].first; });
       std::string o = "{";
-      for (size_t k = 0; k < d->size(); ++k) {
-        o += (k ? sep : "") + nl(depth + 1) + json_quote((*d)[k].first) + ": " + (*d)[k].second.to_json(indent, depth + 1);
+      for (size_t k = 0; k < order.size(); ++k) {
+        const auto& [key, v] = (*d)[order[k]];
+        o += (k ? js.item_sep : "") + nl(depth + 1) + json_quote(key, js.ascii) + js.key_sep + v.to_json(js, depth + 1);
         check_printed(o.size());
       }
       return o + nl(depth) + "}";

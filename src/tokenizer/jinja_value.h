@@ -4,11 +4,14 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace lmf::jinja {
+
+struct JsonStyle;
 
 struct Value;
 using List = std::vector<Value>;
@@ -58,10 +61,18 @@ struct Value {
   std::string to_str() const;   // Python str(): what {{ v }} prints
   std::string repr() const;     // Python repr()
   std::string repr_at(int depth) const;  // repr() of a value `depth` containers deep
-  // json.dumps(ensure_ascii=False, indent=...): indent is the unit repeated per level (Python's
-  // int n is n spaces, 0 or negative none: newlines only); nullptr is indent=None (one line).
-  std::string to_json(const std::string* indent = nullptr, int depth = 0) const;
+  std::string to_json(const JsonStyle& js, int depth = 0) const;  // json.dumps(...)
   const char* type_name() const;
+};
+
+// json.dumps's options as transformers' tojson filter passes them. indent: the unit repeated per
+// level (Python's int n is n spaces, 0 or negative none: newlines only), absent for indent=None
+// (one line); the separators default to ", " and ": " (item "," with an indent).
+struct JsonStyle {
+  bool ascii = false;
+  std::optional<std::string> indent;
+  std::string item_sep = ", ", key_sep = ": ";
+  bool sort_keys = false;
 };
 
 bool equal(const Value& a, const Value& b, int depth = 0);  // Python ==

@@ -128,6 +128,9 @@ TEST(ChatTemplate, HostileTemplatesAreRefusedNotRun) {
   expect_error("{% set s = 'x' * 30000000 %}{{ [s, s, s] }}", "a printed value longer than 64 MiB");
   expect_error("{% set s = 'x' * 30000000 %}{{ {'a': s, 'b': s, 'c': s} }}", "a printed value longer than 64 MiB");
   expect_error("{{ [1] | tojson(indent=1.5) }}", "tojson indent of type float");
+  expect_error("{{ [1] | tojson(foo=1) }}", "tojson: unexpected argument foo");
+  expect_error("{{ [1] | tojson(false, none, none, false, 1) }}", "tojson takes at most 4 arguments");
+  expect_error("{{ [1] | tojson(separators=[',']) }}", "tojson separators: expected two strings");
   EXPECT_EQ(render_chat("{{ 3 ** 39 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ '\\u00e9' }}", {{"user", "hi"}}, true, "", "", true),
             "4052555153018976267 -4 2 \u00e9");
   // the limits leave room: 60 levels of parentheses and of blocks, a loop of 100,000 iterations

@@ -153,6 +153,7 @@ JINJA_SNIPPETS = [
     "{{ 0.1 + 0.2 }} {{ 1e3 if false else 3.0 }} {{ 2.5 | int }} {{ '42' | int + 1 }} {{ -3 | abs }} {{ 1 == 1.0 }} {{ true == 1 }}",
     "{{ {'a': [1, 2], 'b': {}} | tojson(indent=-1) }}|{{ {'a': [1, 2]} | tojson(indent='\\t') }}|{{ [1, [2]] | tojson(indent=true) }}|{{ [1, {'k': []}] | tojson(indent=0) }}|{{ [1] | tojson(indent=none) }}",
     "{{ [1, 'é😀', {'b': 1, 'a': []}] | tojson(2) }}|{{ {'é': 'ü', 'z': 1, 'b': 2} | tojson(ensure_ascii=true, sort_keys=true) }}|{{ [1, {'a': 2}] | tojson(indent=2, separators=[';', '=']) }}|{{ [1, {'a': 2}] | tojson(separators=(',', ':')) }}|{{ 'a\x7fb\x01' | tojson }}|{{ 'a\x7fb' | tojson(ensure_ascii=true) }}",
+    "{{ (1, 2) == [1, 2] }} {{ (1, 2) == (1, 2) }} {{ [1, (2,)] == [1, [2]] }} {{ [1, (2,)] == [1, (2,)] }} {{ (1, 2) != [1, 2] }}",
 ]
 
 

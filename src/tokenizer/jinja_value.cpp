@@ -283,8 +283,8 @@ bool equal(const Value& a, const Value& b, int depth) {
   switch (a.t) {
     case T::Undefined: case T::None: return true;
     case T::Str: case T::Func: return a.s == b.s;
-    case T::List:
-      if (a.l->size() != b.l->size()) return false;
+    case T::List:  // a tuple never equals a list in Python
+      if (a.is_tuple != b.is_tuple || a.l->size() != b.l->size()) return false;
       for (size_t k = 0; k < a.l->size(); ++k)
         if (!equal((*a.l)[k], (*b.l)[k], depth + 1)) return false;
       return true;

@@ -154,6 +154,9 @@ JINJA_SNIPPETS = [
     "{{ {'a': [1, 2], 'b': {}} | tojson(indent=-1) }}|{{ {'a': [1, 2]} | tojson(indent='\\t') }}|{{ [1, [2]] | tojson(indent=true) }}|{{ [1, {'k': []}] | tojson(indent=0) }}|{{ [1] | tojson(indent=none) }}",
     "{{ [1, 'é😀', {'b': 1, 'a': []}] | tojson(2) }}|{{ {'é': 'ü', 'z': 1, 'b': 2} | tojson(ensure_ascii=true, sort_keys=true) }}|{{ [1, {'a': 2}] | tojson(indent=2, separators=[';', '=']) }}|{{ [1, {'a': 2}] | tojson(separators=(',', ':')) }}|{{ 'a\x7fb\x01' | tojson }}|{{ 'a\x7fb' | tojson(ensure_ascii=true) }}",
     "{{ (1, 2) == [1, 2] }} {{ (1, 2) == (1, 2) }} {{ [1, (2,)] == [1, [2]] }} {{ [1, (2,)] == [1, (2,)] }} {{ (1, 2) != [1, 2] }}",
+    "{{ '\u00a0\u3000 a b\u2003\x1c' | trim }}|{{ 'a\u3000b\u00a0c  d'.split() }}|{{ 'a\u3000b c'.split(none, 1) }}|{{ '\u00e9a\u00e9'.strip('\u00e9') }}|{{ '\u200bx'.strip() }}|{{ ' x\u2028'.rstrip() }}",
+    "{{ 'they\\'re bill\\'s friends-of (mine) [ok] {a} <b>' | title }}|{{ \"they're \u4e2da b\u00e9\".title() }}|{{ '\u00c9COLE' | capitalize }}|{{ '\u00e0\u00e9\u00ee' | upper }}|{{ '\u00c0\u00c9'.lower() }}|{{ 'stra\u00dfe'.upper() }}|{{ '\u01f3a'.capitalize() }}|{{ '1' is lower }} {{ 'a1' is lower }} {{ 'A1' is upper }}",
+    "{{ 1e15 }} {{ 1e16 }} {{ 12345678901234567.0 }} {{ 2.0 ** 60 }} {{ 1e-4 }} {{ 1e-5 }} {{ 0.0001234 }} {{ -0.0 }} {{ 1e22 }} {{ 9999999999999998.0 }} {{ [1.0, 1e20] }} {{ [1e20, 1e-7] | tojson }}",
 ]
 
 

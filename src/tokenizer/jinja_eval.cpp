@@ -49,23 +49,40 @@ std::vector<std::string> code_points(const std::string& s) {
   return out;
 }
 
-const char* kWs = " \t\n\r\f\v";
-
-std::string strip(const std::string& s, const std::string& chars, bool left, bool right) {
-  size_t b = 0, e = s.size();
-  if (left) while (b < e && chars.find(s[b]) != std::string::npos) ++b;
-  if (right) while (e > b && chars.find(s[e - 1]) != std::string::npos) --e;
-  return s.substr(b, e - b);
+// Python's str.strip / lstrip / rstrip: chars nullptr strips whitespace (str.isspace), else the
+// code points of *chars.
+std::string strip(const std::string& s, const std::string* chars, bool left, bool right) {
+  const auto u = utf8::units(s);
+  std::vector<uint32_t> set;
+  if (chars)
+    for (const auto& c : utf8::units(*chars)) set.push_back(c.cp);
+  auto drop = [&](uint32_t cp) { return chars ? std::find(set.begin(), set.end(), cp) != set.end() : utf8::is_space(cp); };
+  size_t b = 0, e = u.size();
+  if (left) while (b < e && drop(u[b].cp)) ++b;
+  if (right) while (e > b && drop(u[e - 1].cp)) --e;
+  if (b == e) return "";
+  return s.substr(u[b].at, u[e - 1].at + u[e - 1].len - u[b].at);
 }
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = char(std::tolower(uint8_t(c)));
-  return s;
+// Jinja2's title filter: the text split before runs of '-', whitespace, '(', '{', '[', '<'; each
+// piece's first character upper-cased, the rest lower-cased (not str.title(): "they're" stays).
+std::string jinja_title(const std::string& s) {
+  std::string r;
+  const auto u = utf8::units(s);
+  auto delim = [](uint32_t cp) { return cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || utf8::is_space(cp); };
+  for (size_t i = 0; i < u.size();) {
+    size_t j = i + 1;
+    while (j < u.size() && delim(u[j].cp) == delim(u[i].cp)) ++j;
+    const size_t end = u[j - 1].at + u[j - 1].len;
+    r += utf8::change_case(std::string_view(s).substr(u[i].at, u[i].len), utf8::Case::Upper);
+    r += utf8::change_case(std::string_view(s).substr(u[i].at + u[i].len, end - u[i].at - u[i].len), utf8::Case::Lower);
+    i = j;
+  }
+  return r;
 }
-std::string upper(std::string s) {
-  for (auto& c : s) c = char(std::toupper(uint8_t(c)));
-  return s;
-}
+
+std::string lower(const std::string& s) { return utf8::change_case(s, utf8::Case::Lower); }
+std::string upper(const std::string& s) { return utf8::change_case(s, utf8::Case::Upper); }
 
 // Python slice indices over n elements.
 std::vector<size_t> slice_idx(int64_t n, const Value* a, const Value* b, const Value* c) {
@@ -262,6 +279,18 @@ class Interp {
     return a;
   }
 
+  // Jinja2: an attribute or item of an undefined value is an error (UndefinedError), where the
+  // undefined value itself prints as "" and tests as not defined.
+  [[noreturn]] void undefined(const Expr& e, const Expr& base) {
+    std::string path;
+    for (const Expr* x = &base;; x = x->a[0].get()) {
+      if (x->k == Expr::K::Name) { path = x->name + path; break; }
+      if (x->k != Expr::K::Attr) fail(e, "an attribute or item of an undefined value");
+      path = "." + x->name + path;
+    }
+    fail(e, "'" + path + "' is undefined");
+  }
+
   Value index(const Expr& e, const Value& obj, const Value& key) {
     if (obj.t == T::Dict) {
       if (!key.is_str()) return Value();
@@ -279,7 +308,7 @@ class Interp {
       if (i < 0) i += n;
       return i >= 0 && i < n ? Value::str(cps[size_t(i)]) : Value();
     }
-    if (obj.t == T::Undefined) return Value();
+    if (obj.t == T::Undefined) undefined(e, *e.a[0]);
     fail(e, std::string("cannot index ") + obj.type_name() + " with " + key.type_name());
   }
 
@@ -309,6 +338,7 @@ class Interp {
       case Expr::K::Name: return lookup(e.name);
       case Expr::K::Attr: {
         Value o = eval(*e.a[0]);
+        if (o.t == T::Undefined) undefined(e, *e.a[0]);
         if (o.t == T::Dict) {
           const Value* v = o.get(e.name);
           return v ? *v : Value();
@@ -427,10 +457,14 @@ class Interp {
         return Value::str(l.s + r.s);
       }
       if (l.t == T::List && r.t == T::List) {
+        if (l.is_tuple != r.is_tuple)
+          fail(e, std::string("can only concatenate ") + (l.is_tuple ? "tuple" : "list") + " (not " + (r.is_tuple ? "tuple" : "list") + ") to one");
         if (l.l->size() + r.l->size() > kMaxItems) fail(e, "a list of more than " + std::to_string(kMaxItems) + " items");
         List x = *l.l;
         x.insert(x.end(), r.l->begin(), r.l->end());
-        return Value::list(std::move(x));
+        Value out = Value::list(std::move(x));
+        out.is_tuple = l.is_tuple;
+        return out;
       }
     }
     if (op == "*" && ((l.is_str() && r.t == T::Int) || (r.is_str() && l.t == T::Int))) {
@@ -511,27 +545,26 @@ class Interp {
       }
       if (m == "strip" || m == "lstrip" || m == "rstrip") {
         const Value* c = a.get(0, "chars");
-        std::string chars = c && c->is_str() ? c->s : kWs;
-        return Value::str(strip(s, chars, m != "rstrip", m != "lstrip"));
+        return Value::str(strip(s, c && c->is_str() ? &c->s : nullptr, m != "rstrip", m != "lstrip"));
       }
       if (m == "split") {
         const Value* sep = a.get(0, "sep");
         const Value* mx = a.get(1, "maxsplit");
         int64_t maxsplit = mx && mx->t == T::Int ? mx->i : -1;
         List parts;
-        if (!sep || sep->t == T::None) {  // runs of whitespace, no empty parts
+        if (!sep || sep->t == T::None) {  // runs of whitespace (str.isspace), no empty parts
+          const auto u = utf8::units(s);
           size_t i = 0;
-          while (i < s.size()) {
-            while (i < s.size() && std::strchr(kWs, s[i]) && s[i]) ++i;
-            if (i >= s.size()) break;
+          while (i < u.size()) {
+            while (i < u.size() && utf8::is_space(u[i].cp)) ++i;
+            if (i >= u.size()) break;
             if (maxsplit >= 0 && int64_t(parts.size()) == maxsplit) {
-              std::string rest = strip(s.substr(i), kWs, false, true);
-              parts.push_back(Value::str(rest));
+              parts.push_back(Value::str(strip(s.substr(u[i].at), nullptr, false, true)));
               break;
             }
             size_t j = i;
-            while (j < s.size() && !(std::strchr(kWs, s[j]) && s[j])) ++j;
-            parts.push_back(Value::str(s.substr(i, j - i)));
+            while (j < u.size() && !utf8::is_space(u[j].cp)) ++j;
+            parts.push_back(Value::str(s.substr(u[i].at, u[j - 1].at + u[j - 1].len - u[i].at)));
             i = j;
           }
         } else {
@@ -551,17 +584,8 @@ class Interp {
       }
       if (m == "upper") return Value::str(upper(s));
       if (m == "lower") return Value::str(lower(s));
-      if (m == "capitalize") { std::string r = lower(s); if (!r.empty()) r[0] = char(std::toupper(uint8_t(r[0]))); return Value::str(r); }
-      if (m == "title") {
-        std::string r = s;
-        bool prev_alpha = false;
-        for (auto& c : r) {
-          bool al = std::isalpha(uint8_t(c));
-          c = al ? char(prev_alpha ? std::tolower(uint8_t(c)) : std::toupper(uint8_t(c))) : c;
-          prev_alpha = al;
-        }
-        return Value::str(r);
-      }
+      if (m == "capitalize") return Value::str(utf8::change_case(s, utf8::Case::Capitalize));
+      if (m == "title") return Value::str(utf8::change_case(s, utf8::Case::Title));
       if (m == "replace") {
         std::string from = str_arg(e, a, 0, "old", "replace()"), to = str_arg(e, a, 1, "new", "replace()");
         const Value* cnt = a.get(2, "count");
@@ -672,7 +696,7 @@ class Interp {
     }
     if (f == "trim") {
       const Value* c = a.get(0, "chars");
-      return Value::str(strip(v.to_str(), c && c->is_str() ? c->s : kWs, true, true));
+      return Value::str(strip(v.to_str(), c && c->is_str() ? &c->s : nullptr, true, true));
     }
     if (f == "tojson") {
       // transformers' own filter: tojson(x, ensure_ascii=False, indent=None, separators=None,
@@ -759,7 +783,8 @@ class Interp {
       fail(e, std::string("reverse of ") + v.type_name());
     }
     if (f == "replace") return method(e, Value::str(v.to_str()), a);
-    if (f == "capitalize" || f == "title") return method(e, Value::str(v.to_str()), a);
+    if (f == "capitalize") return method(e, Value::str(v.to_str()), a);
+    if (f == "title") return Value::str(jinja_title(v.to_str()));
     if (f == "int") {
       if (v.t == T::Float) {  // int(x) truncates; outside 64 bits (or NaN) it is an error here
         if (!(std::fabs(v.f) < 9.2e18)) fail(e, "int() of " + v.repr() + " does not fit 64 bits");
@@ -826,8 +851,9 @@ class Interp {
     if (t == "iterable") return v.t == T::List || v.t == T::Dict || v.t == T::Str;
     if (t == "sequence") return v.t == T::List || v.t == T::Str || v.t == T::Dict;
     if (t == "odd" || t == "even") return v.t == T::Int && ((v.i % 2 != 0) == (t == "odd"));
-    if (t == "lower") return v.is_str() && lower(v.s) == v.s;
-    if (t == "upper") return v.is_str() && upper(v.s) == v.s;
+    // str.islower() / isupper(): at least one cased character, and none of the other case
+    if (t == "lower") return v.is_str() && lower(v.s) == v.s && upper(v.s) != v.s;
+    if (t == "upper") return v.is_str() && upper(v.s) == v.s && lower(v.s) != v.s;
     const Value* o = a.get(0, "other");
     if (t == "eq" || t == "equalto" || t == "==" || t == "ne" || t == "!=" || t == "sameas" || t == "in" ||
         t == "divisibleby") {

@@ -106,11 +106,21 @@ namespace {
 std::string float_str(double x) {
   if (std::isnan(x)) return "nan";
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  // Python's repr: the shortest digits that read back as x, in positional notation when the
+  // decimal exponent is in [-4, 16), else as d.ddde+XX.
   char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, x);
-  std::string s(buf, r.ptr);
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s;
+  auto r = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
+  const std::string sci(buf, r.ptr);
+  const size_t epos = sci.find('e');
+  const int exp = std::stoi(sci.substr(epos + 1));
+  if (exp < -4 || exp >= 16) return sci;
+  std::string digits;
+  for (size_t k = 0; k < epos; ++k)
+    if (sci[k] >= '0' && sci[k] <= '9') digits += sci[k];
+  std::string o = x < 0 || std::signbit(x) ? "-" : "";
+  if (exp < 0) return o + "0." + std::string(size_t(-exp - 1), '0') + digits;
+  if (digits.size() <= size_t(exp) + 1) return o + digits + std::string(size_t(exp) + 1 - digits.size(), '0') + ".0";
+  return o + digits.substr(0, size_t(exp) + 1) + "." + digits.substr(size_t(exp) + 1);
 }
 
 std::string py_quote(const std::string& s) {

@@ -138,4 +138,81 @@ std::string nfc(std::string_view s) {
 #endif
 }
 
+std::string change_case(std::string_view s, Case c) {
+  std::string r;
+  r.reserve(s.size());
+  bool prev_cased = false;  // title(): the previous character is a cased letter
+  for (size_t i = 0; i < s.size();) {
+    size_t bad = 0, len = 0;
+    bool cut = false;
+    if (seq_len(s, i, &bad, &cut) == 0) {  // not UTF-8: kept, and not a cased letter
+      r.append(s.substr(i, bad));
+      i += bad;
+      prev_cased = false;
+      continue;
+    }
+    const uint32_t cp = decode_at(s, i, &len);
+    const bool first = i == 0;
+    i += len;
+    const bool titled = (c == Case::Title && !prev_cased) || (c == Case::Capitalize && first);
+    if (cp == 0xdf && (c == Case::Upper || titled)) {  // sharp s: Python's full mapping
+      r += c == Case::Upper ? "SS" : "Ss";
+      prev_cased = true;
+      continue;
+    }
+    uint32_t out = cp;
+    bool cased = false;
+    if (cp < 0x80) {
+      const bool up = cp >= 'A' && cp <= 'Z', lo = cp >= 'a' && cp <= 'z';
+      cased = up || lo;
+      const bool to_up = c == Case::Upper || titled;
+      if (to_up && lo) out = cp - 32;
+      if (!to_up && up) out = cp + 32;
+    } else {
+#ifdef LMFUSE_HAVE_UTF8PROC
+      const auto u = utf8proc_int32_t(cp);
+      const auto cat = utf8proc_category(u);
+      cased = cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT ||
+              utf8proc_toupper(u) != u || utf8proc_tolower(u) != u;
+      out = uint32_t(c == Case::Upper ? utf8proc_toupper(u) : titled ? utf8proc_totitle(u) : utf8proc_tolower(u));
+#else
+      LMF_FAIL("chat template: changing the case of non-ASCII text needs utf8proc, which this build lacks");
+#endif
+    }
+    append(r, out);
+    prev_cased = cased;
+  }
+  return r;
+}
+
+bool is_space(uint32_t cp) {
+  if (cp < 0x80) return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20);
+#ifdef LMFUSE_HAVE_UTF8PROC
+  if (cp > 0x10ffff) return false;
+  const utf8proc_property_t* p = utf8proc_get_property(utf8proc_int32_t(cp));
+  return p->category == UTF8PROC_CATEGORY_ZS || p->bidi_class == UTF8PROC_BIDI_CLASS_WS ||
+         p->bidi_class == UTF8PROC_BIDI_CLASS_B || p->bidi_class == UTF8PROC_BIDI_CLASS_S;
+#else
+  return false;
+#endif
+}
+
+std::vector<Unit> units(std::string_view s) {
+  std::vector<Unit> u;
+  u.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    size_t bad = 0, len = 0;
+    bool cut = false;
+    if (seq_len(s, i, &bad, &cut) == 0) {
+      u.push_back({i, bad, 0xffffffffu});
+      i += bad;
+      continue;
+    }
+    const uint32_t cp = decode_at(s, i, &len);
+    u.push_back({i, len, cp});
+    i += len;
+  }
+  return u;
+}
+
 }  // namespace lmf::utf8

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace lmf::utf8 {
 
@@ -28,5 +29,22 @@ void append(std::string& out, uint32_t cp);
 
 // Unicode NFC of valid UTF-8 (utf8proc). Fast path: ASCII-only text is returned as is.
 std::string nfc(std::string_view s);
+
+// Python's str.upper(), lower(), title() and capitalize() with Unicode's one-to-one case mappings
+// (utf8proc), and the German sharp s's one-to-many "SS" / "Ss"; the other one-to-many mappings of
+// SpecialCasing (ligatures, a few Greek and Armenian letters) keep utf8proc's one-to-one result. title(): a cased letter after a cased letter is lowercased, others titlecased.
+// Bytes that are not UTF-8 are kept. Without utf8proc, ASCII text only (else an error).
+enum class Case { Upper, Lower, Title, Capitalize };
+std::string change_case(std::string_view s, Case c);
+// Python's str.isspace() of one code point: general category Zs, or bidirectional class WS, B or
+// S (utf8proc); without utf8proc, the ASCII ones only.
+bool is_space(uint32_t cp);
+// The code points of s with their byte ranges; a byte that is not UTF-8 is its own unit with
+// cp = 0xFFFFFFFF (never a space, never equal to a code point).
+struct Unit {
+  size_t at, len;
+  uint32_t cp;
+};
+std::vector<Unit> units(std::string_view s);
 
 }  // namespace lmf::utf8

@@ -131,6 +131,12 @@ TEST(ChatTemplate, HostileTemplatesAreRefusedNotRun) {
   expect_error("{{ [1] | tojson(foo=1) }}", "tojson: unexpected argument foo");
   expect_error("{{ [1] | tojson(false, none, none, false, 1) }}", "tojson takes at most 4 arguments");
   expect_error("{{ [1] | tojson(separators=[',']) }}", "tojson separators: expected two strings");
+  // as Jinja2 (UndefinedError) and Python (TypeError) refuse them, found by a differential run
+  expect_error("{{ x.y }}", "'x' is undefined");
+  expect_error("{% set x = {} %}{% if x.y.z is defined %}{% endif %}", "'x.y' is undefined");
+  expect_error("{{ x['k'] }}", "'x' is undefined");
+  expect_error("{{ {'a': {}}.a.b.c }}", "an attribute or item of an undefined value");
+  expect_error("{{ [1] + (2,) }}", "can only concatenate list (not tuple) to one");
   EXPECT_EQ(render_chat("{{ 3 ** 39 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ '\\u00e9' }}", {{"user", "hi"}}, true, "", "", true),
             "4052555153018976267 -4 2 \u00e9");
   // the limits leave room: 60 levels of parentheses and of blocks, a loop of 100,000 iterations

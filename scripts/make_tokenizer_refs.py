@@ -157,6 +157,7 @@ JINJA_SNIPPETS = [
     "{{ '\u00a0\u3000 a b\u2003\x1c' | trim }}|{{ 'a\u3000b\u00a0c  d'.split() }}|{{ 'a\u3000b c'.split(none, 1) }}|{{ '\u00e9a\u00e9'.strip('\u00e9') }}|{{ '\u200bx'.strip() }}|{{ ' x\u2028'.rstrip() }}",
     "{{ 'they\\'re bill\\'s friends-of (mine) [ok] {a} <b>' | title }}|{{ \"they're \u4e2da b\u00e9\".title() }}|{{ '\u00c9COLE' | capitalize }}|{{ '\u00e0\u00e9\u00ee' | upper }}|{{ '\u00c0\u00c9'.lower() }}|{{ 'stra\u00dfe'.upper() }}|{{ '\u01f3a'.capitalize() }}|{{ '1' is lower }} {{ 'a1' is lower }} {{ 'A1' is upper }}",
     "{{ 1e15 }} {{ 1e16 }} {{ 12345678901234567.0 }} {{ 2.0 ** 60 }} {{ 1e-4 }} {{ 1e-5 }} {{ 0.0001234 }} {{ -0.0 }} {{ 1e22 }} {{ 9999999999999998.0 }} {{ [1.0, 1e20] }} {{ [1e20, 1e-7] | tojson }}",
+    "{{ 'they' | join(', ') }}|{{ {'a': 1, 'b': 2} | join }}|{{ true is number }} {{ false is even }} {{ 3.0 is odd }} {{ 2.5 is even }}|{{ [x, {}['k'], (x,)] }}|{{ (1, 2, 3)[1:] }}|{{ ['y\\u3000', '\\u00a0', '\\x85', '\\u200b', '\\U000e0001', '\u00e9\u4e2d'] }}|{{ {'a': 1} is lower }} {{ x is iterable }} {{ x is sequence }}",
 ]
 
 

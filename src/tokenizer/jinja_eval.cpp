@@ -291,6 +291,8 @@ class Interp {
     fail(e, "'" + path + "' is undefined");
   }
 
+  [[noreturn]] void undefined_value(const Expr& e, const std::string& what) { fail(e, what + " of an undefined value"); }
+
   Value index(const Expr& e, const Value& obj, const Value& key) {
     if (obj.t == T::Dict) {
       if (!key.is_str()) return Value();
@@ -356,7 +358,9 @@ class Interp {
         if (o.t == T::List) {
           List r;
           for (size_t i : slice_idx(int64_t(o.l->size()), pp[0], pp[1], pp[2])) r.push_back((*o.l)[i]);
-          return Value::list(std::move(r));
+          Value out = Value::list(std::move(r));
+          out.is_tuple = o.is_tuple;  // a tuple's slice is a tuple
+          return out;
         }
         if (o.t == T::Str) {
           auto cps = code_points(o.s);
@@ -756,7 +760,14 @@ class Interp {
       const Value* sep = a.get(0, "d");
       std::string s = sep ? sep->to_str() : "";
       std::string r;
-      std::vector<Value> items = v.t == T::List ? *v.l : std::vector<Value>{};
+      // Jinja2 joins any iterable: a string's characters, a dict's keys; undefined is empty
+      if (v.t != T::List && v.t != T::Str && v.t != T::Dict && v.t != T::Undefined) fail(e, std::string("join of ") + v.type_name());
+      std::vector<Value> items;
+      if (v.t == T::List) items = *v.l;
+      if (v.t == T::Str)
+        for (auto& cp : code_points(v.s)) items.push_back(Value::str(std::move(cp)));
+      if (v.t == T::Dict)
+        for (const auto& kv : *v.d) items.push_back(Value::str(kv.first));
       for (size_t k = 0; k < items.size(); ++k) {
         r += (k ? s : "") + items[k].to_str();
         check_text(e, r.size());
@@ -785,6 +796,7 @@ class Interp {
     if (f == "replace") return method(e, Value::str(v.to_str()), a);
     if (f == "capitalize") return method(e, Value::str(v.to_str()), a);
     if (f == "title") return Value::str(jinja_title(v.to_str()));
+    if ((f == "int" || f == "float" || f == "abs") && v.t == T::Undefined) undefined_value(e, f);
     if (f == "int") {
       if (v.t == T::Float) {  // int(x) truncates; outside 64 bits (or NaN) it is an error here
         if (!(std::fabs(v.f) < 9.2e18)) fail(e, "int() of " + v.repr() + " does not fit 64 bits");
@@ -798,6 +810,7 @@ class Interp {
       try { return Value::number(std::stod(v.s)); } catch (...) { return Value::number(0); }
     }
     if (f == "abs") {
+      if (!v.is_num()) fail(e, std::string("abs of ") + v.type_name());
       if (v.t == T::Float) return Value::number(std::fabs(v.f));
       return Value::integer(std::llabs(ival(v)));
     }
@@ -841,19 +854,30 @@ class Interp {
     if (t == "undefined") return !v.defined();
     if (t == "none") return v.t == T::None;
     if (t == "string") return v.t == T::Str;
-    if (t == "number") return v.t == T::Int || v.t == T::Float;
+    if (t == "number") return v.is_num();  // Jinja2: isinstance(v, Number), bool included
     if (t == "integer") return v.t == T::Int;
     if (t == "float") return v.t == T::Float;
     if (t == "boolean") return v.t == T::Bool;
     if (t == "true") return v.t == T::Bool && v.b;
     if (t == "false") return v.t == T::Bool && !v.b;
     if (t == "mapping") return v.t == T::Dict;
-    if (t == "iterable") return v.t == T::List || v.t == T::Dict || v.t == T::Str;
-    if (t == "sequence") return v.t == T::List || v.t == T::Str || v.t == T::Dict;
-    if (t == "odd" || t == "even") return v.t == T::Int && ((v.i % 2 != 0) == (t == "odd"));
-    // str.islower() / isupper(): at least one cased character, and none of the other case
-    if (t == "lower") return v.is_str() && lower(v.s) == v.s && upper(v.s) != v.s;
-    if (t == "upper") return v.is_str() && upper(v.s) == v.s && lower(v.s) != v.s;
+    // (Jinja2's Undefined has a length and iterates as empty: both tests hold for it)
+    if (t == "iterable") return v.t == T::List || v.t == T::Dict || v.t == T::Str || v.t == T::Undefined;
+    if (t == "sequence") return v.t == T::List || v.t == T::Str || v.t == T::Dict || v.t == T::Undefined;
+    if (t == "odd" || t == "even") {  // Jinja2: v % 2 == 1 / v % 2 == 0 (Python's modulo)
+      if (!v.is_num()) fail(e, "test " + t + " of " + v.type_name());
+      if (v.t == T::Float) {
+        const double m = v.f - 2 * std::floor(v.f / 2);
+        return t == "odd" ? m == 1 : m == 0;
+      }
+      const int64_t i = v.t == T::Bool ? int64_t(v.b) : v.i;
+      return (i % 2 != 0) == (t == "odd");
+    }
+    // str(v).islower() / isupper(): at least one cased character, and none of the other case
+    if (t == "lower" || t == "upper") {
+      const std::string x = v.to_str(), lo = lower(x), up = upper(x);
+      return t == "lower" ? lo == x && up != x : up == x && lo != x;
+    }
     const Value* o = a.get(0, "other");
     if (t == "eq" || t == "equalto" || t == "==" || t == "ne" || t == "!=" || t == "sameas" || t == "in" ||
         t == "divisibleby") {

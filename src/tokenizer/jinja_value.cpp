@@ -127,14 +127,20 @@ std::string py_quote(const std::string& s) {
   // Python picks single quotes unless the string has ' and no ".
   char q = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
   std::string o(1, q);
-  for (unsigned char c : s) {
+  for (const auto& u : utf8::units(s)) {
+    const uint32_t c = u.cp;
+    char b[16];
     if (c == '\\') o += "\\\\";
-    else if (c == q) { o += '\\'; o += char(c); }
+    else if (c == uint32_t(q)) { o += '\\'; o += q; }
     else if (c == '\n') o += "\\n";
     else if (c == '\r') o += "\\r";
     else if (c == '\t') o += "\\t";
-    else if (c < 0x20 || c == 0x7f) { char b[8]; std::snprintf(b, sizeof b, "\\x%02x", c); o += b; }
-    else o += char(c);
+    else if (c == 0xffffffffu) o.append(s, u.at, u.len);  // not UTF-8 (Python strings hold none)
+    else if (utf8::is_printable(c)) o.append(s, u.at, u.len);
+    else {  // Python's repr: \xhh, \uhhhh or \Uhhhhhhhh for what it cannot print
+      std::snprintf(b, sizeof b, c < 0x100 ? "\\x%02x" : c < 0x10000 ? "\\u%04x" : "\\U%08x", unsigned(c));
+      o += b;
+    }
   }
   return o + q;
 }
@@ -209,7 +215,7 @@ std::string Value::repr_at(int depth) const {
   check_print_depth(depth);
   switch (t) {
     case T::Func: return "<function " + s + ">";
-    case T::Undefined: return "";
+    case T::Undefined: return depth == 0 ? "" : "Undefined";  // Jinja2's Undefined inside a container
     case T::None: return "None";
     case T::Bool: return b ? "True" : "False";
     case T::Int: return std::to_string(i);

@@ -197,6 +197,22 @@ bool is_space(uint32_t cp) {
 #endif
 }
 
+bool is_printable(uint32_t cp) {
+  if (cp < 0x80) return cp >= 0x20 && cp < 0x7f;
+#ifdef LMFUSE_HAVE_UTF8PROC
+  if (cp > 0x10ffff) return false;
+  switch (utf8proc_category(utf8proc_int32_t(cp))) {
+    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS: case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_ZL: case UTF8PROC_CATEGORY_ZP: case UTF8PROC_CATEGORY_ZS:
+      return false;
+    default:
+      return true;
+  }
+#else
+  return true;
+#endif
+}
+
 std::vector<Unit> units(std::string_view s) {
   std::vector<Unit> u;
   u.reserve(s.size());

@@ -39,6 +39,9 @@ std::string change_case(std::string_view s, Case c);
 // Python's str.isspace() of one code point: general category Zs, or bidirectional class WS, B or
 // S (utf8proc); without utf8proc, the ASCII ones only.
 bool is_space(uint32_t cp);
+// Python's str.isprintable() of one code point: not in the categories Cc, Cf, Cs, Co, Cn, Zl, Zp
+// or Zs (the ASCII space excepted) (utf8proc); without utf8proc every non-ASCII one is printable.
+bool is_printable(uint32_t cp);
 // The code points of s with their byte ranges; a byte that is not UTF-8 is its own unit with
 // cp = 0xFFFFFFFF (never a space, never equal to a code point).
 struct Unit {

@@ -137,6 +137,10 @@ TEST(ChatTemplate, HostileTemplatesAreRefusedNotRun) {
   expect_error("{{ x['k'] }}", "'x' is undefined");
   expect_error("{{ {'a': {}}.a.b.c }}", "an attribute or item of an undefined value");
   expect_error("{{ [1] + (2,) }}", "can only concatenate list (not tuple) to one");
+  expect_error("{{ 'a' | abs }}", "abs of string");
+  expect_error("{{ 'a' is odd }}", "test odd of string");
+  expect_error("{{ x | int }}", "int of an undefined value");
+  expect_error("{{ 3 | join }}", "join of int");
   EXPECT_EQ(render_chat("{{ 3 ** 39 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ '\\u00e9' }}", {{"user", "hi"}}, true, "", "", true),
             "4052555153018976267 -4 2 \u00e9");
   // the limits leave room: 60 levels of parentheses and of blocks, a loop of 100,000 iterations

@@ -158,6 +158,7 @@ JINJA_SNIPPETS = [
     "{{ 'they\\'re bill\\'s friends-of (mine) [ok] {a} <b>' | title }}|{{ \"they're \u4e2da b\u00e9\".title() }}|{{ '\u00c9COLE' | capitalize }}|{{ '\u00e0\u00e9\u00ee' | upper }}|{{ '\u00c0\u00c9'.lower() }}|{{ 'stra\u00dfe'.upper() }}|{{ '\u01f3a'.capitalize() }}|{{ '1' is lower }} {{ 'a1' is lower }} {{ 'A1' is upper }}",
     "{{ 1e15 }} {{ 1e16 }} {{ 12345678901234567.0 }} {{ 2.0 ** 60 }} {{ 1e-4 }} {{ 1e-5 }} {{ 0.0001234 }} {{ -0.0 }} {{ 1e22 }} {{ 9999999999999998.0 }} {{ [1.0, 1e20] }} {{ [1e20, 1e-7] | tojson }}",
     "{{ 'they' | join(', ') }}|{{ {'a': 1, 'b': 2} | join }}|{{ true is number }} {{ false is even }} {{ 3.0 is odd }} {{ 2.5 is even }}|{{ [x, {}['k'], (x,)] }}|{{ (1, 2, 3)[1:] }}|{{ ['y\\u3000', '\\u00a0', '\\x85', '\\u200b', '\\U000e0001', '\u00e9\u4e2d'] }}|{{ {'a': 1} is lower }} {{ x is iterable }} {{ x is sequence }}",
+    "{{ '1False' | int }} {{ ' 42 ' | int }} {{ '3.5' | int }} {{ '1e3' | int }} {{ 'x' | int(7) }} {{ 'x' | float(2.5) }} {{ '+5' | int }} {{ ' 2.5 ' | float }} {{ 'nan' | int }} {{ '.5' | float }} {{ '' | int }} {{ '1 2' | int }} {{ -2.9 | int }} {{ none | int }}\r\n{{ 'x\r\ny' }}\rend\n",
 ]
 
 

@@ -1,11 +1,13 @@
 // Evaluator for the Jinja subset: Python semantics for operators, truthiness, str(), slicing
 // (by code point), and the filters/tests/methods chat templates use.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <ctime>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -62,6 +64,29 @@ std::string strip(const std::string& s, const std::string* chars, bool left, boo
   if (right) while (e > b && drop(u[e - 1].cp)) --e;
   if (b == e) return "";
   return s.substr(u[b].at, u[e - 1].at + u[e - 1].len - u[b].at);
+}
+
+// Python's int(s) (base 10) and float(s) of a string: spaces around the number allowed (str.strip),
+// the rest must be the whole number; nullopt where Python raises ValueError.
+std::optional<int64_t> py_int(const std::string& s) {
+  const std::string t = strip(s, nullptr, true, true);
+  const char *b = t.data(), *end = b + t.size();
+  if (b != end && *b == '+') ++b;
+  if (b == end || *b == '+') return std::nullopt;
+  int64_t v = 0;
+  auto r = std::from_chars(b, end, v);
+  if (r.ec != std::errc() || r.ptr != end) return std::nullopt;
+  return v;
+}
+std::optional<double> py_float(const std::string& s) {
+  const std::string t = strip(s, nullptr, true, true);
+  const char *b = t.data(), *end = b + t.size();
+  if (b != end && *b == '+') ++b;
+  if (b == end || *b == '+') return std::nullopt;
+  double v = 0;
+  auto r = std::from_chars(b, end, v);  // decimal or exponent form, inf / infinity / nan
+  if (r.ec != std::errc() || r.ptr != end) return std::nullopt;
+  return v;
 }
 
 // Jinja2's title filter: the text split before runs of '-', whitespace, '(', '{', '[', '<'; each
@@ -797,17 +822,27 @@ class Interp {
     if (f == "capitalize") return method(e, Value::str(v.to_str()), a);
     if (f == "title") return Value::str(jinja_title(v.to_str()));
     if ((f == "int" || f == "float" || f == "abs") && v.t == T::Undefined) undefined_value(e, f);
-    if (f == "int") {
-      if (v.t == T::Float) {  // int(x) truncates; outside 64 bits (or NaN) it is an error here
-        if (!(std::fabs(v.f) < 9.2e18)) fail(e, "int() of " + v.repr() + " does not fit 64 bits");
-        return Value::integer(int64_t(v.f));
+    if (f == "int" || f == "float") {
+      // Jinja2: int(v), else int(float(v)), else the default (0); float(v), else the default (0.0).
+      // A string must be the whole number, spaces around it allowed, as Python's int() and float().
+      const Value* d = a.get(0, "default");
+      if (f == "int") {
+        const Value* base = a.get(1, "base");
+        if (base && !(base->t == T::Int && base->i == 10)) fail(e, "unsupported construct: int filter with a base other than 10");
       }
-      if (v.is_num()) return Value::integer(ival(v));
-      try { return Value::integer(std::stoll(v.s)); } catch (...) { return Value::integer(0); }
-    }
-    if (f == "float") {
-      if (v.is_num()) return Value::number(v.as_double());
-      try { return Value::number(std::stod(v.s)); } catch (...) { return Value::number(0); }
+      std::optional<double> x;
+      if (v.is_num()) {
+        if (f == "int" && v.t != T::Float) return Value::integer(ival(v));
+        x = v.as_double();
+      } else if (v.is_str()) {
+        if (f == "int")
+          if (auto n = py_int(v.s)) return Value::integer(*n);
+        x = py_float(v.s);
+      }
+      if (f == "float") return x ? Value::number(*x) : d ? *d : Value::number(0);
+      if (!x || std::isnan(*x)) return d ? *d : Value::integer(0);
+      if (!(std::fabs(*x) < 9.2e18)) fail(e, "int() of " + Value::number(*x).repr() + " does not fit 64 bits");
+      return Value::integer(int64_t(*x));  // int() truncates
     }
     if (f == "abs") {
       if (!v.is_num()) fail(e, std::string("abs of ") + v.type_name());
@@ -899,7 +934,23 @@ class Interp {
 
 }  // namespace
 
-Template::Template(const std::string& source) : prog_(std::make_shared<Program>(parse(source))) {}
+namespace {
+// Jinja2's lexer (as transformers sets it up: keep_trailing_newline off) reads "\r\n" and "\r"
+// as "\n" everywhere in the source, string literals included, and drops one final newline.
+std::string jinja_source(const std::string& source) {
+  std::string s;
+  s.reserve(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] != '\r') { s += source[i]; continue; }
+    s += '\n';
+    if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+  }
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+}  // namespace
+
+Template::Template(const std::string& source) : prog_(std::make_shared<Program>(parse(jinja_source(source)))) {}
 Template::~Template() = default;
 
 std::string Template::render(const Value& ctx) const {

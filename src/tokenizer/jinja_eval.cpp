@@ -523,9 +523,19 @@ class Interp {
       }
       if (op == "//" || op == "%") {
         if (b == 0) fail(e, "division by zero");
-        if (fl) {
-          double q = std::floor(a / b);
-          return op == "//" ? Value::number(q) : Value::number(a - q * b);
+        if (fl) {  // CPython's float divmod: from fmod, so 1 // 0.1 is 9.0 (not floor(1 / 0.1) = 10.0)
+          double mod = std::fmod(a, b), div = (a - mod) / b;
+          if (mod != 0) {
+            if ((b < 0) != (mod < 0)) mod += b, div -= 1;
+          } else {
+            mod = std::copysign(0.0, b);
+          }
+          double q = std::copysign(0.0, a / b);
+          if (div != 0) {
+            q = std::floor(div);
+            if (div - q > 0.5) q += 1;
+          }
+          return op == "//" ? Value::number(q) : Value::number(mod);
         }
         if (x == INT64_MIN && y == -1) return checked(true);
         int64_t q = x / y;
@@ -800,7 +810,11 @@ class Interp {
       return Value::str(r);
     }
     if (f == "list") {
-      if (v.t == T::List) return v;
+      if (v.t == T::List) {  // a tuple's list is a list
+        Value out = v;
+        out.is_tuple = false;
+        return out;
+      }
       Node dummy;
       dummy.line = e.line;
       return Value::list(iterate(v, dummy));

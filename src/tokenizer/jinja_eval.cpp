@@ -461,6 +461,7 @@ class Interp {
       } else if (r.t == T::List) {
         for (const auto& x : *r.l) in = in || equal(x, l);
       } else if (r.t == T::Dict) {
+        if ((l.t == T::List && !l.is_tuple) || l.t == T::Dict) fail(e, std::string("unhashable type: ") + l.type_name());
         in = l.is_str() && r.get(l.s);
       } else if (r.t != T::Undefined) {
         fail(e, std::string("argument of type ") + r.type_name() + " is not iterable");

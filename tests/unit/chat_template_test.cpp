@@ -141,6 +141,7 @@ TEST(ChatTemplate, HostileTemplatesAreRefusedNotRun) {
   expect_error("{{ 'a' is odd }}", "test odd of string");
   expect_error("{{ x | int }}", "int of an undefined value");
   expect_error("{{ 3 | join }}", "join of int");
+  expect_error("{{ [] in {'a': 1} }}", "unhashable type: list");
   EXPECT_EQ(render_chat("{{ 3 ** 39 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ '\\u00e9' }}", {{"user", "hi"}}, true, "", "", true),
             "4052555153018976267 -4 2 \u00e9");
   // the limits leave room: 60 levels of parentheses and of blocks, a loop of 100,000 iterations

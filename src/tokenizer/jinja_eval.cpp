@@ -66,26 +66,20 @@ std::string strip(const std::string& s, const std::string* chars, bool left, boo
   return s.substr(u[b].at, u[e - 1].at + u[e - 1].len - u[b].at);
 }
 
-// Python's int(s) (base 10) and float(s) of a string: spaces around the number allowed (str.strip),
-// the rest must be the whole number; nullopt where Python raises ValueError.
-std::optional<int64_t> py_int(const std::string& s) {
+// Python's int(s) (base 10, N = int64_t) and float(s) (N = double: decimal or exponent form, inf,
+// infinity, nan) of a string: spaces around the number allowed (str.strip), one sign, the rest the
+// whole number; nullopt where Python raises ValueError.
+template <class N>
+std::optional<N> py_number(const std::string& s) {
   const std::string t = strip(s, nullptr, true, true);
   const char *b = t.data(), *end = b + t.size();
-  if (b != end && *b == '+') ++b;
-  if (b == end || *b == '+') return std::nullopt;
-  int64_t v = 0;
+  if (b != end && *b == '+') {
+    ++b;
+    if (b != end && *b == '-') return std::nullopt;
+  }
+  N v{};
   auto r = std::from_chars(b, end, v);
-  if (r.ec != std::errc() || r.ptr != end) return std::nullopt;
-  return v;
-}
-std::optional<double> py_float(const std::string& s) {
-  const std::string t = strip(s, nullptr, true, true);
-  const char *b = t.data(), *end = b + t.size();
-  if (b != end && *b == '+') ++b;
-  if (b == end || *b == '+') return std::nullopt;
-  double v = 0;
-  auto r = std::from_chars(b, end, v);  // decimal or exponent form, inf / infinity / nan
-  if (r.ec != std::errc() || r.ptr != end) return std::nullopt;
+  if (b == end || r.ec != std::errc() || r.ptr != end) return std::nullopt;
   return v;
 }
 
@@ -851,8 +845,8 @@ class Interp {
         x = v.as_double();
       } else if (v.is_str()) {
         if (f == "int")
-          if (auto n = py_int(v.s)) return Value::integer(*n);
-        x = py_float(v.s);
+          if (auto n = py_number<int64_t>(v.s)) return Value::integer(*n);
+        x = py_number<double>(v.s);
       }
       if (f == "float") return x ? Value::number(*x) : d ? *d : Value::number(0);
       if (!x || std::isnan(*x)) return d ? *d : Value::integer(0);

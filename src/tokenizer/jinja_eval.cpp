@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "tokenizer/jinja.h"
 #include "tokenizer/jinja_ast.h"
@@ -38,32 +39,41 @@ void check_text(const Expr& e, size_t n) {
   if (n > kMaxText) fail(e, "a string longer than " + std::to_string(kMaxText >> 20) + " MiB");
 }
 
-std::vector<std::string> code_points(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < s.size();) {
-    size_t bad;
-    bool tr;
-    size_t n = utf8::seq_len(s, i, &bad, &tr);
-    if (!n) n = bad;
-    out.push_back(s.substr(i, n));
-    i += n;
-  }
-  return out;
+// Strings index, slice and count by code point (an ill-formed byte sequence counts as one). The
+// byte offset where each code point starts, then s.size(): 4 bytes per code point, where a string
+// per code point would take 32 (a string may be 64 MiB).
+std::vector<uint32_t> cp_starts(const std::string& s) {
+  std::vector<uint32_t> at;
+  for (size_t i = 0; i < s.size(); i += utf8::unit_at(s, i).len) at.push_back(uint32_t(i));
+  at.push_back(uint32_t(s.size()));
+  return at;
+}
+std::string cp_at(const std::string& s, const std::vector<uint32_t>& at, size_t k) { return s.substr(at[k], at[k + 1] - at[k]); }
+size_t cp_count(std::string_view s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); i += utf8::unit_at(s, i).len) ++n;
+  return n;
 }
 
 // Python's str.strip / lstrip / rstrip: chars nullptr strips whitespace (str.isspace), else the
-// code points of *chars.
+// code points of *chars. One pass, nothing held per character (a string may be 64 MiB).
 std::string strip(const std::string& s, const std::string* chars, bool left, bool right) {
-  const auto u = utf8::units(s);
-  std::vector<uint32_t> set;
+  std::unordered_set<uint32_t> set;
   if (chars)
-    for (const auto& c : utf8::units(*chars)) set.push_back(c.cp);
-  auto drop = [&](uint32_t cp) { return chars ? std::find(set.begin(), set.end(), cp) != set.end() : utf8::is_space(cp); };
-  size_t b = 0, e = u.size();
-  if (left) while (b < e && drop(u[b].cp)) ++b;
-  if (right) while (e > b && drop(u[e - 1].cp)) --e;
-  if (b == e) return "";
-  return s.substr(u[b].at, u[e - 1].at + u[e - 1].len - u[b].at);
+    for (size_t i = 0; i < chars->size();) {
+      const auto u = utf8::unit_at(*chars, i);
+      set.insert(u.cp);
+      i += u.len;
+    }
+  auto drop = [&](uint32_t cp) { return chars ? set.count(cp) != 0 : utf8::is_space(cp); };
+  size_t b = s.size(), e = 0;  // the first kept unit's start, the last kept unit's end
+  for (size_t i = 0; i < s.size();) {
+    const auto u = utf8::unit_at(s, i);
+    if (!drop(u.cp) || (!left && b == s.size())) b = std::min(b, i);
+    if (!drop(u.cp) || !right) e = i + u.len;
+    i += u.len;
+  }
+  return b < e ? s.substr(b, e - b) : "";
 }
 
 // Python's int(s) (base 10, N = int64_t) and float(s) (N = double: decimal or exponent form, inf,
@@ -87,14 +97,17 @@ std::optional<N> py_number(const std::string& s) {
 // piece's first character upper-cased, the rest lower-cased (not str.title(): "they're" stays).
 std::string jinja_title(const std::string& s) {
   std::string r;
-  const auto u = utf8::units(s);
   auto delim = [](uint32_t cp) { return cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || utf8::is_space(cp); };
-  for (size_t i = 0; i < u.size();) {
-    size_t j = i + 1;
-    while (j < u.size() && delim(u[j].cp) == delim(u[i].cp)) ++j;
-    const size_t end = u[j - 1].at + u[j - 1].len;
-    r += utf8::change_case(std::string_view(s).substr(u[i].at, u[i].len), utf8::Case::Upper);
-    r += utf8::change_case(std::string_view(s).substr(u[i].at + u[i].len, end - u[i].at - u[i].len), utf8::Case::Lower);
+  for (size_t i = 0; i < s.size();) {  // a piece: a run of delimiters or of other characters
+    const auto first = utf8::unit_at(s, i);
+    size_t j = i + first.len;
+    while (j < s.size()) {
+      const auto u = utf8::unit_at(s, j);
+      if (delim(u.cp) != delim(first.cp)) break;
+      j += u.len;
+    }
+    r += utf8::change_case(std::string_view(s).substr(i, first.len), utf8::Case::Upper);
+    r += utf8::change_case(std::string_view(s).substr(i + first.len, j - i - first.len), utf8::Case::Lower);
     i = j;
   }
   return r;
@@ -232,8 +245,11 @@ class Interp {
         return keys;
       }
       case T::Str: {
+        const auto at = cp_starts(v.s);
+        if (at.size() - 1 > kMaxItems)
+          LMF_FAIL("chat template line ", n.line, ": iterating over more than ", kMaxItems, " characters");
         std::vector<Value> cs;
-        for (auto& c : code_points(v.s)) cs.push_back(Value::str(c));
+        for (size_t k = 0; k + 1 < at.size(); ++k) cs.push_back(Value::str(cp_at(v.s, at, k)));
         return cs;
       }
       default:
@@ -324,10 +340,10 @@ class Interp {
         if (i < 0) i += n;
         return i >= 0 && i < n ? (*obj.l)[size_t(i)] : Value();
       }
-      auto cps = code_points(obj.s);
-      int64_t n = int64_t(cps.size()), i = key.i;
+      const auto at = cp_starts(obj.s);
+      int64_t n = int64_t(at.size() - 1), i = key.i;
       if (i < 0) i += n;
-      return i >= 0 && i < n ? Value::str(cps[size_t(i)]) : Value();
+      return i >= 0 && i < n ? Value::str(cp_at(obj.s, at, size_t(i))) : Value();
     }
     if (obj.t == T::Undefined) undefined(e, *e.a[0]);
     fail(e, std::string("cannot index ") + obj.type_name() + " with " + key.type_name());
@@ -382,9 +398,9 @@ class Interp {
           return out;
         }
         if (o.t == T::Str) {
-          auto cps = code_points(o.s);
+          const auto at = cp_starts(o.s);
           std::string r;
-          for (size_t i : slice_idx(int64_t(cps.size()), pp[0], pp[1], pp[2])) r += cps[i];
+          for (size_t i : slice_idx(int64_t(at.size() - 1), pp[0], pp[1], pp[2])) r += cp_at(o.s, at, i);
           return Value::str(r);
         }
         fail(e, std::string("cannot slice ") + o.type_name());
@@ -587,18 +603,23 @@ class Interp {
         int64_t maxsplit = mx && mx->t == T::Int ? mx->i : -1;
         List parts;
         if (!sep || sep->t == T::None) {  // runs of whitespace (str.isspace), no empty parts
-          const auto u = utf8::units(s);
+          // (byte offsets; each step decodes one code point)
+          auto skip = [&](size_t i, bool space) {
+            while (i < s.size()) {
+              const auto u = utf8::unit_at(s, i);
+              if (utf8::is_space(u.cp) != space) break;
+              i += u.len;
+            }
+            return i;
+          };
           size_t i = 0;
-          while (i < u.size()) {
-            while (i < u.size() && utf8::is_space(u[i].cp)) ++i;
-            if (i >= u.size()) break;
+          while ((i = skip(i, true)) < s.size()) {
             if (maxsplit >= 0 && int64_t(parts.size()) == maxsplit) {
-              parts.push_back(Value::str(strip(s.substr(u[i].at), nullptr, false, true)));
+              parts.push_back(Value::str(strip(s.substr(i), nullptr, false, true)));
               break;
             }
-            size_t j = i;
-            while (j < u.size() && !utf8::is_space(u[j].cp)) ++j;
-            parts.push_back(Value::str(s.substr(u[i].at, u[j - 1].at + u[j - 1].len - u[i].at)));
+            const size_t j = skip(i, false);
+            parts.push_back(Value::str(s.substr(i, j - i)));
             i = j;
           }
         } else {
@@ -639,7 +660,7 @@ class Interp {
       }
       if (m == "find") {
         size_t j = s.find(str_arg(e, a, 0, "sub", "find()"));
-        return Value::integer(j == std::string::npos ? -1 : int64_t(code_points(s.substr(0, j)).size()));
+        return Value::integer(j == std::string::npos ? -1 : int64_t(cp_count(std::string_view(s).substr(0, j))));
       }
       if (m == "count") {
         std::string sub = str_arg(e, a, 0, "sub", "count()");
@@ -722,7 +743,7 @@ class Interp {
   Value filter(const Expr& e, const Value& v, const Args& a) {
     const std::string& f = e.name;
     if (f == "length" || f == "count") {
-      if (v.t == T::Str) return Value::integer(int64_t(code_points(v.s).size()));
+      if (v.t == T::Str) return Value::integer(int64_t(cp_count(v.s)));
       if (v.t == T::List) return Value::integer(int64_t(v.l->size()));
       if (v.t == T::Dict) return Value::integer(int64_t(v.d->size()));
       if (v.t == T::Undefined) return Value::integer(0);
@@ -781,8 +802,9 @@ class Interp {
     if (f == "first" || f == "last") {
       if (v.t == T::List) return v.l->empty() ? Value() : (f == "first" ? v.l->front() : v.l->back());
       if (v.t == T::Str) {
-        auto cps = code_points(v.s);
-        return cps.empty() ? Value() : Value::str(f == "first" ? cps.front() : cps.back());
+        if (v.s.empty()) return Value();
+        const auto at = cp_starts(v.s);
+        return Value::str(cp_at(v.s, at, f == "first" ? 0 : at.size() - 2));
       }
       fail(e, std::string("filter ") + f + " on " + v.type_name());
     }
@@ -794,8 +816,11 @@ class Interp {
       if (v.t != T::List && v.t != T::Str && v.t != T::Dict && v.t != T::Undefined) fail(e, std::string("join of ") + v.type_name());
       std::vector<Value> items;
       if (v.t == T::List) items = *v.l;
-      if (v.t == T::Str)
-        for (auto& cp : code_points(v.s)) items.push_back(Value::str(std::move(cp)));
+      if (v.t == T::Str) {
+        const auto at = cp_starts(v.s);
+        if (at.size() - 1 > kMaxItems) fail(e, "join over more than " + std::to_string(kMaxItems) + " characters");
+        for (size_t k = 0; k + 1 < at.size(); ++k) items.push_back(Value::str(cp_at(v.s, at, k)));
+      }
       if (v.t == T::Dict)
         for (const auto& kv : *v.d) items.push_back(Value::str(kv.first));
       for (size_t k = 0; k < items.size(); ++k) {
@@ -816,9 +841,10 @@ class Interp {
     }
     if (f == "reverse") {
       if (v.t == T::Str) {
-        auto cps = code_points(v.s);
+        const auto at = cp_starts(v.s);
         std::string r;
-        for (auto it = cps.rbegin(); it != cps.rend(); ++it) r += *it;
+        r.reserve(v.s.size());
+        for (size_t k = at.size() - 1; k-- > 0;) r += cp_at(v.s, at, k);
         return Value::str(r);
       }
       if (v.t == T::List) {

@@ -127,16 +127,19 @@ std::string py_quote(const std::string& s) {
   // Python picks single quotes unless the string has ' and no ".
   char q = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
   std::string o(1, q);
-  for (const auto& u : utf8::units(s)) {
+  for (size_t at = 0; at < s.size();) {
+    const auto u = utf8::unit_at(s, at);
     const uint32_t c = u.cp;
+    const size_t here = at;
+    at += u.len;
     char b[16];
     if (c == '\\') o += "\\\\";
     else if (c == uint32_t(q)) { o += '\\'; o += q; }
     else if (c == '\n') o += "\\n";
     else if (c == '\r') o += "\\r";
     else if (c == '\t') o += "\\t";
-    else if (c == 0xffffffffu) o.append(s, u.at, u.len);  // not UTF-8 (Python strings hold none)
-    else if (utf8::is_printable(c)) o.append(s, u.at, u.len);
+    else if (c == utf8::kNotUtf8) o.append(s, here, u.len);  // not UTF-8 (Python strings hold none)
+    else if (utf8::is_printable(c)) o.append(s, here, u.len);
     else {  // Python's repr: \xhh, \uhhhh or \Uhhhhhhhh for what it cannot print
       std::snprintf(b, sizeof b, c < 0x100 ? "\\x%02x" : c < 0x10000 ? "\\u%04x" : "\\U%08x", unsigned(c));
       o += b;

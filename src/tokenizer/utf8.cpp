@@ -213,22 +213,12 @@ bool is_printable(uint32_t cp) {
 #endif
 }
 
-std::vector<Unit> units(std::string_view s) {
-  std::vector<Unit> u;
-  u.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    size_t bad = 0, len = 0;
-    bool cut = false;
-    if (seq_len(s, i, &bad, &cut) == 0) {
-      u.push_back({i, bad, 0xffffffffu});
-      i += bad;
-      continue;
-    }
-    const uint32_t cp = decode_at(s, i, &len);
-    u.push_back({i, len, cp});
-    i += len;
-  }
-  return u;
+Unit unit_at(std::string_view s, size_t i) {
+  size_t bad = 0, len = 0;
+  bool cut = false;
+  if (seq_len(s, i, &bad, &cut) == 0) return {bad, kNotUtf8};
+  const uint32_t cp = decode_at(s, i, &len);
+  return {len, cp};
 }
 
 }  // namespace lmf::utf8

@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace lmf::utf8 {
 
@@ -42,12 +41,14 @@ bool is_space(uint32_t cp);
 // Python's str.isprintable() of one code point: not in the categories Cc, Cf, Cs, Co, Cn, Zl, Zp
 // or Zs (the ASCII space excepted) (utf8proc); without utf8proc every non-ASCII one is printable.
 bool is_printable(uint32_t cp);
-// The code points of s with their byte ranges; a byte that is not UTF-8 is its own unit with
-// cp = 0xFFFFFFFF (never a space, never equal to a code point).
+// The code point of s starting at byte i, with its length: an ill-formed sequence is one unit
+// (its maximal subpart) with cp = kNotUtf8 (never a space, never equal to a code point). Loops
+// step through s with it, holding nothing per character.
+inline constexpr uint32_t kNotUtf8 = 0xffffffffu;
 struct Unit {
-  size_t at, len;
+  size_t len;
   uint32_t cp;
 };
-std::vector<Unit> units(std::string_view s);
+Unit unit_at(std::string_view s, size_t i);
 
 }  // namespace lmf::utf8

@@ -142,6 +142,12 @@ TEST(ChatTemplate, HostileTemplatesAreRefusedNotRun) {
   expect_error("{{ x | int }}", "int of an undefined value");
   expect_error("{{ 3 | join }}", "join of int");
   expect_error("{{ [] in {'a': 1} }}", "unhashable type: list");
+  // strings are indexed, sliced and counted without a string per character (64 MiB would take 2 GB)
+  expect_error("{% for c in 'ab' * 600000 %}{% endfor %}", "iterating over more than 1048576 characters");
+  expect_error("{{ ('ab' * 600000) | join(',') }}", "join over more than 1048576 characters");
+  EXPECT_EQ(render_chat("{% set s = '\u00e9' * 3000000 %}{{ s | length }} {{ s[1:] | length }} {{ s[-1] }} {{ (s | reverse) | length }}",
+                        {{"user", "hi"}}, true, "", "", true),
+            "3000000 2999999 \u00e9 3000000");
   EXPECT_EQ(render_chat("{{ 3 ** 39 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ '\\u00e9' }}", {{"user", "hi"}}, true, "", "", true),
             "4052555153018976267 -4 2 \u00e9");
   // the limits leave room: 60 levels of parentheses and of blocks, a loop of 100,000 iterations

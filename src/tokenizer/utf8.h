@@ -31,8 +31,9 @@ std::string nfc(std::string_view s);
 
 // Python's str.upper(), lower(), title() and capitalize() with Unicode's one-to-one case mappings
 // (utf8proc), and the German sharp s's one-to-many "SS" / "Ss"; the other one-to-many mappings of
-// SpecialCasing (ligatures, a few Greek and Armenian letters) keep utf8proc's one-to-one result. title(): a cased letter after a cased letter is lowercased, others titlecased.
-// Bytes that are not UTF-8 are kept. Without utf8proc, ASCII text only (else an error).
+// SpecialCasing (ligatures, a few Greek and Armenian letters) keep utf8proc's one-to-one result.
+// title(): a cased letter after a cased letter is lowercased, others titlecased. Bytes that are
+// not UTF-8 are kept. Without utf8proc, ASCII text only (else an error).
 enum class Case { Upper, Lower, Title, Capitalize };
 std::string change_case(std::string_view s, Case c);
 // Python's str.isspace() of one code point: general category Zs, or bidirectional class WS, B or

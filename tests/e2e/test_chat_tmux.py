@@ -40,10 +40,10 @@ def prompts(s):
 def main():
     if not shutil.which("tmux"):
         print("SKIP: tmux is not installed")
-        return 0
+        return 77
     if not os.path.exists(MODEL):
         print("SKIP: demo model missing (scripts/get-demo-model.sh)")
-        return 0
+        return 77
     failures = []
 
     def check(name, ok, detail=""):

@@ -3,7 +3,7 @@
 and a build on the GPU machine, on a small fake tree: the pack is used only when its stamp
 (scripts/source_stamp.sh) is the tree's, it holds every target asked for and its lmfuse runs;
 otherwise the script says why and configures a build (which fails here: the fake CMakeLists.txt is
-not CMake). Needs bash, tar and xz; prints SKIP and exits 0 without them.
+not CMake). Needs bash, tar and xz; prints SKIP and exits 77 (ctest: skipped) without them.
 
 Env: LMFUSE_SOURCE_DIR (repository root).
 """
@@ -18,7 +18,7 @@ import unittest
 SRC = pathlib.Path(os.environ.get("LMFUSE_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 if not all(shutil.which(t) for t in ("bash", "tar", "xz", "sha256sum")):
     print("SKIP: test_gpu_build needs bash, tar, xz and sha256sum")
-    sys.exit(0)
+    sys.exit(77)
 
 
 class GpuBuild(unittest.TestCase):

@@ -5,7 +5,11 @@ generation then goes on from the CPU's token so every token is still compared.
 The decision on synthetic logits rows and scripted generations (the GPU machine runs it on CUDA);
 then the real binary, CPU against CPU, which must agree with no tie."""
 import os, sys
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    print("SKIP: numpy is not installed (scripts/setup.sh installs it)")
+    sys.exit(77)
 
 SRC = os.environ.get("LMFUSE_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 EXE = os.environ.get("LMFUSE_BIN", os.path.join(SRC, "build", "lmfuse"))

@@ -2,7 +2,7 @@
 """The chat-template interpreter against transformers' Jinja environment on random templates
 (scripts/jinja_differential.py, three fixed seeds): no silent mismatch, i.e. lmfuse never renders
 text that differs from the reference's, nor renders where the reference raises. Prints SKIP and
-exits 0 where transformers cannot be imported.
+exits 77 (ctest: skipped) where transformers cannot be imported.
 
 Env: LMFUSE_SOURCE_DIR (repository root), JINJA_RENDER (the jinja_render tool).
 """
@@ -14,10 +14,11 @@ import sys
 SRC = pathlib.Path(os.environ.get("LMFUSE_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 RENDER = os.environ.get("JINJA_RENDER", str(SRC / "build" / "tests" / "jinja_render"))
 try:
+    import jinja2  # noqa: F401  (transformers renders chat templates with it)
     import transformers.utils.chat_template_utils  # noqa: F401
 except Exception as e:
     print(f"SKIP: transformers not importable ({e})")
-    sys.exit(0)
+    sys.exit(77)
 
 rc = 0
 for seed in (1, 2, 3):

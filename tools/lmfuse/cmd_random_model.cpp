@@ -98,6 +98,20 @@ void fill_matrix(uint8_t* dst, DType t, int64_t rows, int64_t cols, uint64_t see
   }
 }
 
+// The Qwen3 tokenizer that CMake unpacks into the source tree's models/qwen3-tokenizer: found
+// from the binary (build/lmfuse -> models/), else from the working folder; "" when neither has it.
+std::string default_tokenizer() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> dirs;
+  if (!ec) dirs = {exe.parent_path().parent_path() / "models/qwen3-tokenizer", exe.parent_path() / "models/qwen3-tokenizer"};
+  dirs.push_back("models/qwen3-tokenizer");
+  for (const auto& d : dirs)
+    if (fs::exists(d / "tokenizer.json", ec)) return d.string();
+  return "";
+}
+
 }  // namespace
 
 int cmd_random_model(int argc, char** argv) {
@@ -118,7 +132,7 @@ int cmd_random_model(int argc, char** argv) {
   app.add_option("-o,--output", out, "output GGUF file")->required();
   app.add_option("--tokenizer", tok_path,
                  "directory with tokenizer.json (+ tokenizer_config.json), or a tokenizer.json file "
-                 "(default: ../shared/models/qwen3-tokenizer, or $LMFUSE_TOKENIZER)");
+                 "(default: $LMFUSE_TOKENIZER, else the models/qwen3-tokenizer that CMake unpacks)");
   app.add_flag("--no-tokenizer", no_tokenizer, "write no tokenizer (the file can still be benchmarked)");
   app.add_option("--layers", n_layer, "number of layers (default: the preset's)")->check(in_range(1, 1024));
   app.add_option("--vocab", n_vocab,
@@ -152,10 +166,10 @@ int cmd_random_model(int argc, char** argv) {
   if (!no_tokenizer) {
     if (tok_path.empty()) {
       const char* env = std::getenv("LMFUSE_TOKENIZER");
-      tok_path = env ? env : "../shared/models/qwen3-tokenizer";
-      if (!env && !std::filesystem::exists(tok_path))
-        LMF_FAIL("no tokenizer at the default ", tok_path, " (relative to this folder): give --tokenizer DIR, set ",
-                 "LMFUSE_TOKENIZER, or write none with --no-tokenizer");
+      tok_path = env ? env : default_tokenizer();
+      if (tok_path.empty())
+        LMF_FAIL("no tokenizer at the default models/qwen3-tokenizer (beside the build folder; CMake unpacks it): ",
+                 "give --tokenizer DIR, set LMFUSE_TOKENIZER, or write none with --no-tokenizer");
     }
     std::unique_ptr<Tokenizer> tok = Tokenizer::from_hf_path(tok_path);
     if (tok->n_vocab() > p.n_vocab) {

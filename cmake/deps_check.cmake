@@ -1,0 +1,32 @@
+# What the tokenizer needs (PCRE2 for the pre-tokenizer's regexes, utf8proc for NFC and case
+# mappings, nlohmann-json for tokenizer.json) is required: a build without them would load a model
+# and then fail on its first prompt. -DLMFUSE_ALLOW_MISSING_DEPS=ON (the GPU machine's bench-only
+# builds, scripts/gpu_build.sh) lists what is missing and goes on.
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
+  pkg_check_modules(UTF8PROC QUIET IMPORTED_TARGET libutf8proc)
+endif()
+find_path(NLOHMANN_JSON_INCLUDE nlohmann/json.hpp HINTS ${CMAKE_SOURCE_DIR}/.deps/include)
+set(_missing)
+if(NOT PkgConfig_FOUND)
+  list(APPEND _missing "pkg-config (finds PCRE2 and utf8proc): pkg-config")
+endif()
+if(NOT PCRE2_FOUND)
+  list(APPEND _missing "PCRE2: libpcre2-dev")
+endif()
+if(NOT UTF8PROC_FOUND)
+  list(APPEND _missing "utf8proc: libutf8proc-dev")
+endif()
+if(NOT NLOHMANN_JSON_INCLUDE)
+  list(APPEND _missing "nlohmann-json: nlohmann-json3-dev")
+endif()
+if(_missing)
+  list(JOIN _missing "; " _m)
+  if(LMFUSE_ALLOW_MISSING_DEPS)
+    message(WARNING "lmfuse: building without ${_m} (LMFUSE_ALLOW_MISSING_DEPS=ON): tokenizers that need them fail at load")
+  else()
+    message(FATAL_ERROR "lmfuse: missing ${_m}. Run scripts/setup.sh, or apt-get install the packages named "
+                        "(-DLMFUSE_ALLOW_MISSING_DEPS=ON builds without them, for benchmarks only)")
+  endif()
+endif()

@@ -87,10 +87,12 @@ if [ ! -f "$build/CMakeCache.txt" ] || [ "$(sed -n 's/^LMFUSE_CUDA:STRING=//p' "
     || { cat "$build/configure.log" >&2; exit 1; }
   grep "lmfuse:" "$build/configure.log" | sed 's/^-- /setup: /' >&2 || true
 fi
-if ninja -C "$build" -n 2>/dev/null | grep -qE "^\[[0-9]+/[0-9]+\] (Building|Linking)"; then
+if [ ! -x "$build/lmfuse" ]; then
   say "building $build/ ($(nproc) cores; a first build takes ~10 min on 2 cores)"
   cmake --build "$build"
 else
+  cmake --build "$build" | grep -v "^ninja: no work to do" || true  # a no-op when up to date
+  [ "${PIPESTATUS[0]}" = 0 ] || exit 1
   say "build: $build/ up to date"
 fi
 

@@ -67,35 +67,43 @@ std::string ByteLevel::encode(std::string_view raw) {
 BpeModel& BpeModel::operator=(BpeModel&& o) noexcept {
   tok_ = std::move(o.tok_);
   std::copy(o.byte_id_, o.byte_id_ + 256, byte_id_);
+  std::copy(o.fallback_id_, o.fallback_id_ + 256, fallback_id_);
+  unk_id_ = o.unk_id_;
   merges_ = std::move(o.merges_);
   n_merges_ = o.n_merges_;
-  ignore_merges_ = o.ignore_merges_;
+  opt_ = std::move(o.opt_);
   cache_.clear();
   return *this;
 }
 
-void BpeModel::load(const std::vector<std::string>& vocab,
+void BpeModel::load(const std::vector<std::pair<std::string, int32_t>>& vocab,
                     const std::vector<std::pair<std::string, std::string>>& merges,
-                    bool ignore_merges, const std::string& what) {
+                    const BpeOptions& opt, const std::string& what) {
+  opt_ = opt;
   tok_.clear();
   tok_.reserve(vocab.size());
-  for (size_t i = 0; i < vocab.size(); ++i)
-    if (!vocab[i].empty()) tok_.emplace(vocab[i], int32_t(i));
-  for (int b = 0; b < 256; ++b) byte_id_[b] = find(ByteLevel::to_unicode(uint8_t(b)));
+  for (const auto& [s, id] : vocab) tok_.insert_or_assign(s, id);
+  static const char* const kHex = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) {
+    byte_id_[b] = find(ByteLevel::to_unicode(uint8_t(b)));
+    const char name[] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>', 0};
+    fallback_id_[b] = find(name);
+  }
+  unk_id_ = opt.unk_token.empty() ? -1 : find(opt.unk_token);
   merges_.clear();
   merges_.reserve(merges.size());
   std::string joined;
   for (size_t r = 0; r < merges.size(); ++r) {
     const auto& [a, b] = merges[r];
-    int32_t ia = find(a), ib = find(b);
     joined = a + b;
-    int32_t im = find(joined);
-    if (ia < 0 || ib < 0 || im < 0)
-      LMF_FAIL(what, ": merge #", r, " '", a, " ", b, "' uses a token that is not in the vocabulary");
-    merges_.try_emplace(key(ia, ib), Merge{int32_t(r), im});  // first (lowest) rank wins
+    for (const std::string* part : {&a, &b, const_cast<const std::string*>(&joined)})
+      if (find(*part) < 0)
+        LMF_FAIL(what, ": merge #", r, " '", a, " ", b, "' uses '", *part,
+                 "', which is not in the model's vocabulary");
+    // A pair listed twice takes its last rank (HF collects the merges into a map in order).
+    merges_.insert_or_assign(key(find(a), find(b)), Merge{int32_t(r), find(joined)});
   }
   n_merges_ = merges.size();
-  ignore_merges_ = ignore_merges;
   std::lock_guard lk(mu_);
   cache_.clear();
 }
@@ -105,9 +113,60 @@ int32_t BpeModel::find(std::string_view spelled) const {
   return it == tok_.end() ? -1 : it->second;
 }
 
+bool BpeModel::uses_unk_or_fallback() const {
+  if (!opt_.byte_level) return true;
+  for (int b = 0; b < 256; ++b)
+    if (byte_id_[b] < 0 && (opt_.byte_fallback || !opt_.unk_token.empty())) return true;
+  return false;
+}
+
+// The symbols BPE starts from, as HF's BPE::merge_word builds them: each character (byte-level:
+// each byte's character) is its token; else, with byte_fallback, its bytes' "<0xXX>" tokens when
+// all exist; else the unk token (consecutive ones fused with fuse_unk), or nothing without one.
+// HF adds a pending unk only when the next known character comes, so bytes from byte fallback
+// land before it; we keep that order.
+void BpeModel::initial_symbols(std::string_view raw, std::vector<int32_t>& sym) const {
+  bool unk_pending = false;
+  auto unknown = [&] {
+    if (opt_.unk_token.empty()) return;
+    if (unk_id_ < 0) LMF_FAIL("tokenizer: the unk token '", opt_.unk_token, "' is not in the vocabulary");
+    if (unk_pending && !opt_.fuse_unk) sym.push_back(unk_id_);
+    unk_pending = true;
+  };
+  auto known = [&](int32_t id) {
+    if (unk_pending) sym.push_back(unk_id_), unk_pending = false;
+    sym.push_back(id);
+  };
+  auto fallback = [&](std::string_view bytes) {
+    if (!opt_.byte_fallback) return false;
+    for (char c : bytes)
+      if (fallback_id_[uint8_t(c)] < 0) return false;
+    for (char c : bytes) sym.push_back(fallback_id_[uint8_t(c)]);
+    return true;
+  };
+  if (opt_.byte_level) {
+    for (char c : raw) {
+      int32_t id = byte_id_[uint8_t(c)];
+      if (id >= 0) known(id);
+      else if (!fallback(ByteLevel::to_unicode(uint8_t(c)))) unknown();
+    }
+  } else {
+    for (size_t i = 0; i < raw.size();) {
+      size_t len = 0;
+      utf8::decode_at(raw, i, &len);  // text is valid UTF-8 here
+      std::string_view ch = raw.substr(i, len);
+      int32_t id = find(ch);
+      if (id >= 0) known(id);
+      else if (!fallback(ch)) unknown();
+      i += len;
+    }
+  }
+  if (unk_pending) sym.push_back(unk_id_);
+}
+
 void BpeModel::bpe(std::string_view raw, std::vector<int32_t>& out) const {
-  if (ignore_merges_) {  // Llama 3: a piece that is a whole token is taken as is
-    int32_t id = find(ByteLevel::encode(raw));
+  if (opt_.ignore_merges) {  // Llama 3: a piece that is a whole token is taken as is
+    int32_t id = opt_.byte_level ? find(ByteLevel::encode(raw)) : find(raw);
     if (id >= 0) {
       out.push_back(id);
       return;
@@ -115,10 +174,7 @@ void BpeModel::bpe(std::string_view raw, std::vector<int32_t>& out) const {
   }
   std::vector<int32_t> sym;
   sym.reserve(raw.size());
-  for (char c : raw) {
-    int32_t id = byte_id_[uint8_t(c)];
-    if (id >= 0) sym.push_back(id);  // no unk token in byte-level vocabularies: HF drops it
-  }
+  initial_symbols(raw, sym);
   // Repeatedly merge the pair with the lowest rank (leftmost on ties), as HF's BPE does.
   // O(n^2) in the piece length; pieces are short and cached.
   std::vector<Merge> pair(sym.size());

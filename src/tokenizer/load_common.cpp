@@ -5,30 +5,23 @@
 
 namespace lmf {
 
-void TokenizerLoader::set_vocab(Tokenizer& t, std::vector<std::string> spelled,
+void TokenizerLoader::set_vocab(Tokenizer& t, const std::vector<std::pair<std::string, int32_t>>& model_vocab,
+                                const std::vector<std::pair<int32_t, std::string>>& token_strings,
                                 const std::vector<std::pair<std::string, std::string>>& merges,
-                                bool ignore_merges, const std::string& what) {
-  int32_t n = int32_t(spelled.size());
+                                const BpeOptions& opt, const std::string& what) {
+  int32_t n = 0;
+  for (const auto& e : model_vocab) n = std::max(n, e.second + 1);
+  for (const auto& e : token_strings) n = std::max(n, e.first + 1);
   for (const auto& a : t.added_) n = std::max(n, a.id + 1);
-  spelled.resize(size_t(n));
-  t.id_to_piece_.assign(size_t(n), std::string());
-  std::vector<std::string> bpe_vocab(static_cast<size_t>(n));
-  std::vector<uint8_t> is_added(size_t(n), 0);
-  for (const auto& a : t.added_) {
-    is_added[size_t(a.id)] = 1;
-    t.id_to_piece_[size_t(a.id)] = a.content;  // added tokens decode to their literal text
-    if (spelled[size_t(a.id)].empty()) spelled[size_t(a.id)] = a.content;
-  }
-  for (int32_t i = 0; i < n; ++i) {
-    if (is_added[size_t(i)]) continue;
-    ByteLevel::to_bytes(spelled[size_t(i)], t.id_to_piece_[size_t(i)]);
-    bpe_vocab[size_t(i)] = spelled[size_t(i)];
-  }
+  t.vocab_.assign(size_t(n), std::string());
+  for (const auto& [s, id] : model_vocab) t.vocab_[size_t(id)] = s;
+  for (const auto& [id, s] : token_strings) t.vocab_[size_t(id)] = s;
+  t.id_to_piece_.resize(size_t(n));
+  for (int32_t i = 0; i < n; ++i) t.id_to_piece_[size_t(i)] = t.dec_.piece(t.vocab_[size_t(i)]);
   t.merges_text_.clear();
   t.merges_text_.reserve(merges.size());
   for (const auto& [a, b] : merges) t.merges_text_.push_back(a + " " + b);
-  t.vocab_ = std::move(spelled);
-  t.bpe_.load(bpe_vocab, merges, ignore_merges, what);
+  t.bpe_.load(model_vocab, merges, opt, what);
 }
 
 }  // namespace lmf

@@ -27,7 +27,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
              "' (supported: qwen2, llama-bpe, smollm, gpt2, default)");
   f.pre_name_ = pre;
   // llama.cpp's GGUF has no normalizer key; HF's Qwen2/Qwen3 tokenizer.json asks for NFC.
-  f.nfc_ = pre == "qwen2";
+  if (pre == "qwen2") f.norm_.add({Normalizer::Step::Kind::Nfc, "", ""});
+  f.dec_.add({Decoder::Step::Kind::ByteLevel});
   const bool ignore_merges = pre == "llama-bpe" || pre == "llama3";
 
   const auto& toks = file.get("tokenizer.ggml.tokens").as_arr();
@@ -48,8 +49,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
   for (size_t i = 0; i < spelled.size(); ++i) {
     // Control tokens are special (matched only when parsing special tokens); user-defined
     // ones are matched always (HF added tokens with special=false).
-    if (types[i] == kControl || types[i] == kUserDefined)
+    if (types[i] == kControl || types[i] == kUserDefined) {
       f.added_.push_back({spelled[i], int32_t(i), types[i] == kControl});
+      if (types[i] == kControl) f.special_texts_.push_back(spelled[i]);
+    }
   }
   std::vector<std::pair<std::string, std::string>> merges;
   if (const gguf::Value* mv = file.find("tokenizer.ggml.merges")) {
@@ -61,7 +64,14 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
       merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
     }
   }
-  TokenizerLoader::set_vocab(*t, std::move(spelled), merges, ignore_merges, path);
+  // Every token is in the BPE vocabulary, as in llama.cpp (a GGUF does not say which of them
+  // HF kept outside its model's vocabulary).
+  std::vector<std::pair<std::string, int32_t>> model_vocab;
+  model_vocab.reserve(spelled.size());
+  for (size_t i = 0; i < spelled.size(); ++i) model_vocab.emplace_back(spelled[i], int32_t(i));
+  BpeOptions opt;
+  opt.ignore_merges = ignore_merges;
+  TokenizerLoader::set_vocab(*t, model_vocab, {}, merges, opt, path);
 
   auto id_key = [&](const char* key) -> int32_t {
     auto v = file.get_int_opt(key);
@@ -84,6 +94,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
 }
 
 void Tokenizer::to_gguf(gguf::Writer& w, int32_t pad_vocab_to) const {
+  if (!no_gguf_.empty())
+    LMF_FAIL("tokenizer: cannot write it as llama.cpp's gpt2 GGUF tokenizer: ", no_gguf_);
   std::string pre = pre_name_.empty() ? pre_.guess_name() : pre_name_;
   if (pre.empty())
     LMF_FAIL("tokenizer: its pre-tokenizer matches none of llama.cpp's names; cannot write GGUF");

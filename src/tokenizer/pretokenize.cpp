@@ -123,8 +123,28 @@ PreTokenizer::PreTokenizer(PreTokenizer&&) noexcept = default;
 PreTokenizer& PreTokenizer::operator=(PreTokenizer&&) noexcept = default;
 
 void PreTokenizer::add_split(const std::string& pattern) {
-  steps_.push_back(std::make_unique<Regex>(pattern));
+  steps_.push_back(Step{std::make_unique<Regex>(pattern)});
   patterns_.push_back(pattern);
+}
+
+void PreTokenizer::add_prefix_space() {
+  Step s;
+  s.rewrite = Step::Rewrite::PrefixSpace;
+  steps_.push_back(std::move(s));
+  patterns_.push_back("<prefix space>");
+  only_regex_ = false;
+}
+
+void PreTokenizer::add_metaspace(const std::string& replacement, Prepend prepend, bool split) {
+  Step s;
+  s.rewrite = Step::Rewrite::Metaspace;
+  s.replacement = replacement;
+  s.prepend = prepend;
+  // MergedWithNext on the replacement: a run without it, or it followed by such a run.
+  if (split) s.re = std::make_unique<Regex>("(?s)(?:\\Q" + replacement + "\\E)?(?:(?!\\Q" + replacement + "\\E).)*");
+  steps_.push_back(std::move(s));
+  patterns_.push_back("<metaspace " + replacement + ">");
+  only_regex_ = false;
 }
 
 bool PreTokenizer::set_named(const std::string& pre_name) {
@@ -132,6 +152,7 @@ bool PreTokenizer::set_named(const std::string& pre_name) {
     if (pre_name != n.name) continue;
     steps_.clear();
     patterns_.clear();
+    only_regex_ = true;
     for (const char* p : n.patterns) add_split(p);
     return true;
   }
@@ -148,21 +169,42 @@ std::string PreTokenizer::guess_name() const {
   return "";
 }
 
-void PreTokenizer::split_from(size_t step, std::string_view text,
+void PreTokenizer::split_from(size_t step, std::string_view text, bool at_start,
                               const std::function<void(std::string_view)>& f) const {
   if (text.empty()) return;
   if (step == steps_.size()) {
     f(text);
     return;
   }
-  steps_[step]->scan(text, [&](size_t s, size_t e, bool) {
-    split_from(step + 1, text.substr(s, e - s), f);
+  const Step& st = steps_[step];
+  std::string rewritten;
+  if (st.rewrite == Step::Rewrite::PrefixSpace) {
+    if (text[0] != ' ') {
+      rewritten = " ";
+      rewritten += text;
+      text = rewritten;
+    }
+  } else if (st.rewrite == Step::Rewrite::Metaspace) {
+    for (char c : text) {
+      if (c == ' ') rewritten += st.replacement;
+      else rewritten += c;
+    }
+    const bool add = st.prepend == Prepend::Always || (st.prepend == Prepend::First && at_start);
+    if (add && !std::string_view(rewritten).starts_with(st.replacement)) rewritten.insert(0, st.replacement);
+    text = rewritten;
+  }
+  if (!st.re) {
+    split_from(step + 1, text, at_start, f);
+    return;
+  }
+  st.re->scan(text, [&](size_t s, size_t e, bool) {
+    split_from(step + 1, text.substr(s, e - s), at_start && s == 0, f);
   });
 }
 
-void PreTokenizer::split(std::string_view text,
-                         const std::function<void(std::string_view)>& f) const {
-  split_from(0, text, f);
+void PreTokenizer::split(std::string_view text, const std::function<void(std::string_view)>& f,
+                         bool at_start) const {
+  split_from(0, text, at_start, f);
 }
 
 std::vector<std::string> PreTokenizer::split(std::string_view text) const {

@@ -9,20 +9,37 @@
 
 namespace lmf {
 
-// Finds added tokens in raw text: leftmost match first, longest token on ties (HF's
-// aho-corasick LeftmostLongest). Candidates are bucketed by first byte.
+namespace {
+// The code point that ends s[..at) / starts s[at..) (valid UTF-8, at on a boundary).
+uint32_t cp_before(std::string_view s, size_t at) {
+  size_t i = at - 1;
+  while (i > 0 && (uint8_t(s[i]) & 0xC0) == 0x80) --i;
+  size_t len;
+  return utf8::decode_at(s, i, &len);
+}
+uint32_t cp_at(std::string_view s, size_t at) {
+  size_t len;
+  return utf8::decode_at(s, at, &len);
+}
+}  // namespace
+
+// Finds added tokens as HF's AddedVocabulary does: one Aho-Corasick LeftmostLongest pass over
+// all patterns of one kind (raw or normalized), each match then kept or dropped by its token's
+// flags. Candidates are bucketed by first byte, longest first (the first added on ties).
 struct Tokenizer::AddedMatcher {
   struct Cand {
     std::string text;
-    int32_t id;
+    const AddedToken* tok;
   };
-  std::array<std::vector<Cand>, 256> by_first;  // each bucket sorted longest first
+  std::array<std::vector<Cand>, 256> by_first;
   bool any = false;
 
-  explicit AddedMatcher(const std::vector<AddedToken>& toks, bool include_special) {
+  AddedMatcher(const std::vector<AddedToken>& toks, bool normalized, const Normalizer& norm) {
     for (const auto& t : toks) {
-      if (t.content.empty() || (t.special && !include_special)) continue;
-      by_first[uint8_t(t.content[0])].push_back({t.content, t.id});
+      if (t.normalized != normalized) continue;
+      std::string p = normalized && !norm.empty() ? norm.apply(t.content) : t.content;
+      if (p.empty()) continue;
+      by_first[uint8_t(p[0])].push_back({std::move(p), &t});
       any = true;
     }
     for (auto& b : by_first)
@@ -31,10 +48,8 @@ struct Tokenizer::AddedMatcher {
   }
   // Position and candidate of the next match at or after `from`; npos if none.
   size_t next(std::string_view s, size_t from, const Cand** hit) const {
-    if (!any) return std::string_view::npos;
     for (size_t i = from; i < s.size(); ++i) {
-      const auto& b = by_first[uint8_t(s[i])];
-      for (const auto& c : b) {
+      for (const auto& c : by_first[uint8_t(s[i])]) {
         if (c.text.size() <= s.size() - i && std::memcmp(s.data() + i, c.text.data(), c.text.size()) == 0) {
           *hit = &c;
           return i;
@@ -42,6 +57,40 @@ struct Tokenizer::AddedMatcher {
       }
     }
     return std::string_view::npos;
+  }
+  // HF's find_matches: calls text(begin, end) for the stretches between kept matches and
+  // token(id) for each kept match, in order.
+  template <class Text, class Token>
+  void split(std::string_view s, bool parse_special, Text&& text, Token&& token) const {
+    size_t done = 0;  // HF's start_offset
+    if (any) {
+      const Cand* c = nullptr;
+      for (size_t at, pos = 0; (at = next(s, pos, &c)) != std::string_view::npos;) {
+        size_t start = at, stop = at + c->text.size();
+        pos = stop;  // the automaton goes on after the match, kept or not
+        const AddedToken& t = *c->tok;
+        if (t.special && !parse_special) continue;
+        if (t.single_word && ((start > 0 && hf::is_word_char(cp_before(s, start))) ||
+                              (stop < s.size() && hf::is_word_char(cp_at(s, stop)))))
+          continue;
+        if (t.lstrip) {
+          size_t ns = start;
+          while (ns > 0 && hf::is_white_space(cp_before(s, ns))) {
+            --ns;
+            while (ns > 0 && (uint8_t(s[ns]) & 0xC0) == 0x80) --ns;
+          }
+          start = std::max(ns, done);
+        }
+        if (t.rstrip) {
+          size_t len;
+          while (stop < s.size() && hf::is_white_space(utf8::decode_at(s, stop, &len))) stop += len;
+        }
+        if (done < start) text(done, start);
+        token(t.id);
+        done = stop;
+      }
+    }
+    if (done < s.size()) text(done, s.size());
   }
 };
 
@@ -52,10 +101,11 @@ const char* const kEogTexts[] = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<
 
 void Tokenizer::finish_setup() {
   special_.assign(id_to_piece_.size(), 0);
-  for (const auto& a : added_)
-    if (a.special && a.id >= 0 && a.id < n_vocab()) special_[size_t(a.id)] = 1;
-  matchers_[0] = std::make_shared<AddedMatcher>(added_, false);
-  matchers_[1] = std::make_shared<AddedMatcher>(added_, true);
+  for (const auto& sp : special_texts_)
+    for (size_t i = 0; i < vocab_.size(); ++i)
+      if (vocab_[i] == sp) special_[i] = 1;
+  raw_match_ = std::make_shared<AddedMatcher>(added_, false, norm_);
+  norm_match_ = std::make_shared<AddedMatcher>(added_, true, norm_);
   eog_.clear();
   if (eos_ >= 0) eog_.push_back(eos_);
   for (const auto& a : added_)
@@ -64,14 +114,21 @@ void Tokenizer::finish_setup() {
         eog_.push_back(a.id);
 }
 
-void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
-  if (text.empty()) return;
+void Tokenizer::encode_plain(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
+  pre_.split(text, [&](std::string_view piece) { bpe_.encode_piece(piece, out); }, at_start);
+}
+
+void Tokenizer::encode_segment(std::string_view text, bool at_start, bool parse_special,
+                               std::vector<int32_t>& out) const {
   std::string normalized;
-  if (nfc_) {
-    normalized = utf8::nfc(text);
+  if (!norm_.empty()) {
+    normalized = norm_.apply(text);
     text = normalized;
   }
-  pre_.split(text, [&](std::string_view piece) { bpe_.encode_piece(piece, out); });
+  norm_match_->split(
+      text, parse_special,
+      [&](size_t a, size_t b) { encode_plain(text.substr(a, b - a), at_start && a == 0, out); },
+      [&](int32_t id) { out.push_back(id); });
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
@@ -85,19 +142,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
     clean = utf8::sanitize(text);
     text = clean;
   }
-  const AddedMatcher& m = *matchers_[parse_special ? 1 : 0];
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const AddedMatcher::Cand* hit = nullptr;
-    size_t at = m.next(text, pos, &hit);
-    if (at == std::string_view::npos) {
-      encode_text(text.substr(pos), out);
-      break;
-    }
-    encode_text(text.substr(pos, at - pos), out);
-    out.push_back(hit->id);
-    pos = at + hit->text.size();
-  }
+  raw_match_->split(
+      text, parse_special,
+      [&](size_t a, size_t b) { encode_segment(text.substr(a, b - a), a == 0, parse_special, out); },
+      [&](int32_t id) { out.push_back(id); });
   return out;
 }
 
@@ -108,14 +156,19 @@ std::string Tokenizer::piece(int32_t id) const {
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  const bool fast = dec_.is_byte_level_only();
   std::string raw;
+  std::vector<std::string> toks;
   for (int32_t id : ids) {
     if (id < 0 || id >= n_vocab())
       LMF_FAIL("tokenizer: token id ", id, " out of range [0, ", n_vocab(), ")");
     if (skip_special && special_[size_t(id)]) continue;
-    raw += id_to_piece_[size_t(id)];
+    if (vocab_[size_t(id)].empty()) continue;  // an id with no token: HF skips it
+    if (fast) raw += id_to_piece_[size_t(id)];
+    else toks.push_back(vocab_[size_t(id)]);
   }
-  return utf8::sanitize(raw);  // HF: String::from_utf8_lossy
+  if (fast) return utf8::sanitize(raw);  // HF: String::from_utf8_lossy
+  return dec_.decode(std::move(toks));
 }
 
 bool Tokenizer::is_eog(int32_t id) const {

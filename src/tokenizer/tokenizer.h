@@ -1,6 +1,8 @@
-// Byte-level BPE tokenizer (GPT-2 family: Qwen2/Qwen3, Llama 3, SmolLM2), loaded from a
-// Hugging Face tokenizer.json or from llama.cpp's tokenizer.ggml.* GGUF metadata. Token ids
-// match Hugging Face `tokenizers` exactly; see tests/unit/tokenizer_exact.cpp.
+// BPE tokenizer, loaded from a Hugging Face tokenizer.json or from llama.cpp's tokenizer.ggml.*
+// GGUF metadata: byte-level BPE (GPT-2 family: Qwen2/Qwen3, Llama 3, SmolLM2) and BPE with
+// byte_fallback (SentencePiece-converted Llama / Mistral). Token ids and decoded text match
+// Hugging Face `tokenizers` exactly; see tests/unit/tokenizer_exact_test.cpp and
+// scripts/tokenizer_differential.py.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "tokenizer/bpe.h"
+#include "tokenizer/hf_parts.h"
 #include "tokenizer/pretokenize.h"
 #include "util/status.h"
 
@@ -19,13 +22,18 @@ class File;
 class Writer;
 }  // namespace gguf
 
-// An added token (tokenizer.json "added_tokens", or GGUF control / user-defined tokens). They
-// are matched in the raw text before normalization and BPE. `special` ones are matched only
-// when encode(parse_special=true); the others always (as HF does with split_special_tokens).
+// An added token (tokenizer.json "added_tokens", or GGUF control / user-defined tokens), as HF's
+// AddedVocabulary matches it: in the raw text, or (normalized) as its normalized content in each
+// normalized stretch of text between raw matches. `special` ones are matched only when
+// encode(parse_special=true) (HF: encode_special_tokens=false) and skipped by decode(skip_special).
+// lstrip / rstrip take the whitespace before / after a match into it; a single_word token
+// matches only between non-word characters.
 struct AddedToken {
   std::string content;
   int32_t id = -1;
   bool special = false;
+  bool normalized = false;
+  bool lstrip = false, rstrip = false, single_word = false;
 };
 
 class Tokenizer {
@@ -61,24 +69,34 @@ class Tokenizer {
  private:
   Tokenizer() = default;
   void finish_setup();  // builds lookup tables after the loaders filled the fields
-  void encode_text(std::string_view text, std::vector<int32_t>& out) const;
+  struct AddedMatcher;
+  // Appends the ids of text with no added tokens of `m` matched yet: raw text is normalized,
+  // then normalized added tokens are matched, the rest pre-tokenized and BPE-encoded.
+  void encode_segment(std::string_view text, bool at_start, bool parse_special,
+                      std::vector<int32_t>& out) const;
+  void encode_plain(std::string_view normalized, bool at_start, std::vector<int32_t>& out) const;
 
-  // Vocabulary in byte-level spelling (HF's "Ġhello"), indexed by id.
+  // Each id's token string as HF's id_to_token gives it (byte-level: "Ġhello"; added tokens:
+  // their content, normalized if they are normalized ones); "" for ids with no token.
   std::vector<std::string> vocab_;
-  std::vector<std::string> id_to_piece_;  // raw bytes per id (added tokens: their content)
-  std::vector<uint8_t> special_;          // 1 for special added tokens (skipped by decode)
+  std::vector<std::string> id_to_piece_;  // bytes per id: Decoder::piece of its token string
+  std::vector<uint8_t> special_;          // 1 where the token string is a special token's content
+  // Added tokens in HF's matching order (special ones first), one per pattern; flags are those
+  // HF applies to a match of that id.
   std::vector<AddedToken> added_;
+  std::vector<std::string> special_texts_;  // HF's special token set: contents, in any order
   BpeModel bpe_;
   std::vector<std::string> merges_text_;  // "left right", rank order (for to_gguf)
   PreTokenizer pre_;
   std::string pre_name_;
-  bool nfc_ = false;
+  Normalizer norm_;
+  Decoder dec_;
+  std::string no_gguf_;  // why to_gguf cannot write this tokenizer as llama.cpp's ("" = it can)
   int32_t bos_ = -1, eos_ = -1, pad_ = -1;
   bool add_bos_ = false;
   std::vector<int32_t> eog_;
   std::string chat_template_;
-  struct AddedMatcher;
-  std::shared_ptr<const AddedMatcher> matchers_[2];  // [0]: non-special only, [1]: all
+  std::shared_ptr<const AddedMatcher> raw_match_, norm_match_;
   friend struct TokenizerLoader;
 };
 

@@ -11,6 +11,7 @@
 #include "graph/graph.h"
 #include "model/model.h"
 #include "util/knobs.h"
+#include "util/status.h"
 
 namespace lmf {
 
@@ -28,10 +29,26 @@ struct BackendOptions {
       load_progress;
 };
 
+// One sequence's rows in a step of a paged-KV backend (runtime/kv_cache.h): rows
+// [row0, row0 + n_rows) of the step's tokens are its positions [pos0, pos0 + n_rows); its block
+// table covers positions [0, pos0 + n_rows), so attention reads its own pages and the new K/V
+// rows go to theirs.
+struct BatchEntry {
+  int64_t row0 = 0, n_rows = 0, pos0 = 0;
+  const int32_t* blocks = nullptr;
+  int64_t n_blocks = 0;
+};
+
 struct StepInput {
   const int32_t* tokens = nullptr;
   int64_t n_tokens = 0;
   int64_t pos0 = 0;        // position of tokens[0]; the cache holds 0..pos0-1 already
+  // Paged-KV backends (Backend::paged_kv): the sequences of this step, in row order, covering
+  // every row (pos0 is then unused). out_rows: the rows whose logits the step computes, for a
+  // graph built with gathered outputs (build_graph's n_gather), in output order.
+  const BatchEntry* entries = nullptr;
+  int64_t n_entries = 0;
+  const int64_t* out_rows = nullptr;
   float* logits = nullptr;  // host, [n_out, n_vocab]; may be null when argmax is set
   int32_t* argmax = nullptr; // if set: argmax of the last row's logits (on the device where possible)
   bool profile = false;      // time each launch (no graph replay); read with Backend::profile()
@@ -70,8 +87,20 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;         // "cpu", "cuda"
   virtual std::string description() const = 0;  // "CPU AVX2, 2 threads"
-  // Uploads/repacks weights and allocates the KV cache for opts.n_ctx positions.
+  // Uploads/repacks weights and, unless paged_kv(), allocates its own KV cache for opts.n_ctx
+  // positions.
   virtual void load(const Model& m) = 0;
+  // Paged KV (the runtime owns the cache, runtime/kv_cache.h): steps come as BatchEntry lists
+  // over blocks of the pools that alloc_kv made. A backend without it keeps one sequence's cache
+  // and takes StepInput::pos0 (CUDA, for now).
+  virtual bool paged_kv() const { return false; }
+  // Allocates the K and V pools of every layer: n_blocks blocks of block_size positions (fp16,
+  // [n_blocks * block_size, kv_dim] per layer and K/V); a clear error when they cannot fit.
+  virtual void alloc_kv(int64_t n_blocks, int64_t block_size) { LMF_FAIL(name(), ": no paged KV cache"); }
+  // Copies block src's rows of every layer into block dst (the cache's copy-on-write).
+  virtual void copy_kv_block(int32_t src, int32_t dst) { LMF_FAIL(name(), ": no paged KV cache"); }
+  // Bytes of device (or host) memory a new KV pool may take, 0 when unknown.
+  virtual uint64_t kv_memory_available() const { return 0; }
   // Decides fusions and kernels for this graph (flags were reset by the caller), then the
   // caller runs fix_overlaps + apply_groups. Must not depend on token values or positions.
   virtual void prepare(Graph& g) = 0;

@@ -12,7 +12,7 @@ namespace lmf {
 
 enum class OpKind {
   Embed,      // in: tokens; w: token_embd            -> out [T, n_embd]
-  RmsNorm,    // in: x (rows [row_begin, row_begin+T_out)); w: gamma -> out
+  RmsNorm,    // in: x (rows [row_begin, row_begin+T_out), or gathered); w: gamma -> out
   MatMul,     // in: x [T, cols]; w [rows, cols]; b: optional bias [rows] -> out [T, rows]
   HeadNorm,   // per-head RMSNorm (Qwen3 q/k norm): in [T, n*hd]; w: gamma [hd] -> out
   Rope,       // in [T, n*hd] -> out, positions pos0 + t; params rope_neox, rope_theta
@@ -44,6 +44,9 @@ struct Op {
   const Weight* w = nullptr;
   const Weight* b = nullptr;
   int64_t row_begin = 0;  // RmsNorm: first input row read (logits of the last token only)
+  // RmsNorm: its output rows are the input rows StepInput::out_rows names (a batch step's
+  // last row of each sequence), not a contiguous range; row_begin is then unused.
+  bool gather_rows = false;
   // Attention / rope / head-norm parameters
   int n_head = 0, n_head_kv = 0, head_dim = 0;
   float eps = 1e-6f;
@@ -85,6 +88,7 @@ struct FusionGroup {
 struct Graph {
   int64_t n_tokens = 0;    // T
   bool all_logits = false;
+  int64_t n_gather = 0;    // > 0: the logits are of the n_gather rows StepInput::out_rows names
   std::vector<GTensor> tensors;
   std::vector<Op> ops;
   std::vector<FusionGroup> groups;

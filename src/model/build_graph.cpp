@@ -91,11 +91,12 @@ struct Builder {
 
 }  // namespace
 
-Graph build_graph(const Model& m, int64_t T, bool all_logits) {
-  LMF_CHECK(T > 0);
+Graph build_graph(const Model& m, int64_t T, bool all_logits, int64_t n_gather) {
+  LMF_CHECK(T > 0 && n_gather >= 0 && n_gather <= T && !(all_logits && n_gather > 0));
   Graph g;
   g.n_tokens = T;
   g.all_logits = all_logits;
+  g.n_gather = n_gather;
   Builder b{m, m.hp, g, T};
   int x = g.add_tensor("inp_embd", T, m.hp.n_embd);
   b.op(OpKind::Embed, "inp_embd", -1, {}, {x}, &m.tok_embd);
@@ -103,8 +104,9 @@ Graph build_graph(const Model& m, int64_t T, bool all_logits) {
     x = b.attention(l, x);
     x = b.ffn(l, x);
   }
-  const int64_t n_out = all_logits ? T : 1;
-  int h = b.norm(-1, "result_norm", x, m.output_norm, all_logits ? 0 : T - 1, n_out);
+  const int64_t n_out = n_gather > 0 ? n_gather : all_logits ? T : 1;
+  int h = b.norm(-1, "result_norm", x, m.output_norm, all_logits || n_gather > 0 ? 0 : T - 1, n_out);
+  g.ops.back().gather_rows = n_gather > 0;
   g.logits = b.linear(-1, "result_output", h, m.output, nullptr, TensorKind::Output);
   form_groups(g);
   plan_memory(g);

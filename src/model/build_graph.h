@@ -7,6 +7,8 @@
 namespace lmf {
 
 // all_logits: logits for every position ([T, vocab]); otherwise for the last token only.
-Graph build_graph(const Model& m, int64_t n_tokens, bool all_logits);
+// n_gather > 0 (a batch step of a paged-KV backend): logits for the n_gather rows that
+// StepInput::out_rows names ([n_gather, vocab]); all_logits is then false.
+Graph build_graph(const Model& m, int64_t n_tokens, bool all_logits, int64_t n_gather = 0);
 
 }  // namespace lmf

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/build_graph.h"
+#include "runtime/engine.h"
 #include "sampling/sampler.h"
 #include "util/status.h"
 
@@ -38,9 +39,44 @@ void prepare_graph(Graph& g, Backend& b, size_t max_rehome_bytes) {
 
 Session::Session(const Model& m, Backend& b) : model_(m), backend_(b), n_ctx_(b.options().n_ctx) {
   LMF_CHECK(n_ctx_ > 0);
+  if (b.paged_kv()) {
+    EngineConfig c;
+    c.n_ctx = n_ctx_;
+    own_engine_ = std::make_unique<Engine>(m, b, c);
+    engine_ = own_engine_.get();
+    seq_ = engine_->kv().create();
+  }
+}
+
+Session::Session(Engine& e) : model_(e.model()), backend_(e.backend()), n_ctx_(e.n_ctx()), engine_(&e) {
+  seq_ = e.kv().create();
+}
+
+Session::~Session() {
+  if (engine_ && engine_->kv().exists(seq_)) engine_->kv().free(seq_);
+}
+
+std::unique_ptr<Session> Session::fork() const {
+  if (!engine_) LMF_FAIL("fork needs a backend with a paged KV cache; ", backend_.name(), " keeps its own");
+  std::unique_ptr<Session> s(new Session(*engine_));
+  engine_->kv().free(s->seq_);
+  s->seq_ = engine_->kv().fork(seq_);
+  s->pos_ = pos_;
+  return s;
+}
+
+void Session::paged_chunk(std::span<const int32_t> tokens, bool all_logits, float* out, bool profile) {
+  StepItem it;
+  it.seq = seq_;
+  it.tokens = tokens;
+  it.all_logits = all_logits;
+  it.logits = out;
+  engine_->step({&it, 1}, profile);
+  if (!it.error.empty()) throw Error(it.error);
 }
 
 Graph& Session::graph_for(int64_t n, bool all) {
+  if (engine_) return engine_->graph_for(n, all ? n : 1);
   auto& slot = graphs_[{n, all}];
   if (!slot) {
     slot = std::make_unique<Graph>(build_graph(model_, n, all));
@@ -52,6 +88,7 @@ Graph& Session::graph_for(int64_t n, bool all) {
 void Session::rewind(int64_t p) {
   LMF_CHECK(p >= 0 && p <= pos_);
   pos_ = p;
+  if (engine_) engine_->kv().truncate(seq_, p);
 }
 
 const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool all_logits) {
@@ -60,6 +97,10 @@ const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool al
 }
 
 int32_t Session::eval_argmax(std::span<const int32_t> tokens) {
+  if (engine_) {  // paged (CPU): the logits are on the host already
+    const auto& l = eval(tokens);
+    return int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+  }
   int32_t id = -1;
   StepInput req;
   req.argmax = &id;
@@ -130,6 +171,19 @@ void Session::eval_impl(std::span<const int32_t> tokens, bool all_logits, const 
       LMF_FAIL("token id ", t, " is outside the vocabulary (0..", model_.hp.n_vocab - 1, ")");
   const int64_t V = model_.hp.n_vocab;
   if (!pick) logits_.resize(size_t((all_logits ? T : 1) * V));
+  if (engine_) {  // paged: the engine's steps, chunked as below (pick requests take the logits path)
+    LMF_CHECK(!pick);
+    for (int64_t done = 0; done < T;) {
+      const int64_t n = std::min({max_batch_, backend_.max_tokens_per_run(), T - done});
+      const bool last = done + n == T;
+      float* out = all_logits ? logits_.data() + done * V : last ? logits_.data() : nullptr;
+      paged_chunk(tokens.subspan(size_t(done), size_t(n)), all_logits, out, profile_next_ && last);
+      if (profile_next_ && last) profile_next_ = false;
+      pos_ += n;
+      done += n;
+    }
+    return;
+  }
   for (int64_t done = 0; done < T;) {
     const int64_t n = std::min({max_batch_, backend_.max_tokens_per_run(), T - done});
     const bool last = done + n == T;

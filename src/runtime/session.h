@@ -2,6 +2,7 @@
 // graph per shape (token count, logits mode) and reuses it, so a decode step never re-plans.
 #pragma once
 #include <map>
+#include <string>
 #include <memory>
 #include <span>
 #include <vector>
@@ -14,10 +15,25 @@ namespace lmf {
 
 class Sampler;  // sampling/sampler.h
 
+class Engine;  // runtime/engine.h
+
 class Session {
  public:
-  // The backend must have been created with the context length and loaded with this model.
+  // The backend must have been created with the context length and loaded with this model. A
+  // paged-KV backend (CPU) gets an Engine of its own whose pool holds this one sequence.
   Session(const Model& m, Backend& b);
+  // One sequence of a shared engine (many conversations over one model and KV pool); freed with
+  // the session.
+  explicit Session(Engine& e);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  // A new session holding what this one holds, sharing its KV blocks (copy-on-write); paged
+  // backends only.
+  std::unique_ptr<Session> fork() const;
+  // The engine and sequence id of a paged session (null / -1 otherwise).
+  Engine* engine() const { return engine_; }
+  int32_t seq() const { return seq_; }
 
   // Runs tokens at the current position (a prompt in one batched pass, or one decode token)
   // and advances it. Returns logits [n, vocab]: the last position only unless all_logits.
@@ -74,10 +90,15 @@ class Session {
   // device-sampling fields and chained-decode flag, copied whole into that step's request, so it
   // sets no other field (null: logits).
   void eval_impl(std::span<const int32_t> tokens, bool all_logits, const StepInput* pick = nullptr);
+  // A paged step over the engine (eval_impl's chunk): logits into out (may be null).
+  void paged_chunk(std::span<const int32_t> tokens, bool all_logits, float* out, bool profile);
   const Model& model_;
   Backend& backend_;
   int64_t n_ctx_;
   int64_t pos_ = 0;
+  std::unique_ptr<Engine> own_engine_;  // paged backend, no shared engine given
+  Engine* engine_ = nullptr;            // paged: the engine whose KV cache holds this sequence
+  int32_t seq_ = -1;
   int64_t max_batch_ = 2048;
   bool profile_next_ = false;
   std::map<std::pair<int64_t, bool>, std::unique_ptr<Graph>> graphs_;

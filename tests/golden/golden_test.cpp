@@ -75,13 +75,13 @@ double argmax_agreement(const std::vector<float>& got, const std::vector<float>&
   return double(same) / double(n);
 }
 
-struct Engine {
+struct Opened {
   std::unique_ptr<Model> model;
   std::unique_ptr<Backend> backend;
 };
 
-Engine open(const Case& c, const Knobs& k = {}, int threads = 2) {
-  Engine r;
+Opened open(const Case& c, const Knobs& k = {}, int threads = 2) {
+  Opened r;
   r.model = Model::load(kDir + c.gguf);
   BackendOptions o;
   o.n_threads = threads;
@@ -94,7 +94,7 @@ Engine open(const Case& c, const Knobs& k = {}, int threads = 2) {
 
 // 16-token prefill (all logits), then 8 decode steps.
 std::vector<float> prefill_then_decode(const Case& c, const Knobs& k = {}) {
-  Engine r = open(c, k);
+  Opened r = open(c, k);
   Session s(*r.model, *r.backend);
   std::vector<float> out = s.eval(std::span(c.tokens).first(size_t(c.n_prefill)), true);
   for (int64_t i = 0; i < c.n_decode; ++i) {
@@ -142,7 +142,7 @@ TEST_P(Golden, EightBitActivationsMatchTransformers) {
   if (c.argmax > 0) {
     EXPECT_GE(argmax_agreement(got, want, c.n_vocab), c.argmax) << c.name;
   }
-  Engine r = open(c, k8);
+  Opened r = open(c, k8);
   Session s(*r.model, *r.backend);
   EXPECT_LE(rel_l2(got, s.eval(c.tokens, true)), 1e-4) << c.name;
   std::printf("[golden 8-bit] %-18s rel_l2 %.3e (tolerance %.0e)\n", c.name.c_str(), e, c.rel_l2);
@@ -151,7 +151,7 @@ TEST_P(Golden, EightBitActivationsMatchTransformers) {
 TEST_P(Golden, PrefillThenDecodeEqualsOneLongPrefill) {
   const Case& c = GetParam();
   auto stepped = prefill_then_decode(c);
-  Engine r = open(c);
+  Opened r = open(c);
   Session s(*r.model, *r.backend);
   std::vector<float> whole = s.eval(c.tokens, true);
   EXPECT_LE(rel_l2(stepped, whole), 1e-4) << c.name;
@@ -172,7 +172,7 @@ TEST_P(Golden, FusedEqualsUnfused) {
 
 TEST_P(Golden, ThreadCountDoesNotChangeLogits) {
   const Case& c = GetParam();
-  Engine r1 = open(c, {}, 1), r3 = open(c, {}, 3);
+  Opened r1 = open(c, {}, 1), r3 = open(c, {}, 3);
   Session s1(*r1.model, *r1.backend), s3(*r3.model, *r3.backend);
   std::vector<float> a = s1.eval(c.tokens, true);
   std::vector<float> b = s3.eval(c.tokens, true);

@@ -39,35 +39,23 @@ Knobs knobs_from(const EngineFlags& f) {
   return k;
 }
 
-Engine load_engine(const EngineFlags& f, int64_t min_ctx) {
-  if (f.n_ctx < 0) LMF_FAIL("-c/--ctx-size must be positive, got ", f.n_ctx);
-  Engine e;
-  e.model = Model::load(f.model);
-  BackendOptions o;
-  o.n_threads = f.threads > 0 ? f.threads : ThreadPool::default_threads();
-  // An explicit -c is honoured (a longer input is then a clear error); the default grows to
-  // what the command needs.
-  o.n_ctx = f.n_ctx > 0 ? f.n_ctx : std::max(std::min<int64_t>(e.model->hp.n_ctx_train, 4096), min_ctx);
-  if (f.n_ctx > 0 && e.model->hp.n_ctx_train > 0 && f.n_ctx > e.model->hp.n_ctx_train)  // as llama.cpp warns
-    LMF_LOG(Warn, "-c ", f.n_ctx, " is longer than the model's training context (", e.model->hp.n_ctx_train,
-            "): positions past it may give poor text");
-  o.knobs = knobs_from(f);
-  std::string dev = f.device;
-  if (f.ngl == 0) dev = "cpu";
-  else if (f.ngl > 0 && dev == "auto") dev = "cuda";
+Loaded load_engine(const EngineFlags& f, int64_t min_ctx) {
+  LoadRequest r;
+  r.path = f.model;
+  r.threads = f.threads;
+  r.n_ctx = f.n_ctx;
+  r.min_ctx = min_ctx;
+  r.knobs = knobs_from(f);
+  r.progress = true;
+  r.device = f.device;
+  if (f.ngl == 0) r.device = "cpu";
+  else if (f.ngl > 0 && r.device == "auto") r.device = "cuda";
   if (f.main_gpu >= 0) {
-    if (dev == "cpu") LMF_FAIL("--main-gpu picks a CUDA device; it cannot be combined with --device cpu or -ngl 0");
-    dev = "cuda";  // an explicit GPU never falls back to the CPU
-    o.device = f.main_gpu;
+    if (r.device == "cpu") LMF_FAIL("--main-gpu picks a CUDA device; it cannot be combined with --device cpu or -ngl 0");
+    r.device = "cuda";  // an explicit GPU never falls back to the CPU
+    r.device_index = f.main_gpu;
   }
-  // Backends that copy the weights (CUDA) report each layer: a bar on a terminal, a line every
-  // few seconds otherwise, nothing for a load too short to draw one.
-  auto prog = std::make_shared<Progress>("loading " + f.model, e.model->weight_bytes());
-  o.load_progress = [prog](uint64_t done, uint64_t, int64_t k, int64_t n) { prog->update(done, k, n); };
-  e.backend = make_backend(dev, o);
-  e.backend->load(*e.model);
-  prog->finish(false);
-  return e;
+  return load(r);
 }
 
 void add_seed_flag(CLI::App& app, int64_t& seed) {

@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
+#include "runtime/load.h"
 #include "util/knobs.h"
 
 namespace lmf::cli {
@@ -24,11 +25,7 @@ struct EngineFlags {
 void add_engine_flags(CLI::App& app, EngineFlags& f, bool model_required = true);
 Knobs knobs_from(const EngineFlags& f);  // environment, then --knob overrides
 
-struct Engine {
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Backend> backend;
-};
-Engine load_engine(const EngineFlags& f, int64_t min_ctx = 0);
+Loaded load_engine(const EngineFlags& f, int64_t min_ctx = 0);
 
 // Text typed by the user (a prompt, a system message, the text to tokenize) must be UTF-8: the
 // tokenizer would otherwise replace ill-formed bytes with U+FFFD (as Hugging Face's decode does)

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "cli_common.h"
+#include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "runtime/session.h"
 #include "sampling/sampler.h"
@@ -35,6 +36,14 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (auto& x : t) x = int32_t(r() % uint64_t(vocab));
   return t;
+}
+
+void finish_row(Row& row) {
+  double sum = 0, sq = 0;
+  for (double x : row.samples) sum += x;
+  row.mean = sum / double(row.samples.size());
+  for (double x : row.samples) sq += (x - row.mean) * (x - row.mean);
+  row.sd = row.samples.size() > 1 ? std::sqrt(sq / double(row.samples.size() - 1)) : 0;
 }
 
 Row bench_one(Session& s, const std::string& kind, int64_t n, int64_t depth, int reps, int64_t vocab) {
@@ -64,11 +73,53 @@ Row bench_one(Session& s, const std::string& kind, int64_t n, int64_t depth, int
     double dt = now_s() - t0;
     if (r >= 0) row.samples.push_back(double(n) / dt);
   }
-  double sum = 0, sq = 0;
-  for (double x : row.samples) sum += x;
-  row.mean = sum / double(row.samples.size());
-  for (double x : row.samples) sq += (x - row.mean) * (x - row.mean);
-  row.sd = row.samples.size() > 1 ? std::sqrt(sq / double(row.samples.size() - 1)) : 0;
+  finish_row(row);
+  return row;
+}
+
+// tg with B independent sequences decoding together (runtime/engine.h): each holds its own
+// untimed prompt of depth + 1 random tokens, then n batch steps of one greedy token per sequence.
+// t/s is the aggregate (B x n tokens over the time); the row's note gives it per sequence.
+Row bench_batch(lmf::Engine& eng, int64_t B, int64_t n, int64_t depth, int reps, int64_t vocab) {
+  Row row;
+  row.test = cat("tg", n, " b", B, depth > 0 ? cat(" @ d", depth) : "");
+  const size_t V = size_t(vocab);
+  std::vector<float> logits(size_t(B) * V);
+  for (int r = -1; r < reps; ++r) {
+    std::vector<int32_t> seqs(static_cast<size_t>(B)), next(static_cast<size_t>(B));
+    std::vector<StepItem> items(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+      seqs[size_t(b)] = eng.kv().create();
+      auto toks = random_tokens(depth + 1, vocab, uint64_t(1000 * (r + 2) + b));
+      StepItem it;
+      it.seq = seqs[size_t(b)];
+      it.tokens = toks;
+      it.logits = logits.data();
+      eng.step({&it, 1});
+      if (!it.error.empty()) LMF_FAIL(it.error);
+      next[size_t(b)] = int32_t(std::max_element(logits.begin(), logits.begin() + long(V)) - logits.begin());
+    }
+    const double t0 = now_s();
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t b = 0; b < B; ++b) {
+        items[size_t(b)].seq = seqs[size_t(b)];
+        items[size_t(b)].tokens = std::span(&next[size_t(b)], 1);
+        items[size_t(b)].logits = logits.data() + size_t(b) * V;
+      }
+      if (eng.step(items) != B)
+        for (const auto& it : items)
+          if (!it.error.empty()) LMF_FAIL("batch step: ", it.error);
+      for (int64_t b = 0; b < B; ++b) {
+        const float* l = logits.data() + size_t(b) * V;
+        next[size_t(b)] = int32_t(std::max_element(l, l + V) - l);
+      }
+    }
+    const double dt = now_s() - t0;
+    for (int32_t s : seqs) eng.kv().free(s);
+    if (r >= 0) row.samples.push_back(double(B * n) / dt);
+  }
+  finish_row(row);
+  row.extra = cat(std::round(row.mean / double(B) * 100) / 100, " t/s per sequence");
   return row;
 }
 
@@ -134,6 +185,7 @@ int cmd_bench(int argc, char** argv) {
                "examples:\n"
                "  lmfuse bench -m qwen3-0.6b-q4_0.gguf -p 512 -n 128 -t 2\n"
                "  lmfuse bench -m q.gguf -p 0 -n 128 -d 4096        # decode after a 4096-token prompt\n"
+               "  lmfuse bench -m q.gguf -p 0 -n 128 -b 1,4,8       # 1, 4 and 8 sequences decoding together\n"
                "  lmfuse bench -m q.gguf --ab qkv_fusion            # knob at 0 and 1, with the ratio\n"
                "  lmfuse bench -m q.gguf --knob ln_fusion=0 --json",
                "lmfuse bench"};
@@ -147,6 +199,11 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("-p,--n-prompt", pp, "prompt lengths to test (0 = none)")->delimiter(',')->check(at_least(0));
   app.add_option("-n,--n-gen", tg, "generation lengths to test (0 = none)")->delimiter(',')->check(at_least(0));
   app.add_option("-d,--depth", depth, "tokens already in the KV cache before each test")->check(at_least(0));
+  std::vector<int64_t> batch{1};
+  app.add_option("-b,--batch", batch,
+                 "sequences decoding together in the tg tests (aggregate t/s; needs a paged-KV backend past 1)")
+      ->delimiter(',')
+      ->check(in_range(1, 1024));
   app.add_option("-r,--repetitions", reps, "timed repetitions (after one warm-up)")->check(in_range(1, 1000));
   app.add_flag("--json", json, "print JSON lines instead of a table");
   app.add_option("--ab", ab, "run every test with KNOB=0 and KNOB=1 and print the ratio");
@@ -167,7 +224,7 @@ int cmd_bench(int argc, char** argv) {
   }
   int64_t max_len = depth;
   for (auto p : pp) max_len = std::max(max_len, depth + p);
-  for (auto n : tg) max_len = std::max(max_len, depth + n);
+  for (auto n : tg) max_len = std::max(max_len, depth + n + 1);  // -b: a prompt of depth + 1, then n steps
   if (profile) max_len = std::max<int64_t>(max_len, depth + 2);  // the profiled step follows depth + 1 tokens
 
   std::vector<Row> rows;
@@ -177,8 +234,23 @@ int cmd_bench(int argc, char** argv) {
     EngineFlags f = ef;
     if (!v.empty()) f.knobs.push_back(v);
     f.n_ctx = std::max<int64_t>(f.n_ctx, max_len);
-    Engine e = load_engine(f, max_len);
-    Session s(*e.model, *e.backend);
+    Loaded e = load_engine(f, max_len);
+    // A paged-KV backend (CPU) gets one engine whose pool holds the largest batch; the B = 1 tests
+    // run a session of it. Others keep their own cache (B = 1 only).
+    const int64_t max_b = *std::max_element(batch.begin(), batch.end());
+    std::unique_ptr<lmf::Engine> eng;
+    std::unique_ptr<Session> sp;
+    if (e.backend->paged_kv()) {
+      EngineConfig c;
+      c.n_ctx = f.n_ctx;
+      c.kv_positions = max_b * ((max_len + c.block_size) / c.block_size * c.block_size);  // whole blocks each
+      eng = std::make_unique<lmf::Engine>(*e.model, *e.backend, c);
+      sp = std::make_unique<Session>(*eng);
+    } else {
+      if (max_b > 1) LMF_FAIL("-b ", max_b, ": batched decode needs a paged-KV backend; ", e.backend->name(), " runs one sequence");
+      sp = std::make_unique<Session>(*e.model, *e.backend);
+    }
+    Session& s = *sp;
     const auto& hp = e.model->hp;
     double params_b = double(e.model->param_count());
     model_desc = cat(hp.arch_name, " ", params_b >= 1e9 ? cat(std::round(params_b / 1e8) / 10, "B")
@@ -215,7 +287,14 @@ int cmd_bench(int argc, char** argv) {
       }
     if (copy_bw == 0) copy_bw = e.backend->copy_bandwidth();
     for (auto n : tg)
-      if (n > 0) {
+      for (int64_t B : batch)
+        if (n > 0 && B > 1) {
+          rows.push_back(bench_batch(*eng, B, n, depth, reps, hp.n_vocab));
+          rows.back().knob_label = v;
+          rows.back().backend = backend_desc;
+        }
+    for (auto n : tg)
+      if (n > 0 && std::find(batch.begin(), batch.end(), 1) != batch.end()) {
         rows.push_back(bench_one(s, "tg", n, depth, reps, hp.n_vocab));
         rows.back().knob_label = v;
         rows.back().backend = backend_desc;

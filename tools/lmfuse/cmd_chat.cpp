@@ -82,7 +82,7 @@ int cmd_chat(int argc, char** argv) {
   require_utf8(system, "the system message");
   Sampler sampler(sp);  // bad settings fail before the model loads
 
-  Engine e = load_engine(ef);
+  Loaded e = load_engine(ef);
   auto tok = Tokenizer::from_gguf(*e.model->file);
   if (tok->chat_template().empty())
     LMF_FAIL(ef.model, ": the model has no chat template (tokenizer.chat_template); use `lmfuse run`");

@@ -39,7 +39,7 @@ int cmd_logits(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   auto tokens = parse_token_list(tokens_s, "--tokens");
-  Engine e = load_engine(ef, int64_t(tokens.size()) + generate);
+  Loaded e = load_engine(ef, int64_t(tokens.size()) + generate);
   Session s(*e.model, *e.backend);
   if (ubatch > 0) s.set_max_batch(ubatch);
   const int64_t n = int64_t(tokens.size());

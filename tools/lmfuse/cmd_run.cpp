@@ -53,7 +53,7 @@ int cmd_run(int argc, char** argv) {
   require_utf8(system, "the system message");
   Sampler sampler(sp);  // bad settings fail before the model loads
 
-  Engine e = load_engine(ef);
+  Loaded e = load_engine(ef);
   auto tok = Tokenizer::from_gguf(*e.model->file);
   std::string text = prompt;
   if (chat) {

@@ -102,7 +102,7 @@ void attention_tile_avx2(const AttnTileArgs& a) {
         const int nk = int(std::min<int64_t>(8, n_max - jb));
         __m256 r[8];
         for (int k = 0; k < 8; ++k)
-          r[k] = k < nk ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.k + (jb + k) * a.kv_stride + i0)))
+          r[k] = k < nk ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.k + a.row(jb + k) * a.kv_stride + i0)))
                         : _mm256_setzero_ps();  // never read unwritten cache rows
         const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
         const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
@@ -170,7 +170,7 @@ void attention_tile_avx2(const AttnTileArgs& a) {
     const int nk = int(std::min<int64_t>(8, n_max - j0));
     for (int r = 0; r < 8; ++r) {
       if (r < nk) {
-        const uint16_t* vr = a.v + (j0 + r) * a.kv_stride;
+        const uint16_t* vr = a.v + a.row(j0 + r) * a.kv_stride;
         for (int i = 0; i < hd; i += 8)
           _mm256_store_ps(vb + r * hd + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + i))));
       } else {

@@ -15,9 +15,17 @@ struct AttnTileArgs {
   float* out[kAttnMaxQueries];      // [head_dim] each
   int64_t n_keys[kAttnMaxQueries];  // causal limit + 1 of each query
   int nq = 0;
-  const uint16_t* k = nullptr;  // fp16 K of this KV head at position 0; row j at k + j * kv_stride
+  const uint16_t* k = nullptr;  // fp16 K of this KV head in row 0 of the pool; position j at row(j)
   const uint16_t* v = nullptr;
   int64_t kv_stride = 0;
+  // Paged cache: position j is pool row blocks[j >> block_shift] << block_shift | (j & mask);
+  // null blocks: row j (one contiguous sequence).
+  const int32_t* blocks = nullptr;
+  int block_shift = 0;
+  int64_t row(int64_t j) const {
+    if (!blocks) return j;
+    return int64_t(blocks[j >> block_shift]) << block_shift | (j & ((int64_t(1) << block_shift) - 1));
+  }
   int head_dim = 0;             // multiple of 8, <= 256
   float scale = 1.0f;
   float* scores = nullptr;      // scratch [nq][round_up(max n_keys, 8)]

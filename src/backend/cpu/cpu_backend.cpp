@@ -50,18 +50,34 @@ class CpuBackend final : public Backend {
   const BackendOptions& options() const override { return opts_; }
   std::vector<ProfileEntry> profile() const override { return profile_; }
 
-  void load(const Model& m) override {
-    m_ = &m;
-    const auto& hp = m.hp;
-    LMF_CHECK(opts_.n_ctx > 0);
-    // The KV cache is zero-filled now: past the memory there is, that is an OOM kill, not an
-    // error, so a context that cannot fit is refused first.
-    const uint64_t kv_bytes = hp.kv_cache_bytes(opts_.n_ctx);
+  void load(const Model& m) override { m_ = &m; }
+
+  // The KV cache is the runtime's (runtime/kv_cache.h); this backend holds its pools.
+  bool paged_kv() const override { return true; }
+  uint64_t kv_memory_available() const override { return available_memory_bytes(); }
+
+  void alloc_kv(int64_t n_blocks, int64_t block_size) override {
+    LMF_CHECK(m_ && n_blocks > 0 && block_size > 0 && (block_size & (block_size - 1)) == 0);
+    const auto& hp = m_->hp;
+    // The pools are zero-filled now: past the memory there is, that is an OOM kill, not an
+    // error, so a cache that cannot fit is refused first.
+    const int64_t rows = n_blocks * block_size;
+    const uint64_t kv_bytes = hp.kv_cache_bytes(rows);
     if (const uint64_t avail = available_memory_bytes(); avail > 0 && kv_bytes > avail)
-      LMF_FAIL("the KV cache for ", opts_.n_ctx, " positions needs ", (kv_bytes >> 20), " MiB; ", (avail >> 20),
-               " MiB of memory are available (lower -c)");
-    kc_.assign(size_t(hp.n_layer), std::vector<uint16_t>(size_t(opts_.n_ctx * hp.kv_dim())));
-    vc_.assign(size_t(hp.n_layer), std::vector<uint16_t>(size_t(opts_.n_ctx * hp.kv_dim())));
+      LMF_FAIL("the KV cache for ", rows, " positions needs ", (kv_bytes >> 20), " MiB; ", (avail >> 20),
+               " MiB of memory are available (lower -c or --kv-budget)");
+    block_shift_ = 0;
+    while ((int64_t(1) << block_shift_) < block_size) ++block_shift_;
+    kc_.assign(size_t(hp.n_layer), std::vector<uint16_t>(size_t(rows * hp.kv_dim())));
+    vc_.assign(size_t(hp.n_layer), std::vector<uint16_t>(size_t(rows * hp.kv_dim())));
+  }
+
+  void copy_kv_block(int32_t src, int32_t dst) override {
+    const int64_t n = (int64_t(1) << block_shift_) * m_->hp.kv_dim();
+    for (size_t l = 0; l < kc_.size(); ++l) {
+      std::memcpy(kc_[l].data() + dst * n, kc_[l].data() + src * n, size_t(n) * 2);
+      std::memcpy(vc_[l].data() + dst * n, vc_[l].data() + src * n, size_t(n) * 2);
+    }
   }
 
   void prepare(Graph& g) override {
@@ -102,8 +118,28 @@ class CpuBackend final : public Backend {
     if (arena_.size() < g.total_bytes / sizeof(float) + 1) arena_.resize(g.total_bytes / sizeof(float) + 1);
   }
 
-  void run(Graph& g, const StepInput& in) override {
-    LMF_CHECK(g.n_tokens == in.n_tokens);
+  void run(Graph& g, const StepInput& in_) override {
+    LMF_CHECK(g.n_tokens == in_.n_tokens);
+    StepInput in = in_;
+    BatchEntry one;
+    if (!in.entries) {
+      // One sequence at pos0 without a runtime cache (the protocol of backends that keep their own,
+      // which tests drive through a wrapper): pools of opts.n_ctx positions, block i = position
+      // block i.
+      constexpr int64_t kBs = 32;
+      const int64_t n_blocks = (opts_.n_ctx + kBs - 1) / kBs;
+      if (identity_blocks_.size() != size_t(n_blocks)) {
+        alloc_kv(n_blocks, kBs);
+        identity_blocks_.resize(size_t(n_blocks));
+        for (int64_t b = 0; b < n_blocks; ++b) identity_blocks_[size_t(b)] = int32_t(b);
+      }
+      LMF_CHECK(in.pos0 + in.n_tokens <= n_blocks * kBs);
+      one = {0, in.n_tokens, in.pos0, identity_blocks_.data(), n_blocks};
+      in.entries = &one;
+      in.n_entries = 1;
+    }
+    LMF_CHECK(!kc_.empty(), "no KV pools: alloc_kv first");
+    LMF_CHECK(g.n_gather == 0 || in.out_rows);
     finalize(g);
     if (in.profile) profile_.clear();
     for (size_t i = 0; i < g.ops.size(); ++i) {
@@ -165,8 +201,13 @@ class CpuBackend final : public Backend {
         break;
       case OpKind::RmsNorm: {
         const GTensor& y = g.t(op.out[0]);
-        const float* x = IN(0) + op.row_begin * y.cols;
         float* out = OUT(0);
+        if (op.gather_rows) {  // a batch step's output rows, one per sequence
+          for (int64_t r = 0; r < y.rows; ++r)
+            cpu::rms_norm(IN(0) + in.out_rows[r] * y.cols, cpu::as_f32(*op.w), out + r * y.cols, 1, y.cols, op.eps);
+          break;
+        }
+        const float* x = IN(0) + op.row_begin * y.cols;
         rows(y.rows, [&](int64_t r0, int64_t r1) {
           cpu::rms_norm(x + r0 * y.cols, cpu::as_f32(*op.w), out + r0 * y.cols, r1 - r0, y.cols, op.eps);
         });
@@ -192,23 +233,40 @@ class CpuBackend final : public Backend {
         const GTensor& x = g.t(op.in[0]);
         const float* xi = IN(0);
         float* out = OUT(0);
-        rows(x.rows, [&](int64_t r0, int64_t r1) {
-          cpu::rope(xi + r0 * x.cols, out + r0 * x.cols, r1 - r0, int(x.cols / op.head_dim), op.head_dim, in.pos0 + r0,
-                    op.rope_theta, op.rope_factors, op.rope_neox);
-        });
+        for (int64_t e = 0; e < in.n_entries; ++e) {  // each sequence's rows at its own positions
+          const BatchEntry& E = in.entries[e];
+          const int64_t o = E.row0 * x.cols;
+          rows(E.n_rows, [&](int64_t r0, int64_t r1) {
+            cpu::rope(xi + o + r0 * x.cols, out + o + r0 * x.cols, r1 - r0, int(x.cols / op.head_dim), op.head_dim,
+                      E.pos0 + r0, op.rope_theta, op.rope_factors, op.rope_neox);
+          });
+        }
         break;
       }
       case OpKind::KvStore: {
         const float *k = IN(0), *v = IN(1);
         uint16_t *kc = kc_[size_t(op.layer)].data(), *vc = vc_[size_t(op.layer)].data();
         const int64_t kvd = hp.kv_dim();
-        rows(T, [&](int64_t r0, int64_t r1) { cpu::kv_store(k + r0 * kvd, v + r0 * kvd, kc, vc, r1 - r0, kvd, in.pos0 + r0); });
+        for (int64_t e = 0; e < in.n_entries; ++e) {
+          const BatchEntry& E = in.entries[e];
+          rows(E.n_rows, [&](int64_t r0, int64_t r1) {
+            cpu::kv_store_paged(k + (E.row0 + r0) * kvd, v + (E.row0 + r0) * kvd, kc, vc, r1 - r0, kvd, E.pos0 + r0,
+                                E.blocks, block_shift_);
+          });
+        }
         break;
       }
-      case OpKind::Attention:
-        cpu::attention(IN(0), kc_[size_t(op.layer)].data(), vc_[size_t(op.layer)].data(), OUT(0), T, in.pos0,
-                       op.n_head, op.n_head_kv, op.head_dim, pool_);
+      case OpKind::Attention: {
+        const int64_t qd = int64_t(op.n_head) * op.head_dim;
+        seqs_.resize(size_t(in.n_entries));
+        for (int64_t e = 0; e < in.n_entries; ++e) {
+          const BatchEntry& E = in.entries[e];
+          seqs_[size_t(e)] = {IN(0) + E.row0 * qd, OUT(0) + E.row0 * qd, E.n_rows, E.pos0, E.blocks};
+        }
+        cpu::attention_paged(seqs_.data(), in.n_entries, kc_[size_t(op.layer)].data(), vc_[size_t(op.layer)].data(),
+                             block_shift_, op.n_head, op.n_head_kv, op.head_dim, pool_);
         break;
+      }
       case OpKind::Add:
         cpu::add(IN(0), IN(1), OUT(0), g.t(op.out[0]).rows * g.t(op.out[0]).cols);
         break;
@@ -223,7 +281,10 @@ class CpuBackend final : public Backend {
   cpu::ActBits act_;  // activation blocks of the quantized matmuls (knob cpu_act16)
   const Model* m_ = nullptr;
   std::vector<float> arena_;
-  std::vector<std::vector<uint16_t>> kc_, vc_;
+  std::vector<std::vector<uint16_t>> kc_, vc_;  // per layer: [n_blocks * block_size, kv_dim] fp16 pools
+  int block_shift_ = 0;                          // block_size = 1 << block_shift_
+  std::vector<cpu::PagedSeq> seqs_;
+  std::vector<int32_t> identity_blocks_;  // the one-sequence protocol's block table (run without entries)
   cpu::MatmulScratch scratch_;
   std::vector<ProfileEntry> profile_;
 };

@@ -79,12 +79,25 @@ static const float* fp16_table() {
   return tab.data();
 }
 
-// Causal attention. Jobs are (tile of up to 8 positions, KV head) with every query head of the
-// GQA group, so each cached K/V row is converted once per tile; a query's result depends only
-// on it and the cache, never on T or the tiling, so a prompt evaluated in one pass or token by
-// token gives the same bits.
-void attention(const float* q, const uint16_t* kc, const uint16_t* vc, float* out, int64_t T, int64_t pos0,
-               int n_head, int n_head_kv, int hd, ThreadPool& pool) {
+void kv_store_paged(const float* k, const float* v, uint16_t* kc, uint16_t* vc, int64_t T, int64_t kv_dim,
+                    int64_t pos0, const int32_t* blocks, int block_shift) {
+  const int64_t mask = (int64_t(1) << block_shift) - 1;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t p = pos0 + t, row = int64_t(blocks[p >> block_shift]) << block_shift | (p & mask);
+    for (int64_t i = 0; i < kv_dim; ++i) {
+      kc[row * kv_dim + i] = f32_to_fp16(k[t * kv_dim + i]);
+      vc[row * kv_dim + i] = f32_to_fp16(v[t * kv_dim + i]);
+    }
+  }
+}
+
+// Causal attention. Jobs are (sequence, tile of up to 8 positions, KV head) with every query head
+// of the GQA group, so each cached K/V row is converted once per tile; a query's result depends
+// only on it and its sequence's cache, never on T, the tiling, the other sequences of the step or
+// where its pages lie, so a prompt evaluated in one pass, token by token or in a batch gives the
+// same bits.
+void attention_paged(const PagedSeq* seqs, int64_t n_seqs, const uint16_t* kc, const uint16_t* vc, int block_shift,
+                     int n_head, int n_head_kv, int hd, ThreadPool& pool) {
   const float* h2f = fp16_table();
   const int group = n_head / n_head_kv;
   const int64_t kv_dim = int64_t(n_head_kv) * hd;
@@ -94,32 +107,45 @@ void attention(const float* q, const uint16_t* kc, const uint16_t* vc, float* ou
   constexpr int kTile = 8;
   const bool simd = active_isa() != Isa::Scalar && hd % 8 == 0 && hd <= 256 && group * kTile <= kAttnMaxQueries;
   const int tile = !simd ? 1 : group * 2 * kTile <= kAttnMaxQueries ? 2 * kTile : kTile;
-  const int64_t n_tiles = (T + tile - 1) / tile;
   // Causal: a tile's cost grows with its position, so a static contiguous split gave the last
   // thread ~3/4 of a prefill's work. Threads instead take jobs from a shared counter (which also
-  // absorbs a core stolen by another process), head by head so that the head's K/V slice
-  // (2 x 256 B per position) stays in L2, and within a head the heaviest (latest) tile first so
-  // that the last jobs are short.
-  const int64_t n_jobs = n_tiles * n_head_kv;
+  // absorbs a core stolen by another process), sequence by sequence and head by head so that the
+  // head's K/V slice (2 x 256 B per position) stays in L2, and within a head the heaviest
+  // (latest) tile first so that the last jobs are short.
+  std::vector<int64_t> job0(size_t(n_seqs) + 1, 0);  // first job of each sequence
+  int64_t max_keys = 0, max_t = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    job0[size_t(s) + 1] = job0[size_t(s)] + (seqs[s].T + tile - 1) / tile * n_head_kv;
+    max_keys = std::max(max_keys, seqs[s].pos0 + seqs[s].T);
+    max_t = std::max(max_t, seqs[s].T);
+  }
+  const int64_t n_jobs = job0.back();
   std::atomic<int64_t> next{0};
   pool.run_all([&](int) {
     // Scratch kept per thread: zero-filling fresh vectors on every call cost decode ~2%.
     thread_local std::vector<float> sc, acc;
-    const int64_t n_pad = (pos0 + T + 7) / 8 * 8;
-    const int64_t nq = int64_t(group) * std::min<int64_t>(tile, T);
+    const int64_t n_pad = (max_keys + 7) / 8 * 8;
+    const int64_t nq = int64_t(group) * std::min<int64_t>(tile, max_t);
     if (sc.size() < size_t(n_pad * nq)) sc.resize(size_t(n_pad * nq));
     if (acc.size() < size_t(hd * nq)) acc.resize(size_t(hd * nq));
+    int64_t si = 0;
     for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_jobs;
          i = next.fetch_add(1, std::memory_order_relaxed)) {
-      const int kvh = int(i / n_tiles);
-      const int64_t t0 = (n_tiles - 1 - i % n_tiles) * tile, t1 = std::min(T, t0 + tile);
+      while (job0[size_t(si) + 1] <= i) ++si;  // jobs are taken in increasing order
+      while (job0[size_t(si)] > i) --si;
+      const PagedSeq& S = seqs[si];
+      const int64_t T = S.T, pos0 = S.pos0, n_tiles = (T + tile - 1) / tile, ji = i - job0[size_t(si)];
+      const int kvh = int(ji / n_tiles);
+      const int64_t t0 = (n_tiles - 1 - ji % n_tiles) * tile, t1 = std::min(T, t0 + tile);
+      AttnTileArgs a;
+      a.blocks = S.blocks;
+      a.block_shift = block_shift;
       if (simd) {
-        AttnTileArgs a;
         for (int64_t t = t0; t < t1; ++t)
           for (int g = 0; g < group; ++g) {
             const int h = kvh * group + g;
-            a.q[a.nq] = q + (t * n_head + h) * hd;
-            a.out[a.nq] = out + (t * n_head + h) * hd;
+            a.q[a.nq] = S.q + (t * n_head + h) * hd;
+            a.out[a.nq] = S.out + (t * n_head + h) * hd;
             a.n_keys[a.nq] = pos0 + t + 1;
             ++a.nq;
           }
@@ -137,10 +163,10 @@ void attention(const float* q, const uint16_t* kc, const uint16_t* vc, float* ou
       const int64_t n = pos0 + t + 1;  // causal: positions 0..pos0+t
       for (int g = 0; g < group; ++g) {
         const int h = kvh * group + g;
-        const float* qh = q + (t * n_head + h) * hd;
+        const float* qh = S.q + (t * n_head + h) * hd;
         float mx = -INFINITY;
         for (int64_t j = 0; j < n; ++j) {
-          const uint16_t* kr = kc + j * kv_dim + int64_t(kvh) * hd;
+          const uint16_t* kr = kc + a.row(j) * kv_dim + int64_t(kvh) * hd;
           float s = 0;
           for (int i = 0; i < hd; ++i) s += qh[i] * h2f[kr[i]];
           sc[size_t(j)] = s * scale;
@@ -150,15 +176,21 @@ void attention(const float* q, const uint16_t* kc, const uint16_t* vc, float* ou
         for (int64_t j = 0; j < n; ++j) sum += sc[size_t(j)] = std::exp(sc[size_t(j)] - mx);
         std::fill(acc.begin(), acc.begin() + hd, 0.f);
         for (int64_t j = 0; j < n; ++j) {
-          const uint16_t* vr = vc + j * kv_dim + int64_t(kvh) * hd;
+          const uint16_t* vr = vc + a.row(j) * kv_dim + int64_t(kvh) * hd;
           const float p = sc[size_t(j)];
           for (int i = 0; i < hd; ++i) acc[size_t(i)] += p * h2f[vr[i]];
         }
-        float* oh = out + (t * n_head + h) * hd;
+        float* oh = S.out + (t * n_head + h) * hd;
         for (int i = 0; i < hd; ++i) oh[i] = acc[size_t(i)] / sum;
       }
     }
   });
+}
+
+void attention(const float* q, const uint16_t* kc, const uint16_t* vc, float* out, int64_t T, int64_t pos0,
+               int n_head, int n_head_kv, int hd, ThreadPool& pool) {
+  const PagedSeq s{q, out, T, pos0, nullptr};
+  attention_paged(&s, 1, kc, vc, 0, n_head, n_head_kv, hd, pool);
 }
 
 void add(const float* a, const float* b, float* y, int64_t n) {

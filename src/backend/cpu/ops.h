@@ -24,6 +24,22 @@ void kv_store(const float* k, const float* v, uint16_t* kc, uint16_t* vc, int64_
 // GQA: query head h reads kv head h / (n_head / n_head_kv). Scale 1/sqrt(head_dim).
 void attention(const float* q, const uint16_t* kc, const uint16_t* vc, float* out, int64_t T, int64_t pos0,
                int n_head, int n_head_kv, int head_dim, ThreadPool& pool);
+
+// Paged KV: position p of a sequence is row (blocks[p / B] * B + p % B) of the pools
+// ([rows, kv_dim] fp16 each), B = 1 << block_shift.
+struct PagedSeq {
+  const float* q = nullptr;  // [T, n_head * head_dim]
+  float* out = nullptr;      // [T, n_head * head_dim]
+  int64_t T = 0, pos0 = 0;
+  const int32_t* blocks = nullptr;  // covers positions [0, pos0 + T)
+};
+// Writes k, v rows (T of them) of one sequence at positions pos0..pos0+T-1 into its pages.
+void kv_store_paged(const float* k, const float* v, uint16_t* kc, uint16_t* vc, int64_t T, int64_t kv_dim,
+                    int64_t pos0, const int32_t* blocks, int block_shift);
+// attention() for several sequences in one parallel region, each over its own pages; a query's
+// result is the same bits as attention() over a contiguous cache of the same contents.
+void attention_paged(const PagedSeq* seqs, int64_t n_seqs, const uint16_t* kc, const uint16_t* vc, int block_shift,
+                     int n_head, int n_head_kv, int head_dim, ThreadPool& pool);
 void add(const float* a, const float* b, float* y, int64_t n);
 void silu_mul(const float* g, const float* u, float* y, int64_t n);
 void silu_mul(const float* g, const float* u, float* y, int64_t n, ThreadPool& pool);  // threaded

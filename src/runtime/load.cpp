@@ -1,0 +1,54 @@
+#include "runtime/load.h"
+
+#include <algorithm>
+
+#include "util/log.h"
+#include "util/progress.h"
+#include "util/status.h"
+#include "util/threadpool.h"
+
+namespace lmf {
+
+Loaded load(const LoadRequest& r) {
+  if (r.n_ctx < 0) LMF_FAIL("-c/--ctx-size must be positive, got ", r.n_ctx);
+  Loaded e;
+  e.model = Model::load(r.path);
+  BackendOptions o;
+  o.n_threads = r.threads > 0 ? r.threads : ThreadPool::default_threads();
+  // An explicit context is honoured (a longer input is then a clear error); the default grows to
+  // what the caller needs.
+  o.n_ctx = r.n_ctx > 0 ? r.n_ctx : std::max(std::min<int64_t>(e.model->hp.n_ctx_train, 4096), r.min_ctx);
+  if (r.n_ctx > 0 && e.model->hp.n_ctx_train > 0 && r.n_ctx > e.model->hp.n_ctx_train)  // as llama.cpp warns
+    LMF_LOG(Warn, "-c ", r.n_ctx, " is longer than the model's training context (", e.model->hp.n_ctx_train,
+            "): positions past it may give poor text");
+  o.knobs = r.knobs;
+  o.device = r.device_index;
+  // Backends that copy the weights (CUDA) report each layer: a bar on a terminal, a line every
+  // few seconds otherwise, nothing for a load too short to draw one.
+  std::shared_ptr<Progress> prog;
+  if (r.progress) {
+    prog = std::make_shared<Progress>("loading " + r.path, e.model->weight_bytes());
+    o.load_progress = [prog](uint64_t done, uint64_t, int64_t k, int64_t n) { prog->update(done, k, n); };
+  }
+  e.backend = make_backend(r.device, o);
+  e.backend->load(*e.model);
+  if (prog) prog->finish(false);
+  return e;
+}
+
+int64_t kv_positions_for_budget(const Model& m, const Backend& b, uint64_t budget, int64_t n_ctx) {
+  const uint64_t per_pos = m.hp.kv_cache_bytes(1);
+  if (budget > 0) {
+    const int64_t p = int64_t(budget / per_pos);
+    if (p < n_ctx)
+      LMF_FAIL("--kv-budget ", (budget >> 20), " MiB holds ", p, " positions, less than one context of ", n_ctx,
+               " (", (per_pos * uint64_t(n_ctx)) >> 20, " MiB): raise it or lower -c");
+    return p;
+  }
+  int64_t p = 4 * n_ctx;
+  if (const uint64_t avail = b.kv_memory_available(); avail > 0)
+    p = std::min<int64_t>(p, int64_t(avail / 2 / per_pos));
+  return std::max(p, n_ctx);
+}
+
+}  // namespace lmf

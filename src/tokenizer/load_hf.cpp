@@ -152,6 +152,7 @@ struct HfAddedVocab {
   std::vector<std::string> special_set;
   std::unordered_map<std::string, int32_t> ids;    // added_tokens_map
   std::map<int32_t, HfAdded> by_id;                // added_tokens_map_r
+  std::map<int32_t, bool> any_normalized;          // some token given this id is normalized
 
   bool is_special(const std::string& c) const {
     return std::find(special_set.begin(), special_set.end(), c) != special_set.end();
@@ -178,6 +179,7 @@ struct HfAddedVocab {
     }
     ids[t.content] = id;
     by_id[id] = t;
+    any_normalized[id] = any_normalized[id] || t.normalized;
     if (!is_special(t.content)) added_list.push_back(t);
   }
 };
@@ -265,19 +267,21 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf(const std::string& tokenizer_json,
                 a.value("lstrip", false), a.value("rstrip", false), a.value("single_word", false)},
                model, model.size());
       }
-    // One matcher entry per pattern, HF's order (special ones first); the flags HF applies to a
-    // match are those of the token its id maps to.
+    // One matcher entry per pattern, HF's order (special ones first). How a content matches
+    // (raw or normalized, and its flags) is decided by the last token added with it, the one
+    // its id maps to, as tokenizers 0.23 does (found by the differential test).
     for (const auto* list : {&av.special_list, &av.added_list})
       for (const HfAdded& a : *list) {
         int32_t id = av.ids.at(a.content);
         const HfAdded& r = av.by_id.at(id);
-        f.added_.push_back({a.content, id, av.is_special(r.content), a.normalized, r.lstrip, r.rstrip, r.single_word});
+        f.added_.push_back({a.content, id, av.is_special(r.content), r.normalized, r.lstrip, r.rstrip, r.single_word});
       }
     f.special_texts_ = av.special_set;
-    // HF's id_to_token of an added token: its content, normalized if it is a normalized one.
+    // HF's id_to_token of an added token: its content, normalized if any token added with that
+    // id is a normalized one (tokenizers 0.23; found by the differential test).
     std::vector<std::pair<int32_t, std::string>> strings;
     for (const auto& [id, a] : av.by_id)
-      strings.emplace_back(id, a.normalized && !f.norm_.empty() ? f.norm_.apply(a.content) : a.content);
+      strings.emplace_back(id, av.any_normalized[id] && !f.norm_.empty() ? f.norm_.apply(a.content) : a.content);
     TokenizerLoader::set_vocab(*t, vocab, strings, merges, opt, "tokenizer.json");
 
     // What llama.cpp's gpt2 GGUF tokenizer (all to_gguf writes) would encode differently.

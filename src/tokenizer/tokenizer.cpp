@@ -86,7 +86,7 @@ struct Tokenizer::AddedMatcher {
           while (stop < s.size() && hf::is_white_space(utf8::decode_at(s, stop, &len))) stop += len;
         }
         if (done < start) text(done, start);
-        token(t.id);
+        if (start < stop) token(t.id);  // HF drops empty splits: a match inside what lstrip took
         done = stop;
       }
     }

@@ -104,6 +104,9 @@ def byte_level_case(rng):
         singles = [t for t in m["vocab"] if len(t) == 1 and not any(t in mg for mg in map(tuple, m["merges"]))]
         for t in rng.sample(singles, min(len(singles), rng.randint(1, 5))):
             del m["vocab"][t]
+        # ids without gaps: with gaps HF gives new added tokens ids the vocabulary already uses
+        # (lmfuse refuses those files)
+        m["vocab"] = {t: i for i, t in enumerate(sorted(m["vocab"], key=m["vocab"].get))}
         if rng.random() < 0.5 and specials:
             m["unk_token"] = specials[0]
             m["fuse_unk"] = rng.random() < 0.5
@@ -134,6 +137,7 @@ def sp_case(rng):
         if b not in missing:
             m["vocab"]["<0x%02X>" % b] = n
             n += 1
+    m["vocab"] = {t: i for i, t in enumerate(sorted(m["vocab"], key=m["vocab"].get))}  # no gaps
     m["byte_fallback"] = rng.random() < 0.9
     m["fuse_unk"] = rng.random() < 0.7
     if legacy:
@@ -169,6 +173,10 @@ def perturb(rng, j):
     if rng.random() < 0.1 and added:
         added.append(dict(rng.choice(added), special=rng.random() < 0.5))  # the same content twice
     j["added_tokens"] = added
+    if rng.random() < 0.03 and results:  # a merge result kept only as an added token: HF refuses it
+        gone = rng.choice(results)
+        m["vocab"].pop(gone, None)
+        added.append(added_entry(gone, False, rng, next_id))
     if rng.random() < 0.1 and merges:
         merges.append(rng.choice(merges))  # a duplicate: HF keeps its last rank
     as_list = rng.random() < 0.5 or any(" " in a or " " in b for a, b in merges)
@@ -252,6 +260,8 @@ def check_case(tool, rng, j, path, n_texts, cli):
         added = [a["content"] for a in j["added_tokens"]]
         vocab_words = [t.replace("\u0120", " ").replace("\u2581", " ") for t in rng.sample(list(j["model"]["vocab"]), 20)]
         texts = [rand_text(rng, added + vocab_words) for _ in range(n_texts)] + ["", " ", "  a", "a  "]
+        if cli:  # CLI11 trims a positional argument's whitespace; printf stops at NUL
+            texts = [t for t in texts if t == t.strip() and t]
         n_ids = max(j["model"]["vocab"].values()) + 1 + len(added)
         valid = sorted(set(j["model"]["vocab"].values()) | {hf.token_to_id(a) for a in added})
         for t in texts:
@@ -266,12 +276,16 @@ def check_case(tool, rng, j, path, n_texts, cli):
                 if e[0] and e[1]:
                     for skip in ((False,) if cli else (False, True)):
                         d = hf_call(lambda: hf.decode(e[1], skip_special_tokens=skip))
+                        if cli and "\0" in str(d[1]):
+                            continue
                         reqs.append(("D" if skip else "d") + ",".join(map(str, e[1])))
                         expect.append(("decode" + (" skip_special" if skip else ""), ",".join(map(str, e[1])), d))
         for _ in range(max(1, n_texts // 4)):  # random id lists: decoders on odd neighbours
             ids = [rng.choice(valid) for _ in range(rng.randint(1, 8))]
             for skip in ((False,) if cli else (False, True)):
                 d = hf_call(lambda: hf.decode(ids, skip_special_tokens=skip))
+                if cli and "\0" in str(d[1]):
+                    continue
                 reqs.append(("D" if skip else "d") + ",".join(map(str, ids)))
                 expect.append(("decode" + (" skip_special" if skip else ""), ",".join(map(str, ids)), d))
         del n_ids

@@ -153,6 +153,7 @@ struct HfAddedVocab {
   std::unordered_map<std::string, int32_t> ids;    // added_tokens_map
   std::map<int32_t, HfAdded> by_id;                // added_tokens_map_r
   std::map<int32_t, bool> any_normalized;          // some token given this id is normalized
+  std::unordered_map<int32_t, std::string> model_strings;  // model.vocab by id
 
   bool is_special(const std::string& c) const {
     return std::find(special_set.begin(), special_set.end(), c) != special_set.end();
@@ -178,6 +179,11 @@ struct HfAddedVocab {
       id = (size_t(mx) >= model_size || model_size == 0) ? mx + 1 : int32_t(model_size);
     }
     ids[t.content] = id;
+    if (auto it = by_id.find(id); (it != by_id.end() && it->second.content != t.content) ||
+                                  (model_strings.count(id) && model_strings.at(id) != t.content))
+      LMF_FAIL("tokenizer.json: added token '", t.content, "' gets id ", id, ", which already is '",
+               it != by_id.end() ? it->second.content : model_strings.at(id),
+               "' (model.vocab has gaps in its ids; HF's result is then ill-defined)");
     by_id[id] = t;
     any_normalized[id] = any_normalized[id] || t.normalized;
     if (!is_special(t.content)) added_list.push_back(t);
@@ -260,6 +266,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf(const std::string& tokenizer_json,
     f.pre_name_ = f.pre_.only_regex() ? f.pre_.guess_name() : "";
 
     HfAddedVocab av;
+    for (const auto& [tok, id] : vocab) av.model_strings[id] = tok;
     if (j.contains("added_tokens") && !j["added_tokens"].is_null())
       for (const auto& a : j["added_tokens"]) {
         const bool special = a.value("special", false);

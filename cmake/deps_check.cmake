@@ -1,11 +1,12 @@
 # What the tokenizer needs (PCRE2 for the pre-tokenizer's regexes, utf8proc for NFC and case
-# mappings, nlohmann-json for tokenizer.json) is required: a build without them would load a model
+# mappings, nlohmann-json for tokenizer.json) and the server (cpp-httplib) is required: a build without them would load a model
 # and then fail on its first prompt. -DLMFUSE_ALLOW_MISSING_DEPS=ON (the GPU machine's bench-only
 # builds, scripts/gpu_build.sh) lists what is missing and goes on.
 find_package(PkgConfig QUIET)
 if(PkgConfig_FOUND)
   pkg_check_modules(PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
   pkg_check_modules(UTF8PROC QUIET IMPORTED_TARGET libutf8proc)
+  pkg_check_modules(HTTPLIB QUIET IMPORTED_TARGET cpp-httplib)
 endif()
 find_path(NLOHMANN_JSON_INCLUDE nlohmann/json.hpp HINTS ${CMAKE_SOURCE_DIR}/.deps/include)
 set(_missing)
@@ -20,6 +21,10 @@ if(NOT UTF8PROC_FOUND)
 endif()
 if(NOT NLOHMANN_JSON_INCLUDE)
   list(APPEND _missing "nlohmann-json: nlohmann-json3-dev")
+endif()
+if(NOT HTTPLIB_FOUND OR NOT NLOHMANN_JSON_INCLUDE)  # lmfuse serve
+  list(APPEND _missing "cpp-httplib (lmfuse serve): libcpp-httplib-dev")
+  set(HTTPLIB_FOUND FALSE)
 endif()
 if(_missing)
   list(JOIN _missing "; " _m)

@@ -41,3 +41,20 @@ target_link_libraries(lmfuse_core PUBLIC lmfuse_backend_cpu lmfuse_sampling lmfu
 if(LMFUSE_CUDA)
   target_compile_definitions(lmfuse_core PUBLIC LMFUSE_HAVE_CUDA=1)
 endif()
+
+# The OpenAI-compatible server (src/server) over the runtime, on cpp-httplib (Debian's
+# libcpp-httplib-dev: a header and a shared library, found by pkg-config in deps_check.cmake; a
+# bench-only build without it has no `lmfuse serve`). The chat page is one static HTML file
+# embedded in the binary as a string.
+if(HTTPLIB_FOUND)
+  set(_page ${CMAKE_SOURCE_DIR}/src/server/chat_page.html)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_page})
+  file(READ ${_page} LMFUSE_CHAT_PAGE)
+  configure_file(${CMAKE_SOURCE_DIR}/src/server/chat_page.inc.in ${CMAKE_BINARY_DIR}/generated/server/chat_page.inc @ONLY)
+  file(GLOB server_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/server/*.cpp)
+  add_library(lmfuse_server STATIC ${server_srcs})
+  target_include_directories(lmfuse_server PUBLIC ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include
+    ${NLOHMANN_JSON_INCLUDE} PRIVATE ${CMAKE_BINARY_DIR}/generated)
+  target_link_libraries(lmfuse_server PUBLIC lmfuse_core PkgConfig::HTTPLIB Threads::Threads)
+  target_compile_definitions(lmfuse_server PUBLIC LMFUSE_HAVE_SERVER=1)
+endif()

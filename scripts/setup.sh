@@ -33,7 +33,8 @@ say() { echo "setup: $*" >&2; }
 
 # 1. Debian packages.
 pkgs=(cmake ninja-build g++ pkg-config git xz-utils libgtest-dev libbenchmark-dev nlohmann-json3-dev
-      libpcre2-dev libcli11-dev libutf8proc-dev libcpp-httplib-dev python3 python3-venv python3-pip tmux)
+      libpcre2-dev libcli11-dev libutf8proc-dev libcpp-httplib-dev python3 python3-venv python3-pip tmux
+      chromium chromium-driver)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

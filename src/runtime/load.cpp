@@ -36,7 +36,7 @@ Loaded load(const LoadRequest& r) {
   return e;
 }
 
-int64_t kv_positions_for_budget(const Model& m, const Backend& b, uint64_t budget, int64_t n_ctx) {
+int64_t kv_positions_for_budget(const Model& m, const Backend& b, uint64_t budget, int64_t n_ctx, int64_t n_seqs) {
   const uint64_t per_pos = m.hp.kv_cache_bytes(1);
   if (budget > 0) {
     const int64_t p = int64_t(budget / per_pos);
@@ -45,7 +45,7 @@ int64_t kv_positions_for_budget(const Model& m, const Backend& b, uint64_t budge
                " (", (per_pos * uint64_t(n_ctx)) >> 20, " MiB): raise it or lower -c");
     return p;
   }
-  int64_t p = 4 * n_ctx;
+  int64_t p = n_seqs * n_ctx;
   if (const uint64_t avail = b.kv_memory_available(); avail > 0)
     p = std::min<int64_t>(p, int64_t(avail / 2 / per_pos));
   return std::max(p, n_ctx);

@@ -29,8 +29,10 @@ struct Loaded {
 
 Loaded load(const LoadRequest& r);
 
-// KV pool positions for a memory budget in bytes (0 = automatic: room for 4 sequences of the full
-// context, within half of the memory the backend says is free, and never less than one context).
-int64_t kv_positions_for_budget(const Model& m, const Backend& b, uint64_t budget_bytes, int64_t n_ctx);
+// KV pool positions for a memory budget in bytes (0 = automatic: room for n_seqs sequences of the
+// full context, within half of the memory the backend says is free, and never less than one
+// context).
+int64_t kv_positions_for_budget(const Model& m, const Backend& b, uint64_t budget_bytes, int64_t n_ctx,
+                                int64_t n_seqs = 4);
 
 }  // namespace lmf

@@ -62,5 +62,6 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
 int cmd_chat(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 
 }  // namespace lmf::cli

@@ -27,6 +27,7 @@ const Command kCommands[] = {
     {"tokenize", cmd_tokenize, "text to token ids"},
     {"detokenize", cmd_detokenize, "token ids to text"},
     {"convert", cmd_convert, "convert a Hugging Face checkpoint to GGUF"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching and a chat page"},
 };
 
 void usage(FILE* f) {
@@ -37,7 +38,8 @@ void usage(FILE* f) {
   std::fprintf(f,
                "\nexamples:\n"
                "  lmfuse run -m models/smollm2-135m-instruct-q4_1.gguf -p \"The capital of France is\" -n 32\n"
-               "  lmfuse random-model --preset qwen3-0.6b --type q4_0 -o /tmp/q.gguf && lmfuse bench -m /tmp/q.gguf\n");
+               "  lmfuse random-model --preset qwen3-0.6b --type q4_0 -o /tmp/q.gguf && lmfuse bench -m /tmp/q.gguf\n"
+               "  lmfuse serve -m models/smollm2-135m-instruct-q4_1.gguf --port 8080   # then open http://127.0.0.1:8080/\n");
 }
 
 }  // namespace
@@ -47,11 +49,12 @@ int main(int argc, char** argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 1 : 0;
   }
-  // llama.cpp spells them -ngl, -mg, -ub; CLI11 takes only single-letter short options.
+  // llama.cpp spells them -ngl, -mg, -ub, -np; CLI11 takes only single-letter short options.
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "-ngl")) argv[i] = const_cast<char*>("--ngl");
     if (!std::strcmp(argv[i], "-mg")) argv[i] = const_cast<char*>("--mg");
     if (!std::strcmp(argv[i], "-ub")) argv[i] = const_cast<char*>("--ubatch-size");
+    if (!std::strcmp(argv[i], "-np")) argv[i] = const_cast<char*>("--parallel");
   }
   for (const auto& c : kCommands) {
     if (std::strcmp(argv[1], c.name) != 0) continue;

@@ -107,7 +107,7 @@ ApiRequest parse_request(const json& b, bool chat, const ApiContext& ctx) {
   r.chat = chat;
   const Tokenizer& t = *ctx.tok;
   if (const json* m = field(b, "model"); m && !m->is_string()) bad("model", "expected a string");
-  if (integer(b, "n", 1, 1, 1) != 1) bad("n", "only n = 1 is supported");
+  if (integer(b, "n", 1, 1, 128) != 1) bad("n", "only n = 1 is supported");
   r.stream = boolean(b, "stream", false);
   if (const json* so = field(b, "stream_options")) {
     if (!so->is_object()) bad("stream_options", "expected an object");

@@ -78,14 +78,14 @@ std::string Graph::describe() const {
 
 // ---- fusion groups ------------------------------------------------------------------------
 
-static int producer_of(const Graph& g, int tensor) {
+int producer_of(const Graph& g, int tensor) {
   for (size_t i = 0; i < g.ops.size(); ++i)
     for (int o : g.ops[i].out)
       if (o == tensor) return int(i);
   return -1;
 }
 
-static std::vector<int> consumers_of(const Graph& g, int tensor) {
+std::vector<int> consumers_of(const Graph& g, int tensor) {
   std::vector<int> r;
   for (size_t i = 0; i < g.ops.size(); ++i)
     for (int in : g.ops[i].in)
@@ -146,7 +146,12 @@ void form_groups(Graph& g) {
     } else if (members.size() == 1) {
       auto c = consumers_of(g, lead.out[0]);
       if (c.size() != 1 || g.ops[size_t(c[0])].kind != OpKind::Add) continue;
-      grp.kind = lead.name.find("ffn_down") != std::string::npos ? GroupKind::DownResid : GroupKind::OResid;
+      // From the structure: down projects the SiLU·mul product, o_proj the attention output.
+      const int src = producer_of(g, lead.in[0]);
+      if (src < 0) continue;
+      const OpKind sk = g.ops[size_t(src)].kind;
+      if (sk != OpKind::SiluMul && sk != OpKind::Attention) continue;
+      grp.kind = sk == OpKind::SiluMul ? GroupKind::DownResid : GroupKind::OResid;
       grp.norm = grp.add = -1;
       grp.epilogue.push_back(c[0]);
     } else {

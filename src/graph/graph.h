@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/weights.h"
+#include "format/tensor.h"
 
 namespace lmf {
 
@@ -103,6 +103,10 @@ struct Graph {
   void reset_fusion();
   std::string describe() const;  // ops, groups and plan, for --verbose / debugging
 };
+
+// The op that writes `tensor` (-1: none, a graph input), and the ops that read it, in order.
+int producer_of(const Graph& g, int tensor);
+std::vector<int> consumers_of(const Graph& g, int tensor);
 
 // Forms fusion groups from the graph's structure (linears sharing an input, their producing
 // norm and add, and the ops their output flows into). Called once after building the graph.

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "format/gguf/gguf.h"
-#include "model/weights.h"
+#include "format/tensor.h"
 
 namespace lmf {
 

@@ -15,7 +15,7 @@
 
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/cpu_features.h"
-#include "model/weights.h"
+#include "format/tensor.h"
 #include "util/threadpool.h"
 
 namespace lmf::cpu {

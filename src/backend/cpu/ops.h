@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include "model/weights.h"
+#include "format/tensor.h"
 #include "util/threadpool.h"
 
 namespace lmf::cpu {

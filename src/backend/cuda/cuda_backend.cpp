@@ -1112,9 +1112,10 @@ cuda::QkvPostArgs CudaBackend::qkv_epilogue_args(Graph& g, GraphState& st, const
   pa.pos = d_io_ + 1;
   pa.rope_cs = rope_table_;
   int q_rope = -1;
-  for (int e : grp.epilogue)
-    if (g.ops[size_t(e)].kind == OpKind::Rope && g.ops[size_t(e)].name.find("q_rope") != std::string::npos)
-      q_rope = g.ops[size_t(e)].out[0];
+  for (int e : grp.epilogue)  // q's rope: the one the attention reads (k's goes to the cache)
+    if (g.ops[size_t(e)].kind == OpKind::Rope)
+      for (int c : consumers_of(g, g.ops[size_t(e)].out[0]))
+        if (g.ops[size_t(c)].kind == OpKind::Attention) q_rope = g.ops[size_t(e)].out[0];
   LMF_CHECK(q_rope >= 0, "QKV group of layer ", grp.layer, " has no q rope in its epilogue");
   pa.q_out = ptr(st, g, q_rope);
   pa.k_cache = L.kc;

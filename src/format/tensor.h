@@ -1,4 +1,5 @@
-// A weight as backends see it: a 1-D or 2-D tensor in its file layout (row-major, each row of
+// A weight as graphs and backends see it (below the model layer, so src/graph and the backends
+// need nothing from src/model): a 1-D or 2-D tensor in its file layout (row-major, each row of
 // `cols` elements stored as row_bytes(type, cols) bytes). rows = output features, cols = input.
 #pragma once
 #include <cstddef>

@@ -48,6 +48,7 @@ if not os.path.exists(MODEL):
 
 failures = []
 procs = []  # processes this test started (servers, chromedriver): killed at the end if still running
+spawn = threading.Lock()  # held while starting one; the watchdog takes it for good
 PROFILE = tempfile.mkdtemp(prefix="lmfuse_chat_page_")  # Chromium's profile: marks its processes as this test's
 
 
@@ -69,9 +70,10 @@ def out_dir():
 class Server:
     def __init__(self, *args):
         self.log = tempfile.TemporaryFile(mode="w+")
-        self.p = subprocess.Popen([EXE, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "-t", "2", "-np", "4",
-                                   *args], stdout=subprocess.PIPE, stderr=self.log, text=True)
-        procs.append(self.p)
+        with spawn:
+            self.p = subprocess.Popen([EXE, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "-t", "2", "-np", "4",
+                                       *args], stdout=subprocess.PIPE, stderr=self.log, text=True)
+            procs.append(self.p)
         line = [None]
         t = threading.Thread(target=lambda: line.__setitem__(0, self.p.stdout.readline()), daemon=True)
         t.start()
@@ -122,13 +124,13 @@ def ours():
     return mine
 
 
-def kill_all():
+def kill_all(wait=True):
     for pid in ours():
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    for p in procs:
+    for p in procs if wait else []:
         if p.poll() is None:
             try:
                 p.wait(timeout=5)
@@ -139,7 +141,11 @@ def kill_all():
 
 def watchdog():
     print(f"FAIL the test ran past {OVERALL_S} s: killing the server and the browser", flush=True)
-    kill_all()
+    spawn.acquire(timeout=10)  # nothing new starts from here on
+    kill_all(wait=False)
+    time.sleep(0.5)
+    kill_all(wait=False)  # what a dying chromedriver started meanwhile
+    shutil.rmtree(PROFILE, ignore_errors=True)
     os._exit(1)
 
 
@@ -153,8 +159,9 @@ def start_browser():
         o.add_argument(a)
     o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     service = Service(CHROMEDRIVER)
-    service.start()  # started here so that its pid (and Chromium under it) is known to kill_all
-    procs.append(service.process)
+    with spawn:
+        service.start()  # started here so that its pid (and Chromium under it) is known to kill_all
+        procs.append(service.process)
     d = webdriver.Chrome(service=service, options=o)
     d.set_page_load_timeout(30)
     d.set_script_timeout(30)

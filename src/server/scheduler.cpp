@@ -318,6 +318,7 @@ void Scheduler::loop() {
           std::rotate(active_.begin(), active_.end() - 1, active_.end());  // it waits at the front
         }
       }
+      update_gauges();  // cancelled or failed requests left: the gauges say so now
       continue;
     }
     logits_.resize(items.size() * size_t(V));

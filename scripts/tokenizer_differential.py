@@ -29,6 +29,10 @@ import subprocess
 import sys
 import tempfile
 
+# The BPE trainer runs on rayon threads, and its merge order then varies run to run: one thread
+# makes a seed generate the same tokenizer files every time (set before tokenizers loads).
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+
 import tokenizers
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 

@@ -38,7 +38,8 @@ else:
 rc = 0
 for seed in (1, 2, 3):
     p = subprocess.run([sys.executable, str(SRC / "scripts" / "tokenizer_differential.py"), "--seed", str(seed),
-                        "-n", n, "--texts", texts] + tool, capture_output=True, text=True)
+                        "-n", n, "--texts", texts] + tool, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONHASHSEED": "0", "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})  # one seed, one set of files
     print(p.stdout[-4000:])
     if p.returncode != 0:
         print(p.stderr[-2000:])

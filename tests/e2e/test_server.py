@@ -236,6 +236,13 @@ def main():
         check("a full queue answers 429 with a JSON error, the rest finish", codes.count(200) >= 2 and 429 in codes
               and all(is_error(*r, 429) for r in results if r[0] == 429), str(codes))
         # SIGTERM while streams run: they finish (or end with an error event) and the server exits 0.
+        # First the queue phase's requests leave the scheduler (their replies can arrive a step
+        # before their slot is freed), so both streams get a slot or the queue's one place.
+        for _ in range(100):
+            m = s.raw("GET", "/metrics")[2]
+            if "lmfuse_active_requests 0" in m and "lmfuse_queue_length 0" in m:
+                break
+            time.sleep(0.05)
         outs = []
 
         def stream_req():
@@ -243,9 +250,9 @@ def main():
                               "max_tokens": 60, "ignore_eos": True, "stream": True}))
 
         th = [threading.Thread(target=stream_req) for _ in range(2)]
-        for t in th:
+        for t in th:  # staggered: the first is admitted before the second takes the queue's one place
             t.start()
-        time.sleep(0.5)
+            time.sleep(0.4)
         t0 = time.time()
         rc = s.stop(signal.SIGTERM, timeout=40)
         for t in th:

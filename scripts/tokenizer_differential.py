@@ -195,13 +195,16 @@ def drop_ambiguous_added(j):
     `tokenizers` builds its matcher from a hash map's iteration order, so which id such a file gives
     changes from one process to the next (seed 2 case 6: 420 or 154 for the same text, about 1 run
     in 4): there is no answer to agree with."""
-    try:
-        norm = Tokenizer.from_str(json.dumps(j)).normalizer
-    except Exception:  # noqa: BLE001 -- a file HF refuses is compared as a refusal, unchanged
+    ok, norm = hf_call(lambda: Tokenizer.from_str(json.dumps(j)).normalizer)
+    if not ok:  # a file HF refuses (or panics on) is compared as a refusal, unchanged
         return j
     seen, kept = {}, []
     for a in j["added_tokens"]:
-        pattern = norm.normalize_str(a["content"]) if (a["normalized"] and norm) else a["content"]
+        pattern = a["content"]
+        if a["normalized"] and norm:
+            ok, pattern = hf_call(lambda: norm.normalize_str(a["content"]))
+            if not ok:
+                return j
         key = (bool(a["normalized"]), pattern)
         if key in seen and seen[key] != a["id"]:
             continue

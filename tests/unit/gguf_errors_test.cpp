@@ -150,10 +150,11 @@ TEST(GgufErrors, AbsurdArrayLength) {
 }
 
 TEST(GgufErrors, UnsupportedTensorType) {
-  Raw r = one_tensor(0, {256}, 12);
+  Raw r = one_tensor(0, {256}, 16);
   r.zeros(256);
   EXPECT_HAS(open_error(r.b),
-             "tensor 'x': unsupported type 12 (q4_K); supported: f32, f16, bf16, q8_0, q4_0, q4_1");
+             "tensor 'x': unsupported type 16 (iq2_xxs); supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+             "q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K, iq4_xs");
   Raw u = one_tensor(0, {8}, 1000);
   u.zeros(32);
   EXPECT_HAS(open_error(u.b), "unsupported type 1000 (type 1000)");

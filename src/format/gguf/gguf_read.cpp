@@ -41,8 +41,7 @@ std::string shape_str(const std::vector<int64_t>& ne) {
 
 std::string supported_list() {
   std::string s;
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1})
-    s += (s.empty() ? "" : ", ") + std::string(dtype_name(t));
+  for (DType t : all_dtypes()) s += (s.empty() ? "" : ", ") + std::string(dtype_name(t));
   return s;
 }
 

@@ -31,8 +31,9 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   def->bind(b, m->hp, *m);
   b.check_all_used();
   for (const Weight* w : {&m->tok_embd, &m->output})
-    if (w->cols % 32 != 0 && type_info(w->type).quantized)
-      LMF_FAIL(path, ": tensor '", w->name, "' row length ", w->cols, " is not a multiple of 32");
+    if (type_info(w->type).quantized && w->cols % type_info(w->type).block != 0)
+      LMF_FAIL(path, ": tensor '", w->name, "' row length ", w->cols, " is not a multiple of ",
+               type_info(w->type).block, " (the block of ", dtype_name(w->type), ")");
   return m;
 }
 

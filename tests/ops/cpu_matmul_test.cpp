@@ -60,7 +60,17 @@ std::vector<float> make_input(int64_t T, int64_t cols, int64_t ldx, uint32_t see
   return x;
 }
 
-bool is_quant(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+bool is_quant(DType t) { return type_info(t).quantized; }
+bool block256(DType t) { return type_info(t).block == 256; }
+
+// Every quantized weight type, and the ones without a kernel of their own (quant_units.h).
+const std::vector<DType> kUnitTypes = {DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                                       DType::Q5_K, DType::Q6_K, DType::Q8_K, DType::IQ4_NL, DType::IQ4_XS};
+std::vector<DType> quant_types() {
+  std::vector<DType> v = {DType::Q4_0, DType::Q4_1, DType::Q8_0};
+  v.insert(v.end(), kUnitTypes.begin(), kUnitTypes.end());
+  return v;
+}
 
 std::vector<Isa> isas() {
   std::vector<Isa> v{Isa::Scalar};
@@ -142,6 +152,7 @@ TEST_P(MatmulTypes, AllIsasAndShapesMatchReference) {
   ThreadPool pool(3);  // more threads than cores: exercises the row split, not speed
   struct Shape { int64_t rows, cols; };
   std::vector<Shape> shapes = {{32, 32}, {96, 64}, {67, 160}, {16, 4096}};
+  if (block256(type)) shapes = {{32, 256}, {96, 512}, {67, 768}, {16, 4096}};
   if (!is_quant(type)) shapes.push_back({9, 37});  // float rows need not be a multiple of 32
   for (Isa isa : isas()) {
     for (const Shape& s : shapes)
@@ -151,7 +162,7 @@ TEST_P(MatmulTypes, AllIsasAndShapesMatchReference) {
         if (HasFatalFailure()) return;
       }
     for (int64_t T : {1, 3}) {  // a tall weight
-      check_case(type, isa, 4096, 64, T, pool, true);
+      check_case(type, isa, 4096, block256(type) ? 256 : 64, T, pool, true);
       if (HasFatalFailure()) return;
     }
   }
@@ -159,7 +170,9 @@ TEST_P(MatmulTypes, AllIsasAndShapesMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(CpuMatmul, MatmulTypes,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0,
-                                           DType::Q4_0, DType::Q4_1),
+                                           DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                                           DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
+                                           DType::Q6_K, DType::Q8_K, DType::IQ4_NL, DType::IQ4_XS),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // Q/K/V-style: one call with three tasks (mixed types) equals three separate calls, bit for bit.
@@ -167,7 +180,7 @@ TEST(CpuMatmul, MultiTaskEqualsSeparateCalls) {
   ThreadPool pool(2);
   const int64_t cols = 256;
   TestWeight q = make_weight(DType::Q4_0, 128, cols, 1), k = make_weight(DType::Q8_0, 64, cols, 2),
-             v = make_weight(DType::F16, 48, cols, 3), u = make_weight(DType::Q4_1, 40, cols, 4);
+             v = make_weight(DType::F16, 48, cols, 3), u = make_weight(DType::Q4_K, 40, cols, 4);
   for (Isa isa : isas())
     for (int64_t T : {1, 5}) {
       const std::vector<float> x = make_input(T, cols, cols, 9);
@@ -194,7 +207,7 @@ TEST(CpuMatmul, MultiTaskEqualsSeparateCalls) {
 TEST(CpuMatmul, IsaPathsAgree) {
   ThreadPool pool(1);
   const int64_t rows = 64, cols = 1024, T = 5;
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16}) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::Q4_K, DType::Q6_K, DType::IQ4_XS}) {
     TestWeight w = make_weight(type, rows, cols, 5);
     const std::vector<float> x = make_input(T, cols, cols, 6);
     std::vector<float> ref(size_t(T * rows)), got(size_t(T * rows));
@@ -275,8 +288,11 @@ namespace {
 // a row count that leaves partial 8-row groups.
 TEST(CpuMatmul, BitIdenticalAcrossTokenCounts) {
   ThreadPool pool1(1), pool3(3);
-  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+  std::vector<DType> types = {DType::F32, DType::F16, DType::BF16};
+  for (DType t : quant_types()) types.push_back(t);
+  for (DType type : types) {
     std::vector<int64_t> cols_list = {64, 96, 1024, 3072};
+    if (block256(type)) cols_list = {256, 768, 3072};
     if (!is_quant(type)) cols_list.push_back(53);  // float rows: chunk tails of 16, 8 and 1
     for (int64_t cols : cols_list) {
       const int64_t rows = 45;
@@ -369,9 +385,10 @@ std::vector<float> make_outlier_input(int64_t T, int64_t cols, uint32_t seed) {
 TEST(CpuMatmul16, IsaPathsBitIdenticalToScalar) {
   ThreadPool pool1(1), pool3(3);
   struct Shape { int64_t rows, cols; };
-  const std::vector<Shape> shapes = {{1, 32}, {7, 96}, {45, 160}, {67, 1024}, {130, 64}, {33, 3072}};
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+  const std::vector<Shape> shapes = {{1, 32}, {7, 96}, {45, 160}, {40, 512}, {67, 1024}, {130, 64}, {33, 3072}};
+  for (DType type : quant_types())
     for (const Shape& s : shapes) {
+      if (s.cols % type_info(type).block != 0) continue;
       const TestWeight tw = make_weight(type, s.rows, s.cols, uint32_t(s.rows * 17 + s.cols));
       std::vector<float> bias(size_t(s.rows));
       for (int64_t r = 0; r < s.rows; ++r) bias[size_t(r)] = 0.03f * float(r % 7) - 0.1f;
@@ -410,8 +427,9 @@ TEST(CpuMatmul16, IsaPathsBitIdenticalToScalar) {
 // bit (prefill-then-decode equals one long prefill with 16-bit activations too).
 TEST(CpuMatmul16, BitIdenticalAcrossTokenCounts) {
   ThreadPool pool1(1), pool3(3);
-  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1})
-    for (int64_t cols : {64, 96, 1024, 3072}) {
+  for (DType type : quant_types())
+    for (int64_t cols : {64, 96, 256, 1024, 3072}) {
+      if (cols % type_info(type).block != 0) continue;
       const int64_t rows = 45;
       const TestWeight tw = make_weight(type, rows, cols, uint32_t(cols + 12));
       for (Isa isa : isas())
@@ -439,7 +457,7 @@ TEST(CpuMatmul16, BitIdenticalAcrossTokenCounts) {
 // path's (expected ~258x: the step is 32767/127 times finer).
 TEST(CpuMatmul16, FarMoreAccurateThan8Bit) {
   ThreadPool pool(2);
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+  for (DType type : quant_types())
     for (bool outliers : {false, true}) {
       const int64_t rows = 96, cols = 1024, T = 9;
       const TestWeight tw = make_weight(type, rows, cols, 77);
@@ -495,7 +513,7 @@ TEST(CpuMatmul16, MultiTaskEqualsSeparateCalls) {
   ThreadPool pool(2);
   const int64_t cols = 256;
   TestWeight q = make_weight(DType::Q4_0, 128, cols, 1), k = make_weight(DType::Q8_0, 64, cols, 2),
-             v = make_weight(DType::F16, 48, cols, 3), u = make_weight(DType::Q4_1, 40, cols, 4);
+             v = make_weight(DType::F16, 48, cols, 3), u = make_weight(DType::Q6_K, 40, cols, 4);
   for (Isa isa : isas())
     for (int64_t T : {1, 11}) {
       const std::vector<float> x = make_input(T, cols, cols, 9);

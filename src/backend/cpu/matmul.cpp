@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/quant_units.h"
 #include "util/status.h"
 
 namespace lmf::cpu {
@@ -35,12 +36,14 @@ void validate(std::span<const MatmulTask> tasks, const float* x, int64_t T, int6
     switch (w.type) {
       case DType::F32: case DType::F16: case DType::BF16:
       case DType::Q4_0: case DType::Q4_1: case DType::Q8_0: break;
-      default: LMF_FAIL("matmul: weight '", w.name, "': unsupported type ", dtype_name(w.type));
+      default:
+        if (unit_form(w.type)) break;
+        LMF_FAIL("matmul: weight '", w.name, "': unsupported type ", dtype_name(w.type));
     }
     if (w.cols != cols)
       LMF_FAIL("matmul: tasks share one input, expected ", cols, " columns, weight '", w.name,
                "' has ", w.cols);
-    if (w.rows < 1 || w.cols < 1 || (is_quantized(w.type) && w.cols % QK != 0))
+    if (w.rows < 1 || w.cols < 1 || (is_quantized(w.type) && w.cols % type_info(w.type).block != 0))
       LMF_FAIL("matmul: weight '", w.name, "': bad shape [", w.rows, ", ", w.cols, "] for ",
                dtype_name(w.type));
     if (w.nbytes && w.nbytes < size_t(w.rows) * w.row_stride())

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/quant_units.h"
 #include "format/quant/half.h"
 #include "format/quant/quantize.h"
 
@@ -43,6 +44,38 @@ void unpack_row(DType type, const uint8_t* w, int64_t nb, int8_t* wq, float* dw,
   }
 }
 
+// The unit-form types (quant_units.h): the canonical chain, written out.
+template <class AB>
+void units_scalar(DType type, const uint8_t* w, size_t stride, int64_t nrows, int64_t nb,
+                  const AB* xq, int64_t T, float* y, int64_t ldy) {
+  const int64_t cols = nb * QK, nu = cols / kUnit;
+  const bool min = unit_min(type);
+  thread_local std::vector<int8_t> wq;
+  thread_local std::vector<float> D, M;
+  wq.resize(size_t(cols));
+  D.resize(size_t(nu));
+  M.resize(size_t(nu));
+  for (int64_t r = 0; r < nrows; ++r) {
+    unpack_units(type, w + size_t(r) * stride, cols, wq.data(), D.data(), M.data());
+    for (int64_t t = 0; t < T; ++t) {
+      float acc = 0.0f;
+      for (int64_t u = 0; u < nu; ++u) {
+        const AB& a = xq[t * nb + u / 2];
+        const auto* aq = a.qs + (u % 2) * kUnit;
+        const int8_t* q = wq.data() + u * kUnit;
+        int32_t isum = 0, asum = 0;
+        for (int i = 0; i < kUnit; ++i) {
+          isum += int32_t(q[i]) * int32_t(aq[i]);
+          asum += aq[i];
+        }
+        acc = std::fma(D[size_t(u)] * a.d, float(isum), acc);
+        if (min) acc = std::fma(M[size_t(u)] * a.d, float(asum), acc);
+      }
+      y[t * ldy + r] = acc;
+    }
+  }
+}
+
 // AB: ActBlock (8-bit) or ActBlock16. The 16-bit kernel is the exact definition every vector
 // path reproduces bit for bit (matmul_x86.inc): per block in order,
 //   acc = fma(d_w * d_a, float(isum), acc);  Q4_1: acc = fma(m_w, s_a, acc)
@@ -52,6 +85,7 @@ template <class AB>
 void quant_scalar(DType type, const uint8_t* w, size_t stride, int64_t nrows, int64_t nb,
                   const AB* xq, int64_t T, float* y, int64_t ldy) {
   constexpr bool k16 = std::is_same_v<AB, ActBlock16>;
+  if (unit_form(type)) return units_scalar(type, w, stride, nrows, nb, xq, T, y, ldy);
   thread_local std::vector<int8_t> wq;
   thread_local std::vector<float> dw, mw;
   wq.resize(size_t(nb * QK));

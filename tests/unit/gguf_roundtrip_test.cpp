@@ -225,9 +225,11 @@ TEST(GgufTypes, Table) {
   EXPECT_THROW(row_bytes(DType::Q8_0, 31), Error);
   EXPECT_EQ(parse_dtype("Q4_1"), DType::Q4_1);
   EXPECT_EQ(parse_dtype("bf16"), DType::BF16);
-  EXPECT_FALSE(parse_dtype("q4_k").has_value());
+  EXPECT_EQ(parse_dtype("q4_k"), DType::Q4_K);
+  EXPECT_FALSE(parse_dtype("q4_k_m").has_value());
   EXPECT_TRUE(dtype_supported(30));
-  EXPECT_FALSE(dtype_supported(12));
+  EXPECT_TRUE(dtype_supported(12));
+  EXPECT_FALSE(dtype_supported(16));  // iq2_xxs
   EXPECT_STREQ(ggml_type_name(12), "q4_K");
   EXPECT_STREQ(ggml_type_name(999), "type 999");
 }

@@ -1,8 +1,9 @@
 // lmfuse inspect: a GGUF file's header, metadata (long arrays abbreviated), tensor table and
-// totals (tensor count, parameters, size, bits per weight).
+// totals (tensor count, parameters, size, bits per weight) and the type mix (tensors and bytes per type).
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "cli_common.h"
@@ -129,10 +130,10 @@ int cmd_inspect(int argc, char** argv) {
       name_w = std::max(name_w, t.name.size());
       shape_w = std::max(shape_w, shape(t.ne).size());
     }
-    std::printf("\ntensors (%zu):\n  %-*s  %-5s  %-*s  %12s\n", ts.size(), int(name_w), "name", "type", int(shape_w),
+    std::printf("\ntensors (%zu):\n  %-*s  %-6s  %-*s  %12s\n", ts.size(), int(name_w), "name", "type", int(shape_w),
                 "shape", "bytes");
     for (const auto& t : ts)
-      std::printf("  %-*s  %-5s  %-*s  %12zu\n", int(name_w), t.name.c_str(), dtype_name(t.type), int(shape_w),
+      std::printf("  %-*s  %-6s  %-*s  %12zu\n", int(name_w), t.name.c_str(), dtype_name(t.type), int(shape_w),
                   shape(t.ne).c_str(), t.nbytes);
   }
   std::printf("\ntotals:\n");
@@ -140,6 +141,25 @@ int cmd_inspect(int argc, char** argv) {
   std::printf("  parameters:      %lld (%s)\n", (long long)params, human_count(double(params)).c_str());
   std::printf("  tensor data:     %.2f MiB (%.3f GiB)\n", double(bytes) / (1 << 20), double(bytes) / (1 << 30));
   if (params > 0) std::printf("  bits per weight: %.3f\n", double(bytes) * 8.0 / double(params));
+
+  // The type mix (a K-quant "_M" file is several types): tensors, bytes and bits per weight of each.
+  struct Mix {
+    size_t count = 0;
+    uint64_t bytes = 0;
+    int64_t params = 0;
+  };
+  std::map<uint32_t, Mix> mix;
+  for (const auto& t : ts) {
+    Mix& m = mix[uint32_t(t.type)];
+    ++m.count;
+    m.bytes += t.nbytes;
+    m.params += t.nelements();
+  }
+  std::printf("\ntypes:\n");
+  for (const auto& [id, m] : mix)
+    std::printf("  %-7s %5zu tensors  %10.2f MiB  %5.1f %%  %6.3f bits/weight\n", dtype_name(DType(id)), m.count,
+                double(m.bytes) / (1 << 20), bytes ? 100.0 * double(m.bytes) / double(bytes) : 0.0,
+                m.params ? double(m.bytes) * 8.0 / double(m.params) : 0.0);
   return 0;
 }
 

@@ -1,15 +1,21 @@
 // lmfuse random-model: a complete GGUF with seeded random weights of a real model's shapes and a
-// real tokenizer, written in seconds. Quantized blocks are generated directly (random codes and
-// finite, non-zero scales), never all-zero, so the file behaves like a real one for speed.
+// real tokenizer, written in seconds. Q4_0/Q4_1/Q8_0 blocks are generated directly (random codes
+// and finite, non-zero scales), never all-zero, so the file behaves like a real one for speed; the
+// other quantized types (Q5_0/Q5_1, K-quants, IQ4) come from a pool of blocks quantized from
+// random data. --type q4_k_m writes llama-quantize's Q4_K_M mix.
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "cli_common.h"
 #include "format/gguf/gguf.h"
 #include "format/quant/half.h"
+#include "format/quant/quantize.h"
 #include "model/arch_table.h"
 #include "model/convert.h"
 #include "model/presets.h"
@@ -95,8 +101,72 @@ void fill_matrix(uint8_t* dst, DType t, int64_t rows, int64_t cols, uint64_t see
       for (int64_t i = 0; i < n; ++i) f[i] = (r.uniform() * 2 - 1) * stdv * 1.732f;
       break;
     }
+    default: {
+      // A pool of 64K weights quantized from uniform data (std stdv), then every block drawn from
+      // the pool: quantizing all of a large model's weights would take minutes.
+      const TypeInfo& ti = type_info(t);
+      const int64_t blocks = n / ti.block;
+      const int64_t pool_blocks = std::min<int64_t>(blocks, 65536 / ti.block);
+      std::vector<float> x(size_t(pool_blocks * ti.block));
+      for (float& v : x) v = (r.uniform() * 2 - 1) * stdv * 1.732f;
+      std::vector<uint8_t> pool(size_t(pool_blocks) * ti.block_bytes);
+      quantize_row(t, x.data(), pool.data(), pool_blocks * ti.block);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t k = b < pool_blocks ? b : int64_t(r.next() % uint64_t(pool_blocks));
+        std::memcpy(dst + size_t(b) * ti.block_bytes, pool.data() + size_t(k) * ti.block_bytes, ti.block_bytes);
+      }
+      break;
+    }
   }
 }
+
+// The type of each matrix: one type everywhere, or llama-quantize's Q4_K_M mix (approximated from
+// its rule): output (the token embedding when it doubles as the output, as llama-quantize does), and
+// attn_v / ffn_down on the first and last eighth of the layers and every third layer between, in
+// Q6_K; everything else Q4_K.
+struct TypePlan {
+  DType base = DType::Q4_0;
+  bool q4_k_m = false;
+  int64_t n_layer = 0;
+  bool tied = false;
+  int fallbacks = 0;  // matrices written in a 32-block type because their rows do not split into 256
+
+  static bool more_bits(int64_t l, int64_t n) { return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2; }
+  DType pick(const std::string& kind, int64_t layer) const {
+    if (!q4_k_m) return base;
+    if (kind == tname::kOutput || (kind == tname::kTokEmbd && tied)) return DType::Q6_K;
+    if ((kind == tname::kV || kind == tname::kDown) && more_bits(layer, n_layer)) return DType::Q6_K;
+    return DType::Q4_K;
+  }
+  // As llama-quantize does: a row that does not split into 256-blocks takes a 32-block type.
+  DType fit_row(DType t, int64_t cols) {
+    if (cols % type_info(t).block == 0) return t;
+    ++fallbacks;
+    switch (t) {
+      case DType::Q4_K: return DType::Q5_0;
+      case DType::Q5_K: return DType::Q5_1;
+      case DType::Q6_K: return DType::Q8_0;
+      default: return DType::IQ4_NL;  // Q2_K, Q3_K, IQ4_XS
+    }
+  }
+  const char* name() const { return q4_k_m ? "q4_k_m" : dtype_name(base); }
+  // LLAMA_FTYPE_MOSTLY_* for general.file_type (a pure K-quant file as llama.cpp's _S variant).
+  uint32_t file_type() const {
+    if (q4_k_m) return 15;
+    switch (base) {
+      case DType::Q5_0: return 8;
+      case DType::Q5_1: return 9;
+      case DType::Q2_K: return 10;
+      case DType::Q3_K: return 11;
+      case DType::Q4_K: return 14;
+      case DType::Q5_K: return 16;
+      case DType::Q6_K: return 18;
+      case DType::IQ4_NL: return 25;
+      case DType::IQ4_XS: return 30;
+      default: return llama_file_type(base);
+    }
+  }
+};
 
 // The Qwen3 tokenizer that CMake unpacks into the source tree's models/qwen3-tokenizer: found
 // from the binary (build/lmfuse -> models/), else from the working folder; "" when neither has it.
@@ -127,7 +197,9 @@ int cmd_random_model(int argc, char** argv) {
   bool no_tokenizer = false;
   int64_t n_layer = 0, n_vocab = 0;
   app.add_option("--preset", preset_name, preset_list)->required();
-  app.add_option("--type", type_s, "q4_0|q4_1|q8_0|f16|bf16|f32 (default q4_0)");
+  app.add_option("--type", type_s,
+                 "q4_0|q4_1|q5_0|q5_1|q8_0|q2_k|q3_k|q4_k|q5_k|q6_k|iq4_nl|iq4_xs|f16|bf16|f32, or the mix "
+                 "q4_k_m (default q4_0)");
   app.add_option("--seed", seed, "random seed (default 1)");
   app.add_option("-o,--output", out, "output GGUF file")->required();
   app.add_option("--tokenizer", tok_path,
@@ -143,14 +215,27 @@ int cmd_random_model(int argc, char** argv) {
   Preset p = find_preset(preset_name);  // a copy: --layers / --vocab override its shape
   if (n_layer > 0) p.n_layer = n_layer;
   if (n_vocab > 0) p.n_vocab = n_vocab;
-  auto type = parse_dtype(type_s);
-  if (!type) LMF_FAIL("--type: expected q4_0, q4_1, q8_0, f16, bf16 or f32, got '", type_s, "'");
+  TypePlan plan;
+  plan.n_layer = p.n_layer;
+  plan.tied = p.tied;
+  std::string low = type_s;
+  for (char& c : low) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (low == "q4_k_m") {
+    plan.q4_k_m = true;
+    plan.base = DType::Q4_K;
+  } else {
+    auto type = parse_dtype(type_s);
+    if (!type || *type == DType::Q8_K)
+      LMF_FAIL("--type: expected q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, f16, "
+               "bf16, f32 or q4_k_m, got '", type_s, "'", type && *type == DType::Q8_K ? " (an activation type)" : "");
+    plan.base = *type;
+  }
 
   gguf::Writer w;
   const std::string a = p.arch;
   w.set(key::kArch, gguf::Value::str(a));
   w.set("general.name", gguf::Value::str(cat(p.name, " (random weights, seed ", seed, ")")));
-  w.set("general.file_type", gguf::Value::u32(llama_file_type(*type)));
+  w.set("general.file_type", gguf::Value::u32(plan.file_type()));
   w.set(fmt_key(key::kContext, a), gguf::Value::u32(uint32_t(p.n_ctx)));
   w.set(fmt_key(key::kEmbd, a), gguf::Value::u32(uint32_t(p.n_embd)));
   w.set(fmt_key(key::kBlocks, a), gguf::Value::u32(uint32_t(p.n_layer)));
@@ -184,7 +269,8 @@ int cmd_random_model(int argc, char** argv) {
   }
 
   // Tensors in llama.cpp's order; producers run at write time, one tensor at a time.
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, DType t) {
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, DType want) {
+    const DType t = plan.fit_row(want, cols);
     w.add_tensor(name, t, {cols, rows}, [=](uint8_t* dst) { fill_matrix(dst, t, rows, cols, seed ^ hash_name(name)); });
   };
   auto vector = [&](const std::string& name, int64_t n) {
@@ -194,7 +280,6 @@ int cmd_random_model(int argc, char** argv) {
       for (int64_t i = 0; i < n; ++i) f[i] = 1.0f + 0.1f * (r.uniform() * 2 - 1);
     });
   };
-  const DType t = *type;
   if (p.llama3_rope_factor > 0) {  // Llama 3.1+: the real model's RoPE frequency divisors, first (as llama.cpp)
     Llama3Rope r;
     r.factor = p.llama3_rope_factor;
@@ -202,30 +287,34 @@ int cmd_random_model(int argc, char** argv) {
     w.add_tensor(tname::kRopeFreqs, DType::F32, {int64_t(ff.size())},
                  [ff](uint8_t* dst) { std::memcpy(dst, ff.data(), ff.size() * sizeof(float)); });
   }
-  matrix(tname::kTokEmbd, p.n_vocab, p.n_embd, t);
+  matrix(tname::kTokEmbd, p.n_vocab, p.n_embd, plan.pick(tname::kTokEmbd, 0));
   for (int l = 0; l < int(p.n_layer); ++l) {
     auto n = [&](const char* pat) { return fmt_tensor(pat, l); };
+    auto t = [&](const char* pat) { return plan.pick(pat, l); };
     vector(n(tname::kAttnNorm), p.n_embd);
-    matrix(n(tname::kQ), p.n_head * p.head_dim, p.n_embd, t);
-    matrix(n(tname::kK), p.n_head_kv * p.head_dim, p.n_embd, t);
-    matrix(n(tname::kV), p.n_head_kv * p.head_dim, p.n_embd, t);
+    matrix(n(tname::kQ), p.n_head * p.head_dim, p.n_embd, t(tname::kQ));
+    matrix(n(tname::kK), p.n_head_kv * p.head_dim, p.n_embd, t(tname::kK));
+    matrix(n(tname::kV), p.n_head_kv * p.head_dim, p.n_embd, t(tname::kV));
     if (a == "qwen3") {
       vector(n(tname::kQNorm), p.head_dim);
       vector(n(tname::kKNorm), p.head_dim);
     }
-    matrix(n(tname::kO), p.n_embd, p.n_head * p.head_dim, t);
+    matrix(n(tname::kO), p.n_embd, p.n_head * p.head_dim, t(tname::kO));
     vector(n(tname::kFFNNorm), p.n_embd);
-    matrix(n(tname::kGate), p.n_ff, p.n_embd, t);
-    matrix(n(tname::kUp), p.n_ff, p.n_embd, t);
-    matrix(n(tname::kDown), p.n_embd, p.n_ff, t);
+    matrix(n(tname::kGate), p.n_ff, p.n_embd, t(tname::kGate));
+    matrix(n(tname::kUp), p.n_ff, p.n_embd, t(tname::kUp));
+    matrix(n(tname::kDown), p.n_embd, p.n_ff, t(tname::kDown));
   }
   vector(tname::kOutNorm, p.n_embd);
-  if (!p.tied) matrix(tname::kOutput, p.n_vocab, p.n_embd, t);
+  if (!p.tied) matrix(tname::kOutput, p.n_vocab, p.n_embd, plan.pick(tname::kOutput, 0));
+  if (plan.fallbacks)
+    std::fprintf(stderr, "note: %d matrices have rows that do not split into blocks of 256; written in a 32-block type "
+                 "instead (as llama-quantize does)\n", plan.fallbacks);
 
   Progress prog("random-model " + out, w.data_bytes());
   w.write(out, [&](uint64_t bytes, int64_t done, int64_t total) { prog.update(bytes, done, total); });
   prog.finish();
-  std::fprintf(stderr, "wrote %s: %s %s, %zu tensors, %.2f GiB\n", out.c_str(), p.name, dtype_name(t), w.tensor_count(),
+  std::fprintf(stderr, "wrote %s: %s %s, %zu tensors, %.2f GiB\n", out.c_str(), p.name, plan.name(), w.tensor_count(),
                double(w.data_bytes()) / double(1ull << 30));
   return 0;
 }

@@ -79,7 +79,7 @@ def main():
     bad("token outside the vocabulary", ["logits", "-m", m, "--tokens", "1,999999", "-o", out], "outside the vocabulary")
     bad("sequence longer than the context", ["logits", "-m", m, "--tokens", ",".join(["1"] * 40), "-c", "16", "-o", out], "context holds 16")
     bad("unknown preset", ["random-model", "--preset", "gpt5", "-o", out], "qwen3-0.6b")
-    bad("unknown type", ["random-model", "--preset", "qwen3-0.6b", "--type", "q3_k", "-o", out], "--type")
+    bad("unknown type", ["random-model", "--preset", "qwen3-0.6b", "--type", "iq2_xxs", "-o", out], "--type")
     bad("zero layers", ["random-model", "--preset", "qwen3-0.6b", "--layers", "0", "-o", out], "--layers")
     bad("unknown knob", ["bench", "-m", m, "--ab", "warp_speed"], "unknown knob")
     bad("negative bench length", ["bench", "-m", m, "-p", "0", "-n", "2,-1"], "--n-gen: must be >= 0, got -1")

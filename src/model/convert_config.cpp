@@ -184,7 +184,17 @@ uint32_t llama_file_type(DType t) {
     case DType::Q4_0: return 2;
     case DType::Q4_1: return 3;
     case DType::Q8_0: return 7;
+    case DType::Q5_0: return 8;
+    case DType::Q5_1: return 9;
+    case DType::Q2_K: return 10;
+    case DType::Q3_K: return 11;  // a file of one K-quant type is llama.cpp's _S variant
+    case DType::Q4_K: return 14;
+    case DType::Q5_K: return 16;
+    case DType::Q6_K: return 18;
+    case DType::IQ4_NL: return 25;
+    case DType::IQ4_XS: return 30;
     case DType::BF16: return 32;
+    case DType::Q8_K: break;  // activations only: no file type
   }
   return 0;
 }

@@ -150,22 +150,7 @@ struct TypePlan {
     }
   }
   const char* name() const { return q4_k_m ? "q4_k_m" : dtype_name(base); }
-  // LLAMA_FTYPE_MOSTLY_* for general.file_type (a pure K-quant file as llama.cpp's _S variant).
-  uint32_t file_type() const {
-    if (q4_k_m) return 15;
-    switch (base) {
-      case DType::Q5_0: return 8;
-      case DType::Q5_1: return 9;
-      case DType::Q2_K: return 10;
-      case DType::Q3_K: return 11;
-      case DType::Q4_K: return 14;
-      case DType::Q5_K: return 16;
-      case DType::Q6_K: return 18;
-      case DType::IQ4_NL: return 25;
-      case DType::IQ4_XS: return 30;
-      default: return llama_file_type(base);
-    }
-  }
+  uint32_t file_type() const { return q4_k_m ? 15 : llama_file_type(base); }  // LLAMA_FTYPE_MOSTLY_Q4_K_M = 15
 };
 
 // The Qwen3 tokenizer that CMake unpacks into the source tree's models/qwen3-tokenizer: found

@@ -61,6 +61,7 @@ int cmd_random_model(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
+int cmd_quantize(int argc, char** argv);
 int cmd_chat(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "model/quant_mix.h"
 #include "format/gguf/gguf.h"
 #include "format/quant/half.h"
 #include "format/quant/quantize.h"
@@ -120,39 +121,6 @@ void fill_matrix(uint8_t* dst, DType t, int64_t rows, int64_t cols, uint64_t see
   }
 }
 
-// The type of each matrix: one type everywhere, or llama-quantize's Q4_K_M mix (approximated from
-// its rule): output (the token embedding when it doubles as the output, as llama-quantize does), and
-// attn_v / ffn_down on the first and last eighth of the layers and every third layer between, in
-// Q6_K; everything else Q4_K.
-struct TypePlan {
-  DType base = DType::Q4_0;
-  bool q4_k_m = false;
-  int64_t n_layer = 0;
-  bool tied = false;
-  int fallbacks = 0;  // matrices written in a 32-block type because their rows do not split into 256
-
-  static bool more_bits(int64_t l, int64_t n) { return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2; }
-  DType pick(const std::string& kind, int64_t layer) const {
-    if (!q4_k_m) return base;
-    if (kind == tname::kOutput || (kind == tname::kTokEmbd && tied)) return DType::Q6_K;
-    if ((kind == tname::kV || kind == tname::kDown) && more_bits(layer, n_layer)) return DType::Q6_K;
-    return DType::Q4_K;
-  }
-  // As llama-quantize does: a row that does not split into 256-blocks takes a 32-block type.
-  DType fit_row(DType t, int64_t cols) {
-    if (cols % type_info(t).block == 0) return t;
-    ++fallbacks;
-    switch (t) {
-      case DType::Q4_K: return DType::Q5_0;
-      case DType::Q5_K: return DType::Q5_1;
-      case DType::Q6_K: return DType::Q8_0;
-      default: return DType::IQ4_NL;  // Q2_K, Q3_K, IQ4_XS
-    }
-  }
-  const char* name() const { return q4_k_m ? "q4_k_m" : dtype_name(base); }
-  uint32_t file_type() const { return q4_k_m ? 15 : llama_file_type(base); }  // LLAMA_FTYPE_MOSTLY_Q4_K_M = 15
-};
-
 // The Qwen3 tokenizer that CMake unpacks into the source tree's models/qwen3-tokenizer: found
 // from the binary (build/lmfuse -> models/), else from the working folder; "" when neither has it.
 std::string default_tokenizer() {
@@ -183,8 +151,7 @@ int cmd_random_model(int argc, char** argv) {
   int64_t n_layer = 0, n_vocab = 0;
   app.add_option("--preset", preset_name, preset_list)->required();
   app.add_option("--type", type_s,
-                 "q4_0|q4_1|q5_0|q5_1|q8_0|q2_k|q3_k|q4_k|q5_k|q6_k|iq4_nl|iq4_xs|f16|bf16|f32, or the mix "
-                 "q4_k_m (default q4_0)");
+                 cat("a type or a quantization mix as `lmfuse quantize` writes it: ", mix_names(), " (default q4_0)"));
   app.add_option("--seed", seed, "random seed (default 1)");
   app.add_option("-o,--output", out, "output GGUF file")->required();
   app.add_option("--tokenizer", tok_path,
@@ -200,27 +167,15 @@ int cmd_random_model(int argc, char** argv) {
   Preset p = find_preset(preset_name);  // a copy: --layers / --vocab override its shape
   if (n_layer > 0) p.n_layer = n_layer;
   if (n_vocab > 0) p.n_vocab = n_vocab;
-  TypePlan plan;
-  plan.n_layer = p.n_layer;
-  plan.tied = p.tied;
-  std::string low = type_s;
-  for (char& c : low) c = char(std::tolower(static_cast<unsigned char>(c)));
-  if (low == "q4_k_m") {
-    plan.q4_k_m = true;
-    plan.base = DType::Q4_K;
-  } else {
-    auto type = parse_dtype(type_s);
-    if (!type || *type == DType::Q8_K)
-      LMF_FAIL("--type: expected q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, f16, "
-               "bf16, f32 or q4_k_m, got '", type_s, "'", type && *type == DType::Q8_K ? " (an activation type)" : "");
-    plan.base = *type;
-  }
-
+  auto mix_opt = parse_mix(type_s);
+  if (!mix_opt) LMF_FAIL("--type: expected one of ", mix_names(), ", got '", type_s, "'");
+  const QuantMix mix = *mix_opt;
+  int fallbacks = 0;  // matrices in a 32-block type because their rows do not split into 256
   gguf::Writer w;
   const std::string a = p.arch;
   w.set(key::kArch, gguf::Value::str(a));
   w.set("general.name", gguf::Value::str(cat(p.name, " (random weights, seed ", seed, ")")));
-  w.set("general.file_type", gguf::Value::u32(plan.file_type()));
+  w.set("general.file_type", gguf::Value::u32(mix.file_type));
   w.set(fmt_key(key::kContext, a), gguf::Value::u32(uint32_t(p.n_ctx)));
   w.set(fmt_key(key::kEmbd, a), gguf::Value::u32(uint32_t(p.n_embd)));
   w.set(fmt_key(key::kBlocks, a), gguf::Value::u32(uint32_t(p.n_layer)));
@@ -254,8 +209,10 @@ int cmd_random_model(int argc, char** argv) {
   }
 
   // Tensors in llama.cpp's order; producers run at write time, one tensor at a time.
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, DType want) {
-    const DType t = plan.fit_row(want, cols);
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+    bool fell_back = false;
+    const DType t = mix_type(mix, {name, cols, int(p.n_layer), int(p.n_head / p.n_head_kv), !p.tied}, &fell_back);
+    fallbacks += fell_back;
     w.add_tensor(name, t, {cols, rows}, [=](uint8_t* dst) { fill_matrix(dst, t, rows, cols, seed ^ hash_name(name)); });
   };
   auto vector = [&](const std::string& name, int64_t n) {
@@ -272,34 +229,33 @@ int cmd_random_model(int argc, char** argv) {
     w.add_tensor(tname::kRopeFreqs, DType::F32, {int64_t(ff.size())},
                  [ff](uint8_t* dst) { std::memcpy(dst, ff.data(), ff.size() * sizeof(float)); });
   }
-  matrix(tname::kTokEmbd, p.n_vocab, p.n_embd, plan.pick(tname::kTokEmbd, 0));
+  matrix(tname::kTokEmbd, p.n_vocab, p.n_embd);
   for (int l = 0; l < int(p.n_layer); ++l) {
     auto n = [&](const char* pat) { return fmt_tensor(pat, l); };
-    auto t = [&](const char* pat) { return plan.pick(pat, l); };
     vector(n(tname::kAttnNorm), p.n_embd);
-    matrix(n(tname::kQ), p.n_head * p.head_dim, p.n_embd, t(tname::kQ));
-    matrix(n(tname::kK), p.n_head_kv * p.head_dim, p.n_embd, t(tname::kK));
-    matrix(n(tname::kV), p.n_head_kv * p.head_dim, p.n_embd, t(tname::kV));
+    matrix(n(tname::kQ), p.n_head * p.head_dim, p.n_embd);
+    matrix(n(tname::kK), p.n_head_kv * p.head_dim, p.n_embd);
+    matrix(n(tname::kV), p.n_head_kv * p.head_dim, p.n_embd);
     if (a == "qwen3") {
       vector(n(tname::kQNorm), p.head_dim);
       vector(n(tname::kKNorm), p.head_dim);
     }
-    matrix(n(tname::kO), p.n_embd, p.n_head * p.head_dim, t(tname::kO));
+    matrix(n(tname::kO), p.n_embd, p.n_head * p.head_dim);
     vector(n(tname::kFFNNorm), p.n_embd);
-    matrix(n(tname::kGate), p.n_ff, p.n_embd, t(tname::kGate));
-    matrix(n(tname::kUp), p.n_ff, p.n_embd, t(tname::kUp));
-    matrix(n(tname::kDown), p.n_embd, p.n_ff, t(tname::kDown));
+    matrix(n(tname::kGate), p.n_ff, p.n_embd);
+    matrix(n(tname::kUp), p.n_ff, p.n_embd);
+    matrix(n(tname::kDown), p.n_embd, p.n_ff);
   }
   vector(tname::kOutNorm, p.n_embd);
-  if (!p.tied) matrix(tname::kOutput, p.n_vocab, p.n_embd, plan.pick(tname::kOutput, 0));
-  if (plan.fallbacks)
+  if (!p.tied) matrix(tname::kOutput, p.n_vocab, p.n_embd);
+  if (fallbacks)
     std::fprintf(stderr, "note: %d matrices have rows that do not split into blocks of 256; written in a 32-block type "
-                 "instead (as llama-quantize does)\n", plan.fallbacks);
+                 "instead (as llama-quantize does)\n", fallbacks);
 
   Progress prog("random-model " + out, w.data_bytes());
   w.write(out, [&](uint64_t bytes, int64_t done, int64_t total) { prog.update(bytes, done, total); });
   prog.finish();
-  std::fprintf(stderr, "wrote %s: %s %s, %zu tensors, %.2f GiB\n", out.c_str(), p.name, plan.name(), w.tensor_count(),
+  std::fprintf(stderr, "wrote %s: %s %s, %zu tensors, %.2f GiB\n", out.c_str(), p.name, mix.name.c_str(), w.tensor_count(),
                double(w.data_bytes()) / double(1ull << 30));
   return 0;
 }

@@ -27,6 +27,7 @@ const Command kCommands[] = {
     {"tokenize", cmd_tokenize, "text to token ids"},
     {"detokenize", cmd_detokenize, "token ids to text"},
     {"convert", cmd_convert, "convert a Hugging Face checkpoint to GGUF"},
+    {"quantize", cmd_quantize, "quantize a float GGUF to a type or a K-quant mix (q4_k_m, q6_k, ...)"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching and a chat page"},
 };
 

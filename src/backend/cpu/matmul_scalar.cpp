@@ -44,34 +44,48 @@ void unpack_row(DType type, const uint8_t* w, int64_t nb, int8_t* wq, float* dw,
   }
 }
 
-// The unit-form types (quant_units.h): the canonical chain, written out.
+// The unit-form types (quant_units.h): its canonical chains, written out.
 template <class AB>
 void units_scalar(DType type, const uint8_t* w, size_t stride, int64_t nrows, int64_t nb,
                   const AB* xq, int64_t T, float* y, int64_t ldy) {
   const int64_t cols = nb * QK, nu = cols / kUnit;
-  const bool min = unit_min(type);
-  thread_local std::vector<int8_t> wq;
+  const UnitMin mk = unit_min(type);
+  const bool unit_chain = std::is_same_v<AB, ActBlock16> && unit_sub16(type);
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<int16_t> sv, mv;
   thread_local std::vector<float> D, M;
-  wq.resize(size_t(cols));
-  D.resize(size_t(nu));
-  M.resize(size_t(nu));
+  q.resize(size_t(cols));
+  sv.resize(size_t(nu));
+  mv.resize(size_t(nu));
+  D.resize(size_t(nb));
+  M.resize(size_t(nb));
   for (int64_t r = 0; r < nrows; ++r) {
-    unpack_units(type, w + size_t(r) * stride, cols, wq.data(), D.data(), M.data());
+    unpack_units(type, w + size_t(r) * stride, cols, {q.data(), sv.data(), mv.data(), D.data(), M.data()});
     for (int64_t t = 0; t < T; ++t) {
-      float acc = 0.0f;
-      for (int64_t u = 0; u < nu; ++u) {
-        const AB& a = xq[t * nb + u / 2];
-        const auto* aq = a.qs + (u % 2) * kUnit;
-        const int8_t* q = wq.data() + u * kUnit;
-        int32_t isum = 0, asum = 0;
-        for (int i = 0; i < kUnit; ++i) {
-          isum += int32_t(q[i]) * int32_t(aq[i]);
-          asum += aq[i];
+      float p[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // partial sums, step j -> p[j % 8]
+      for (int64_t b = 0; b < nb; ++b) {
+        const AB& a = xq[t * nb + b];
+        int32_t dot[2] = {0, 0}, asum[2] = {0, 0};
+        for (int h = 0; h < 2; ++h)
+          for (int i = 0; i < kUnit; ++i) {
+            dot[h] += int32_t(q[size_t(b * QK + h * kUnit + i)]) * int32_t(a.qs[h * kUnit + i]);
+            asum[h] += a.qs[h * kUnit + i];
+          }
+        const int16_t *s = sv.data() + 2 * b, *m = mv.data() + 2 * b;
+        if (unit_chain) {
+          for (int h = 0; h < 2; ++h) {
+            float& acc = p[(2 * b + h) % 8];
+            acc = std::fma(D[size_t(b)] * float(s[h]) * a.d, float(dot[h]), acc);
+            if (mk == UnitMin::Sub) acc = std::fma(M[size_t(b)] * float(m[h]) * a.d, float(asum[h]), acc);
+          }
+          continue;
         }
-        acc = std::fma(D[size_t(u)] * a.d, float(isum), acc);
-        if (min) acc = std::fma(M[size_t(u)] * a.d, float(asum), acc);
+        float& acc = p[b % 8];
+        acc = std::fma(D[size_t(b)] * a.d, float(s[0] * dot[0] + s[1] * dot[1]), acc);
+        if (mk == UnitMin::Block) acc = std::fma(M[size_t(b)], a.s, acc);
+        if (mk == UnitMin::Sub) acc = std::fma(M[size_t(b)] * a.d, float(m[0] * asum[0] + m[1] * asum[1]), acc);
       }
-      y[t * ldy + r] = acc;
+      y[t * ldy + r] = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
     }
   }
 }

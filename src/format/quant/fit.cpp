@@ -152,9 +152,13 @@ void fit_affine(const float* x, int n, int nmax, float& s_out, float& a_out) {
     const double e = eval_affine(x, n, nmax, s, a, q);
     if (e < best) best = e, s_out = s, a_out = a;
   };
-  for (const float f : kShrink) {
+  // One step wider than range / nmax too (the range over nmax - 1 codes): data already on a
+  // grid of half as many levels, e.g. Q4_1 or Q4_0 values re-quantized to Q5_K (16 levels in a
+  // 32-value block), is then reproduced exactly (q = 2 q4), which shrinking never reaches.
+  const float kWider = float(nmax) / float(nmax - 1);
+  for (const float f : {kWider, 1.0f, 0.95f, 0.9f, 0.85f, 0.8f}) {
     for (int side = 0; side < 2; ++side) {
-      if (side == 1 && f == 1.0f) continue;  // f = 1: both sides are the same candidate
+      if (side == 1 && f >= 1.0f) continue;  // f >= 1: keep the minimum, no clipping
       // Shrink the range from the top (keep the minimum) or from the bottom (keep the maximum).
       const float s = range * f / float(nmax);
       const float a = side == 0 ? -lo : std::fmax(0.0f, -(lo + range * (1.0f - f)));

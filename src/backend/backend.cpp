@@ -9,6 +9,7 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions&, std::string* w
   if (why) *why = "lmfuse was built without CUDA (configure with -DLMFUSE_CUDA=ON)";
   return nullptr;
 }
+bool cuda_weight_supported(DType) { return false; }
 #endif
 
 int32_t Backend::take_queued() { LMF_FAIL(name(), " backend: no queued decode step (can_chain is false)"); }

@@ -137,6 +137,9 @@ class Backend {
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o);
 // Returns nullptr with *why set when CUDA was not built or no device is present.
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& o, std::string* why);
+// Whether the CUDA backend computes with weights of type t (false without CUDA). The K-quants,
+// IQ4 and Q5 types run on the CPU only for now: `auto` then picks the CPU (runtime/load.cpp).
+bool cuda_weight_supported(DType t);
 // "cpu", "cuda", or "auto" (CUDA when built and a GPU is present, else CPU).
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& o);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "format/gguf/gguf.h"
 #include "util/log.h"
 #include "util/progress.h"
 #include "util/status.h"
@@ -30,7 +31,28 @@ Loaded load(const LoadRequest& r) {
     prog = std::make_shared<Progress>("loading " + r.path, e.model->weight_bytes());
     o.load_progress = [prog](uint64_t done, uint64_t, int64_t k, int64_t n) { prog->update(done, k, n); };
   }
-  e.backend = make_backend(r.device, o);
+  std::string device = r.device;
+#ifdef LMFUSE_HAVE_CUDA
+  if (device != "cpu") {
+    // The first tensor whose type the CUDA backend cannot run: `auto` takes the CPU instead, `cuda`
+    // is an error naming it.
+    const gguf::TensorInfo* odd = nullptr;
+    for (const auto& t : e.model->file->tensors())
+      if (!cuda_weight_supported(t.type)) {
+        odd = &t;
+        break;
+      }
+    if (odd && device == "cuda")
+      LMF_FAIL(r.path, ": tensor '", odd->name, "' is ", dtype_name(odd->type),
+               ", which the CUDA backend does not run yet (it runs f32, f16, bf16, q4_0, q4_1, q8_0); use --device cpu");
+    if (odd) {
+      LMF_LOG(Info, "running on the CPU: tensor '", odd->name, "' is ", dtype_name(odd->type),
+              ", which the CUDA backend does not run yet");
+      device = "cpu";
+    }
+  }
+#endif
+  e.backend = make_backend(device, o);
   e.backend->load(*e.model);
   if (prog) prog->finish(false);
   return e;

@@ -6,6 +6,17 @@
 #include "util/status.h"
 #include "util/threadpool.h"
 
+namespace lmf {
+bool cuda_weight_supported(DType t) {
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::Q4_0: case DType::Q4_1: case DType::Q8_0:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace lmf
+
 namespace lmf::cuda {
 namespace {
 

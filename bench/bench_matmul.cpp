@@ -5,7 +5,7 @@
 // weights come from DRAM as in a real decode step, not from the last-level cache.
 // GEMM (T>1) reports tokens/s and effective GFLOP/s too.
 //   bench_matmul --benchmark_filter=q4_0   (env LMFUSE_CPU_ISA, LMFUSE_BENCH_THREADS=1|2|...,
-//   LMFUSE_BENCH_HOT=1)
+//   LMFUSE_BENCH_HOT=1, LMFUSE_BENCH_ACT16=1)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -36,6 +36,12 @@ ThreadPool& pool() {
     return e ? std::atoi(e) : 0;
   }());
   return p;
+}
+
+// LMFUSE_BENCH_ACT16=1: 16-bit activation blocks (the engine's default, knob cpu_act16).
+cpu::ActBits act_bits() {
+  const char* e = std::getenv("LMFUSE_BENCH_ACT16");
+  return e && std::atoi(e) == 1 ? cpu::ActBits::Int16 : cpu::ActBits::Int8;
 }
 
 struct Fixture {
@@ -83,7 +89,7 @@ void BM_matmul(benchmark::State& st, DType type, Shape s, int64_t T) {
   for (auto _ : st) {
     cpu::MatmulTask task{&f->w[c], y.data(), s.rows, nullptr};
     c = (c + 1) % f->w.size();
-    cpu::matmul({&task, 1}, x.data(), T, s.cols, pool(), scratch);
+    cpu::matmul({&task, 1}, x.data(), T, s.cols, pool(), scratch, cpu::active_isa(), act_bits());
     benchmark::DoNotOptimize(y.data());
   }
   const double it = double(st.iterations());
@@ -91,7 +97,8 @@ void BM_matmul(benchmark::State& st, DType type, Shape s, int64_t T) {
   st.counters["tok/s"] = benchmark::Counter(it * double(T), benchmark::Counter::kIsRate);
   st.counters["GFLOP/s"] =
       benchmark::Counter(it * 2.0 * double(T * s.rows * s.cols) / 1e9, benchmark::Counter::kIsRate);
-  st.SetLabel(std::string(cpu::isa_name(cpu::active_isa())) + " threads=" + std::to_string(pool().size()));
+  st.SetLabel(std::string(cpu::isa_name(cpu::active_isa())) + " threads=" + std::to_string(pool().size()) +
+              (act_bits() == cpu::ActBits::Int16 ? " act16" : ""));
 }
 
 int register_all() {

@@ -106,6 +106,7 @@ ConvertResult convert_hf(const ConvertOptions& o) {
   std::string name = fs::absolute(dir).lexically_normal().filename().string();
   if (name.empty()) name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
   write_hparams(w, cfg, o.types.type, name);
+  if (o.types.mix) w.set("general.file_type", gguf::Value::u32(o.types.mix->file_type));
   res.tokenizer = add_tokenizer(w, dir, cfg, res.notes);
 
   ThreadPool pool(o.threads);

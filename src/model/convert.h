@@ -4,6 +4,7 @@
 // writer one at a time (rows of a tensor are split over threads), so extra memory is one output
 // tensor plus a row of float32 per thread.
 #pragma once
+#include "model/quant_mix.h"
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -41,9 +42,10 @@ struct TensorPlan {
 };
 
 struct TypeChoice {
-  DType type = DType::Q8_0;            // 2-D weights
-  std::optional<DType> output_type;    // output.weight (default: type)
-  std::optional<DType> embed_type;     // token_embd.weight (default: type)
+  DType type = DType::Q8_0;            // 2-D weights (the mix's base type when mix is set)
+  std::optional<QuantMix> mix;         // a K-quant mix (quant_mix.h) picks each 2-D weight's type
+  std::optional<DType> output_type;    // output.weight (default: type, or the mix's)
+  std::optional<DType> embed_type;     // token_embd.weight (default: type, or the mix's)
 };
 
 // Maps every checkpoint tensor to its GGUF name, shape and type, in llama.cpp's order. Errors:

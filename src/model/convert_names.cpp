@@ -110,6 +110,8 @@ std::vector<TensorPlan> plan_tensors(const HfConfig& c, const safetensors::Check
     p.permute_heads = e.permute_heads;
     if (e.shape.size() == 1) {
       p.type = DType::F32;  // norms and biases: llama.cpp keeps 1-D tensors in F32
+    } else if (tc.mix) {
+      p.type = DType::F32;  // chosen below, once it is known whether output.weight is there
     } else {
       p.type = e.gguf == tname::kTokEmbd ? tc.embed_type.value_or(tc.type)
                : is_output              ? tc.output_type.value_or(tc.type)
@@ -124,6 +126,24 @@ std::vector<TensorPlan> plan_tensors(const HfConfig& c, const safetensors::Check
       }
     }
     plan.push_back(std::move(p));
+  }
+  if (tc.mix) {
+    bool has_output = false;
+    for (const TensorPlan& p : plan) has_output |= p.gguf_name == tname::kOutput;
+    const int n_gqa = c.hp.n_head_kv > 0 ? int(c.hp.n_head / c.hp.n_head_kv) : 1;
+    for (TensorPlan& p : plan) {
+      if (p.ne.size() < 2) continue;
+      bool fell_back = false;
+      p.type = mix_type(*tc.mix, {p.gguf_name, p.ne[0], int(c.hp.n_layer), n_gqa, has_output}, &fell_back);
+      if (p.gguf_name == tname::kTokEmbd && tc.embed_type) p.type = *tc.embed_type;
+      if (p.gguf_name == tname::kOutput && tc.output_type) p.type = *tc.output_type;
+      if (p.ne[0] % type_info(p.type).block != 0)
+        LMF_FAIL(p.gguf_name, ": row length ", p.ne[0], " is not a multiple of ", type_info(p.type).block, " (",
+                 dtype_name(p.type), ")");
+      if (fell_back && notes)
+        notes->push_back(cat(p.gguf_name, ": row length ", p.ne[0], " does not split into blocks of 256, written as ",
+                             dtype_name(p.type), " (as llama-quantize does)"));
+    }
   }
   for (const safetensors::Tensor* t : ck.tensors()) {
     if (claimed.count(t->name) || ignorable(t->name)) continue;

@@ -184,6 +184,25 @@ class Convert(unittest.TestCase):
                         ("blk.0.attn_q.bias", "f32"), ("output_norm.weight", "f32")]:
             self.assertEqual(got[name][2], tensors(GOLDEN / f"qwen2-tiny-{t}.gguf")[name][2], name)
 
+    def test_kquant_mix_equals_quantize(self):
+        """convert --type q4_k_m and `lmfuse quantize` of the same float32 weights share one mix
+        rule (src/model/quant_mix.cpp) and one quantizer: the tensors are byte for byte the same,
+        and the file loads and runs."""
+        for arch in ("qwen3", "qwen2"):
+            with self.subTest(arch=arch):
+                hf = make_hf(self.tmp, arch, name=f"hf-{arch}-mix")
+                out = self.tmp / f"{arch}-q4_k_m.gguf"
+                p = self.convert(hf, out, "--type", "q4_k_m", "--force")
+                ref = self.tmp / f"{arch}-q4_k_m-ref.gguf"
+                lmfuse("quantize", GOLDEN / f"{arch}-tiny-f32.gguf", ref, "q4_k_m", "--force", "-q")
+                got, want = tensors(out), tensors(ref)
+                self.assertEqual(sorted(got), sorted(want))
+                for name in want:
+                    self.assertEqual(got[name][0], want[name][0], name)  # type
+                    self.assertEqual(got[name][2], want[name][2], name)  # bytes
+                self.assertEqual(fields(out).get("general.file_type"), 15)  # LLAMA_FTYPE_MOSTLY_Q4_K_M
+                lmfuse("logits", "-m", out, "--tokens", "1,2,3", "-o", self.tmp / "l.bin")
+
     def logits_of(self, gguf_path, case):
         out = self.tmp / "logits.bin"
         toks = ",".join(map(str, case["tokens"]))

@@ -7,6 +7,7 @@
 
 #include "cli_common.h"
 #include "model/convert.h"
+#include "model/quant_mix.h"
 #include "util/status.h"
 
 namespace lmf::cli {
@@ -22,7 +23,7 @@ extern "C" void on_interrupt(int sig) {
 
 DType parse_type_flag(const std::string& flag, const std::string& s) {
   auto t = parse_dtype(s);
-  if (!t) LMF_FAIL(flag, ": expected q4_0, q4_1, q8_0, f16, bf16 or f32, got '", s, "'");
+  if (!t) LMF_FAIL(flag, ": expected one of ", mix_names(), ", got '", s, "'");
   return *t;
 }
 
@@ -34,6 +35,7 @@ int cmd_convert(int argc, char** argv) {
                "tokenizer.json, tokenizer_config.json and generation_config.json. 1-D tensors stay f32.\n\n"
                "examples:\n"
                "  lmfuse convert ./Qwen3-0.6B -o qwen3-0.6b-q4_1.gguf --type q4_1\n"
+               "  lmfuse convert ./Qwen3-0.6B -o qwen3-0.6b-q4_k_m.gguf --type q4_k_m\n"
                "  lmfuse convert ./SmolLM2-135M-Instruct -o s.gguf --type q4_0 --better-rounding --output-type q8_0 -t 8",
                "lmfuse convert"};
   std::string in_dir, out, type_s = "f16", out_type_s, embed_type_s;
@@ -41,7 +43,9 @@ int cmd_convert(int argc, char** argv) {
   bool quiet = false;
   app.add_option("HF_DIR", in_dir, "Hugging Face checkpoint folder")->required();
   app.add_option("-o,--output", out, "output GGUF file")->required();
-  app.add_option("--type", type_s, "weight type of 2-D tensors: q4_1|q4_0|q8_0|f16|bf16|f32 (default f16, as llama.cpp)");
+  app.add_option("--type", type_s,
+                 "weight type of 2-D tensors, or a K-quant mix as llama-quantize makes it: " + mix_names() +
+                     " (default f16, as llama.cpp)");
   app.add_option("--output-type", out_type_s, "type of output.weight (default: --type)");
   app.add_option("--embed-type", embed_type_s, "type of token_embd.weight (default: --type)");
   add_threads_flag(app, o.threads);
@@ -55,7 +59,12 @@ int cmd_convert(int argc, char** argv) {
   o.in_dir = in_dir;
   o.out = out;
   o.progress = !quiet;
-  o.types.type = parse_type_flag("--type", type_s);
+  if (auto mix = parse_mix(type_s); mix && mix->k_rules) {  // q4_k_m, q6_k, iq4_xs, ...
+    o.types.mix = *mix;
+    o.types.type = mix->base;
+  } else {
+    o.types.type = parse_type_flag("--type", type_s);
+  }
   if (!out_type_s.empty()) o.types.output_type = parse_type_flag("--output-type", out_type_s);
   if (!embed_type_s.empty()) o.types.embed_type = parse_type_flag("--embed-type", embed_type_s);
 
@@ -76,7 +85,8 @@ int cmd_convert(int argc, char** argv) {
   g_tmp_path[0] = 0;
   for (const auto& n : r.notes) std::fprintf(stderr, "%s\n", n.c_str());
   std::fprintf(stderr, "wrote %s: %zu tensors, %.1f MiB, %s%s\n", out.c_str(), r.n_tensors,
-               double(r.bytes) / double(1 << 20), dtype_name(o.types.type), r.tokenizer ? ", with tokenizer" : "");
+               double(r.bytes) / double(1 << 20), o.types.mix ? o.types.mix->name.c_str() : dtype_name(o.types.type),
+               r.tokenizer ? ", with tokenizer" : "");
   return 0;
 }
 

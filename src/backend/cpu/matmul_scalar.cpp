@@ -74,7 +74,7 @@ void units_scalar(DType type, const uint8_t* w, size_t stride, int64_t nrows, in
         const int16_t *s = sv.data() + 2 * b, *m = mv.data() + 2 * b;
         if (unit_chain) {
           for (int h = 0; h < 2; ++h) {
-            float& acc = p[(2 * b + h) % 8];
+            float& acc = p[b % 8];
             acc = std::fma(D[size_t(b)] * float(s[h]) * a.d, float(dot[h]), acc);
             if (mk == UnitMin::Sub) acc = std::fma(M[size_t(b)] * float(m[h]) * a.d, float(asum[h]), acc);
           }

@@ -7,18 +7,18 @@
 //             integer code: exact in f32)
 // so that x_e = D_b * s_u * q_e + M_b * m_u (Q2_K), x_e = D_b * s_u * q_e (Q3_K, Q6_K) or
 // x_e = D_b * q_e + M_b (the others). The canonical chains every path (scalar, AVX2, AVX-512;
-// decode and prefill) computes for one row and one token: steps j (blocks, or units for the unit
-// chain) are spread over 8 partial sums, p[j % 8], each an fma chain in step order, and the result
-// is ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)) (lanes = steps: no transposes). With
-// a = the activation block of step j:
+// decode and prefill) computes for one row and one token: blocks b are spread over 8 partial
+// sums, p[b % 8], each an fma chain in block order, and the result is
+// ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)) (the x86 kernels' lane = block). With
+// a = the activation block b:
 //
-//   Block chain (8-bit activations; 16-bit activations for types with s_u == 1), step = block b:
+//   Block chain (8-bit activations; 16-bit activations for types with s_u == 1):
 //     isum_b = sum_u s_u * sum_{e in u} q_e * a.qs_e            (exact int32)
 //     p = fma(D_b * a.d, float(isum_b), p)
 //     Q5_1, Q4_K, Q5_K:  p = fma(M_b, a.s, p)
 //     Q2_K:              p = fma(M_b * a.d, float(msum_b), p),  msum_b = sum_u m_u * sum_{e in u} a.qs_e
 //   Unit chain (16-bit activations for Q2_K, Q3_K, Q6_K, whose s_u * isum could overflow int32),
-//   step = unit u:
+//   units u = 2b, 2b + 1 of the block in order, each:
 //     p = fma((D_b * s_u) * a.d, float(isum_u), p)
 //     Q2_K:              p = fma((M_b * m_u) * a.d, float(asum_u), p)
 //

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include "format/gguf/gguf.h"
 #include "format/quant/quantize.h"
@@ -59,13 +61,16 @@ QuantizeResult quantize_gguf(const QuantizeOptions& o) {
 
   ThreadPool pool(o.threads);
   int requantized = 0;
+  std::map<std::string, int> fallbacks;  // 32-block type -> tensors whose rows 256 does not divide
   for (const gguf::TensorInfo& t : f->tensors()) {
     DType type = t.type;
     const bool weight2d = t.ne.size() >= 2 && t.name.size() > 7 && t.name.ends_with(".weight");
     if (weight2d) {
-      type = mix_type(o.mix, {t.name, t.ne[0], n_layer, n_gqa, has_output});
-      if (t.name == "output.weight" && o.output_type) type = *o.output_type;
-      if (t.name == "token_embd.weight" && o.embed_type) type = *o.embed_type;
+      bool fell_back = false;
+      type = mix_type(o.mix, {t.name, t.ne[0], n_layer, n_gqa, has_output}, &fell_back);
+      if (t.name == "output.weight" && o.output_type) type = *o.output_type, fell_back = false;
+      if (t.name == "token_embd.weight" && o.embed_type) type = *o.embed_type, fell_back = false;
+      if (fell_back) ++fallbacks[dtype_name(type)];
       if (t.ne[0] % type_info(type).block != 0)
         LMF_FAIL("tensor '", t.name, "': rows of ", t.ne[0], " cannot be ", dtype_name(type),
                  " (blocks of ", type_info(type).block, ")");
@@ -90,6 +95,13 @@ QuantizeResult quantize_gguf(const QuantizeOptions& o) {
   if (requantized)
     res.notes.push_back("warning: " + std::to_string(requantized) +
                         " tensors were quantized from an already quantized type (quality loss)");
+  if (!fallbacks.empty()) {
+    int n = 0;
+    std::string by;
+    for (const auto& [name, c] : fallbacks) n += c, by += (by.empty() ? "" : ", ") + name + " " + std::to_string(c);
+    res.notes.push_back("note: " + std::to_string(n) + " tensors have rows that blocks of 256 do not divide, " +
+                        "written in 32-block types instead (" + by + "), as llama-quantize does");
+  }
   res.n_tensors = w.tensor_count();
   res.bytes_out = w.data_bytes();
   Progress prog("quantize " + fs::path(o.out).filename().string(), res.bytes_out, o.progress);

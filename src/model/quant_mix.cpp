@@ -64,7 +64,8 @@ int layer_of(std::string_view name, std::string_view& rest) {
 // The 32-block stand-in for a 256-block type whose block does not divide the row.
 DType fallback(DType t) {
   switch (t) {
-    case DType::Q2_K: case DType::Q3_K: case DType::IQ4_XS: return DType::IQ4_NL;
+    case DType::Q2_K: case DType::Q3_K: return DType::Q4_0;
+    case DType::IQ4_XS: return DType::IQ4_NL;
     case DType::Q4_K: return DType::Q5_0;
     case DType::Q5_K: return DType::Q5_1;
     case DType::Q6_K: return DType::Q8_0;
@@ -97,6 +98,7 @@ DType k_rule(const MixDef& d, const TensorRole& t) {
       case M::Q3_K_L: return DType::Q5_K;
       case M::Q4_K_S: return i < n / 8 ? DType::Q5_K : d.base;
       case M::Q4_K_M: case M::Q5_K_M: return use_more_bits(i, n) ? DType::Q6_K : d.base;
+      case M::IQ4_NL: case M::IQ4_XS: return i < n / 8 ? DType::Q5_K : d.base;  // without an imatrix
       default: return d.base;
     }
   }

@@ -10,7 +10,7 @@
 namespace lmf {
 
 // Plain greedy: the argmax step (no random number, no penalty).
-static bool greedy(const SamplingParams& p) { return p.temperature <= 0 && p.repeat_penalty == 1.0f; }
+static bool greedy(const SamplingParams& p) { return p.temperature <= 0 && !has_penalty(p); }
 
 // A chained step's request (no penalty: Session::can_chain): its id picked where the logits are,
 // by argmax when greedy, else by device sampling with the sampler's next uniform, and left on

@@ -1,4 +1,5 @@
-// Token sampling: greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded RNG.
+// Token sampling: greedy, temperature, top-k, top-p, min-p, repetition / presence / frequency
+// penalties, seeded RNG.
 // The same seed, parameters and logits give the same tokens on every run and machine.
 #pragma once
 #include <cstdint>
@@ -14,13 +15,20 @@ struct SamplingParams {
   float top_p = 0.95f;       // >= 1: off
   float min_p = 0.05f;       // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off (llama.cpp semantics: divide positive logits, multiply negative)
-  int repeat_last_n = 64;
+  // OpenAI's: logit -= frequency_penalty * count + presence_penalty * (count > 0), count = the
+  // token's occurrences in the penalty window (after the repeat penalty, as llama.cpp orders them).
+  float presence_penalty = 0.0f;   // 0: off
+  float frequency_penalty = 0.0f;  // 0: off
+  int repeat_last_n = 64;          // the penalty window: last n tokens of the history (< 0: all)
   uint64_t seed = 0;
 };
 
-// The distinct token ids in [0, n_vocab) that the repetition penalty applies to: the last
-// repeat_last_n entries of history (all of it when repeat_last_n < 0), ascending. Empty when
-// the penalty is off.
+// Any penalty on (repeat != 1, presence or frequency != 0).
+bool has_penalty(const SamplingParams& p);
+
+// The token ids in [0, n_vocab) the penalties apply to: the last repeat_last_n entries of history
+// (all of it when repeat_last_n < 0), ascending; distinct, except with a frequency penalty, where
+// each id appears as often as it occurs (its count). Empty when no penalty is on.
 std::vector<int32_t> penalty_ids(const SamplingParams& p, std::span<const int32_t> history, int64_t n_vocab);
 
 // The sampling algorithm with its random number given: u01 in [0, 1) (ignored when greedy).

@@ -120,8 +120,8 @@ ApiRequest parse_request(const json& b, bool chat, const ApiContext& ctx) {
   sp.top_k = int(integer(b, "top_k", 40, -1, 1 << 20));
   sp.min_p = float(number(b, "min_p", 0.05, 0, 1));
   sp.repeat_penalty = float(number(b, "repeat_penalty", 1.0, 0.01, 10));
-  number(b, "presence_penalty", 0, -2, 2);   // accepted, not applied (documented)
-  number(b, "frequency_penalty", 0, -2, 2);
+  sp.presence_penalty = float(number(b, "presence_penalty", 0, -2, 2));
+  sp.frequency_penalty = float(number(b, "frequency_penalty", 0, -2, 2));
   if (field(b, "seed")) {
     sp.seed = uint64_t(integer(b, "seed", 0, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
   } else {

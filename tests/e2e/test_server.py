@@ -131,6 +131,15 @@ def main():
                                            seed=42, max_tokens=12).choices[0].message.content
         check("the same seed samples the same text", a == b, f"{a!r} vs {b!r}")
 
+        q = "Repeat the word apple twenty times."
+        plain = chat(client, q, temperature=0, max_tokens=48).choices[0].message.content
+        pen = chat(client, q, temperature=0, max_tokens=48, frequency_penalty=1.5).choices[0].message.content
+        check("frequency_penalty changes the greedy text", pen != plain, f"{pen!r} vs {plain!r}")
+        pst, _, _ = stream_text(client, q, temperature=0, max_tokens=48, frequency_penalty=1.5)
+        check("a penalized stream equals the penalized text", pst == pen, f"{pst!r} vs {pen!r}")
+        pres = chat(client, q, temperature=0, max_tokens=48, presence_penalty=1.5).choices[0].message.content
+        check("presence_penalty changes the greedy text", pres != plain, f"{pres!r} vs {plain!r}")
+
         auth = {"Authorization": "Bearer " + key}
         st_, ct, body = s.raw("POST", "/tokenize", {"content": "Hello world"}, auth)
         toks = json.loads(body)["tokens"] if st_ == 200 else []

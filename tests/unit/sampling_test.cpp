@@ -102,6 +102,45 @@ TEST(Sampling, RepetitionPenaltyDemotesSeenTokens) {
   EXPECT_EQ(s2.sample(l, hist), 0);
 }
 
+// OpenAI's formula: logit -= frequency * count + presence * (count > 0), over the window; with
+// the repeat penalty applied first (llama.cpp's order).
+TEST(Sampling, PresenceAndFrequencyPenalties) {
+  const std::vector<float> l = {3.0f, 2.5f, 2.2f, 0.5f};
+  SamplingParams p;
+  p.temperature = 0;
+  const std::vector<int32_t> hist = {0, 0, 0, 1, 9, -1};  // out-of-range ids are ignored
+  p.frequency_penalty = 0.3f;  // 0: 3.0 - 0.9 = 2.1, 1: 2.5 - 0.3 = 2.2, 2: 2.2 (tie: lower id)
+  EXPECT_EQ(Sampler(p).sample(l, hist), 1);
+  p.frequency_penalty = 0.35f;  // 0: 1.95, 1: 2.15, 2: 2.2
+  EXPECT_EQ(Sampler(p).sample(l, hist), 2);
+  p.frequency_penalty = 0;
+  p.presence_penalty = 0.6f;  // 0: 2.4, 1: 1.9, 2: 2.2
+  EXPECT_EQ(Sampler(p).sample(l, hist), 0);
+  p.presence_penalty = 0.9f;  // 0: 2.1, 1: 1.6, 2: 2.2
+  EXPECT_EQ(Sampler(p).sample(l, hist), 2);
+  p.presence_penalty = -1.0f;  // negative: encourages seen tokens (1: 3.5 > 3.0)
+  EXPECT_EQ(Sampler(p).sample(l, std::vector<int32_t>{1}), 1);
+  // The window: only the last 2 tokens count (1 and 9), so token 0 goes unpenalized.
+  p.presence_penalty = 0.9f;
+  p.repeat_last_n = 2;
+  EXPECT_EQ(Sampler(p).sample(l, hist), 0);
+  // Counts come through penalty_ids: ascending, repeated by count only with a frequency penalty.
+  p = {};
+  p.frequency_penalty = 0.1f;
+  EXPECT_EQ(penalty_ids(p, hist, 4), (std::vector<int32_t>{0, 0, 0, 1}));
+  p.frequency_penalty = 0;
+  p.presence_penalty = 0.1f;
+  EXPECT_EQ(penalty_ids(p, hist, 4), (std::vector<int32_t>{0, 1}));
+  EXPECT_TRUE(has_penalty(p));
+  // repeat then frequency: (3.0 / 2) - 0.5 * 3 = 0.0 < 0.5 (token 3)... 2.5 / 2 - 0.5 = 0.75 wins
+  p = {};
+  p.temperature = 0;
+  p.repeat_penalty = 2.0f;
+  p.frequency_penalty = 0.5f;
+  const std::vector<float> l2 = {3.0f, 2.5f, 0.5f, 0.7f};
+  EXPECT_EQ(Sampler(p).sample(l2, std::vector<int32_t>{0, 0, 0, 1}), 1);
+}
+
 TEST(Sampling, BadParametersAreErrors) {
   SamplingParams p;
   p.top_p = 0;
@@ -112,7 +151,8 @@ TEST(Sampling, BadParametersAreErrors) {
   // NaN slips past every <= test; each float setting refuses it (and infinity) by name
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   for (float SamplingParams::*f : {&SamplingParams::temperature, &SamplingParams::top_p, &SamplingParams::min_p,
-                                   &SamplingParams::repeat_penalty})
+                                   &SamplingParams::repeat_penalty, &SamplingParams::presence_penalty,
+                                   &SamplingParams::frequency_penalty})
     for (float v : {nan, inf, -inf}) {
       p = {};
       p.*f = v;

@@ -73,6 +73,9 @@ int cmd_chat(int argc, char** argv) {
   app.add_option("--top-p", sp.top_p, "top-p (default 0.95)");
   app.add_option("--min-p", sp.min_p, "min-p (default 0.05)");
   app.add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (1 = off)");
+  app.add_option("--presence-penalty", sp.presence_penalty, "OpenAI presence penalty over the last --repeat-last-n tokens (0 = off)");
+  app.add_option("--frequency-penalty", sp.frequency_penalty, "OpenAI frequency penalty over the same window (0 = off)");
+  app.add_option("--repeat-last-n", sp.repeat_last_n, "window of the penalties, in tokens (default 64; -1: all)");
   int64_t seed = 0;
   add_seed_flag(app, seed);
   app.add_flag("--no-think", no_think, "Qwen3: disable thinking");

@@ -36,6 +36,8 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--top-p", sp.top_p, "top-p (1 = off; default 0.95)");
   app.add_option("--min-p", sp.min_p, "min-p (0 = off; default 0.05)");
   app.add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (1 = off)");
+  app.add_option("--presence-penalty", sp.presence_penalty, "OpenAI presence penalty over the last --repeat-last-n tokens (0 = off)");
+  app.add_option("--frequency-penalty", sp.frequency_penalty, "OpenAI frequency penalty over the same window (0 = off)");
   app.add_option("--repeat-last-n", sp.repeat_last_n, "tokens the penalty looks back over (default 64)");
   int64_t seed = 0;
   add_seed_flag(app, seed);

@@ -188,7 +188,7 @@ class CudaBackend final : public Backend {
   double copy_bandwidth() override;
   bool can_sample(const SamplingParams& p, int64_t n_vocab) const override { return cuda::sample_supported(p, n_vocab); }
   bool can_chain(const SamplingParams& p, int64_t n_vocab) const override {
-    if (p.repeat_penalty != 1.0f) return false;
+    if (has_penalty(p)) return false;
     return p.temperature <= 0 || can_sample(p, n_vocab);
   }
   int32_t take_queued() override {

@@ -562,7 +562,10 @@ void sample_scratch_free(SampleScratch& s) {
   s = SampleScratch{};
 }
 
-bool sample_supported(const SamplingParams& p, int64_t n_vocab) { return n_vocab > 0 && n_vocab <= INT32_MAX; }
+// The presence / frequency penalties run on the host (sample_with_uniform); the repeat penalty here.
+bool sample_supported(const SamplingParams& p, int64_t n_vocab) {
+  return n_vocab > 0 && n_vocab <= INT32_MAX && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
+}
 
 int upload_penalty_ids(const int32_t* ids, int64_t n_ids, SampleScratch& sc, cudaStream_t s) {
   if (n_ids < 0 || n_ids > sc.n || !sc.h_pen_ids) LMF_FAIL("cuda sample: ", n_ids, " penalty ids, scratch holds ", sc.n);

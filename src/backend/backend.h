@@ -111,8 +111,11 @@ class Backend {
   // Most tokens one run() may take (a backend without batched kernels runs prompts token by
   // token through its decode step; the Session splits accordingly).
   virtual int64_t max_tokens_per_run() const { return INT64_MAX; }
-  // Measured device copy bandwidth in bytes/s (read + write counted), 0 when not measured.
+  // Measured device copy bandwidth in bytes/s (read + write counted), 0 when not measured. The
+  // CPU backend measures a read bandwidth instead (what a decode step does); bandwidth_kind()
+  // names which, for the bench's "% of ..." figure.
   virtual double copy_bandwidth() { return 0; }
+  virtual const char* bandwidth_kind() const { return "copy"; }
   // Measured dense-GEMM peak in FLOP/s (CUDA: cuBLAS bf16 8192^3), 0 when not measured.
   virtual double gemm_peak_flops() { return 0; }
   // Weight bytes one decode step reads (for achieved-bandwidth figures).

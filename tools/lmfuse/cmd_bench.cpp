@@ -305,7 +305,8 @@ int cmd_bench(int argc, char** argv) {
           const double kv = double(hp.kv_cache_bytes(1)) * ctx;
           const double bw = (double(wb) + kv) * rows.back().mean;
           char b[96];
-          std::snprintf(b, sizeof b, "%.0f GB/s = %.1f %% of copy %.0f GB/s", bw / 1e9, 100.0 * bw / copy_bw, copy_bw / 1e9);
+          std::snprintf(b, sizeof b, "%.0f GB/s = %.1f %% of %s %.0f GB/s", bw / 1e9, 100.0 * bw / copy_bw,
+                        e.backend->bandwidth_kind(), copy_bw / 1e9);
           rows.back().extra = b;
         }
       }

@@ -1,10 +1,14 @@
 // The CPU backend: the reference for every other backend. It runs the planned graph op by op;
 // accepted Q/K/V and gate/up groups run as one pass over their shared input (activations are
 // quantized once and the rows of all members are split across threads together).
+#include <emmintrin.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <numeric>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +16,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "util/log.h"
 #include "util/status.h"
 
 namespace lmf {
@@ -51,6 +56,52 @@ class CpuBackend final : public Backend {
   std::vector<ProfileEntry> profile() const override { return profile_; }
 
   void load(const Model& m) override { m_ = &m; }
+
+  // Read bandwidth of this pool's threads over a 1 GiB buffer (each thread sums its own first-
+  // touched slice; best of 3 passes), measured once per backend: what a decode step's weight
+  // stream can reach at most.
+  double copy_bandwidth() override {
+    if (read_bw_ > 0) return read_bw_;
+    constexpr size_t kBytes = size_t(1) << 30, kWords = kBytes / sizeof(uint64_t);
+    std::unique_ptr<uint64_t[]> buf(new uint64_t[kWords]);
+    const int nt = pool_.size();
+    std::vector<uint64_t> sums(size_t(nt), 0);
+    pool_.parallel_for(nt, [&](int, int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        for (size_t i = kWords * size_t(t) / size_t(nt); i < kWords * size_t(t + 1) / size_t(nt); ++i) buf[i] = i;
+    });
+    double best = 0;
+    for (int pass = 0; pass < 3; ++pass) {
+      const auto t0 = std::chrono::steady_clock::now();
+      pool_.parallel_for(nt, [&](int, int64_t a, int64_t b) {
+        for (int64_t t = a; t < b; ++t) {
+          // 16-byte loads (SSE2, every x86-64), 4 independent sums: one 64-byte line per step.
+          __m128i s[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+          const size_t lo = kWords * size_t(t) / size_t(nt) / 8 * 8, hi = kWords * size_t(t + 1) / size_t(nt) / 8 * 8;
+          for (size_t i = lo; i < hi; i += 8)
+            for (int k = 0; k < 4; ++k)
+              s[k] = _mm_add_epi64(s[k], _mm_load_si128(reinterpret_cast<const __m128i*>(buf.get() + i + 2 * size_t(k))));
+          alignas(16) uint64_t o[2];
+          _mm_store_si128(reinterpret_cast<__m128i*>(o), _mm_add_epi64(_mm_add_epi64(s[0], s[1]), _mm_add_epi64(s[2], s[3])));
+          sums[size_t(t)] += o[0] + o[1];
+        }
+      });
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::max(best, double(kBytes) / dt);
+    }
+    if (std::accumulate(sums.begin(), sums.end(), uint64_t(0)) == 1) LMF_LOG(Debug, "read bandwidth sum");  // keep the reads
+    read_bw_ = best;
+    return read_bw_;
+  }
+  const char* bandwidth_kind() const override { return "read"; }
+  // One decode step reads every projection and the output matrix once (the embedding: one row).
+  uint64_t decode_weight_bytes() const override {
+    if (!m_) return 0;
+    uint64_t n = m_->output.nbytes;
+    for (const auto& L : m_->layers)
+      for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) n += w->nbytes;
+    return n;
+  }
 
   // The KV cache is the runtime's (runtime/kv_cache.h); this backend holds its pools.
   bool paged_kv() const override { return true; }
@@ -279,6 +330,7 @@ class CpuBackend final : public Backend {
   BackendOptions opts_;
   ThreadPool pool_;
   cpu::ActBits act_;  // activation blocks of the quantized matmuls (knob cpu_act16)
+  double read_bw_ = 0;  // copy_bandwidth(), once measured
   const Model* m_ = nullptr;
   std::vector<float> arena_;
   std::vector<std::vector<uint16_t>> kc_, vc_;  // per layer: [n_blocks * block_size, kv_dim] fp16 pools

@@ -15,12 +15,13 @@ struct SamplingParams {
   float top_p = 0.95f;       // >= 1: off
   float min_p = 0.05f;       // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off (llama.cpp semantics: divide positive logits, multiply negative)
-  // OpenAI's: logit -= frequency_penalty * count + presence_penalty * (count > 0), count = the
-  // token's occurrences in the penalty window (after the repeat penalty, as llama.cpp orders them).
-  float presence_penalty = 0.0f;   // 0: off
-  float frequency_penalty = 0.0f;  // 0: off
   int repeat_last_n = 64;          // the penalty window: last n tokens of the history (< 0: all)
   uint64_t seed = 0;
+  // OpenAI's: logit -= frequency_penalty * count + presence_penalty * (count > 0), count = the
+  // token's occurrences in the penalty window (after the repeat penalty, as llama.cpp orders them).
+  // Last, so positional initializers written before they existed keep their meaning.
+  float presence_penalty = 0.0f;   // 0: off
+  float frequency_penalty = 0.0f;  // 0: off
 };
 
 // Any penalty on (repeat != 1, presence or frequency != 0).

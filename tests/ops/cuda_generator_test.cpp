@@ -58,7 +58,8 @@ std::vector<lmf::SamplingParams> params() {
   std::vector<lmf::SamplingParams> c(3);
   c[0].temperature = 0;                   // argmax steps
   c[1].seed = 5;                          // T 0.8, top-k 40, top-p 0.95, min-p 0.05
-  c[2] = {2.0f, 0, 1.f, 0.f, 1.f, 64, 9};  // k = 0: the full-sort path
+  c[2] = {.temperature = 2.0f, .top_k = 0, .top_p = 1.f, .min_p = 0.f,
+              .repeat_penalty = 1.f, .repeat_last_n = 64, .seed = 9};  // k = 0: the full-sort path
   return c;
 }
 

@@ -87,8 +87,10 @@ TEST(Session, EvalNextIsEvalThenSample) {
   cases[1].temperature = 0;
   cases[1].repeat_penalty = 8.f;  // strong enough to change the greedy sequence (asserted below)
   cases[2].seed = 7;  // defaults: T 0.8, top-k 40, top-p 0.95, min-p 0.05
-  cases[3] = {1.5f, 0, 0.9f, 0.f, 1.2f, 16, 11};
-  cases[4] = {2.0f, 0, 1.f, 0.f, 1.f, 64, 3};  // every token a candidate
+  cases[3] = {.temperature = 1.5f, .top_k = 0, .top_p = 0.9f, .min_p = 0.f,
+              .repeat_penalty = 1.2f, .repeat_last_n = 16, .seed = 11};
+  cases[4] = {.temperature = 2.0f, .top_k = 0, .top_p = 1.f, .min_p = 0.f,
+              .repeat_penalty = 1.f, .repeat_last_n = 64, .seed = 3};  // every token a candidate
   std::vector<std::vector<int32_t>> results;
   for (size_t c = 0; c < cases.size(); ++c) {
     const std::vector<int32_t> prompt = {1, 5, 9, 12, 3, 4};

@@ -127,7 +127,8 @@ std::vector<lmf::SamplingParams> cases() {
   std::vector<lmf::SamplingParams> c(4);
   c[0].temperature = 0;  // greedy: argmax steps
   c[1].seed = 7;         // sampled (T 0.8, top-k 40, top-p 0.95, min-p 0.05): one uniform per step
-  c[2] = {2.0f, 0, 1.f, 0.f, 1.f, 64, 3};
+  c[2] = {.temperature = 2.0f, .top_k = 0, .top_p = 1.f, .min_p = 0.f,
+              .repeat_penalty = 1.f, .repeat_last_n = 64, .seed = 3};
   c[3].temperature = 0;  // a repetition penalty: step by step (its ids need the token on the host)
   c[3].repeat_penalty = 8.f;
   return c;

@@ -105,9 +105,10 @@ int register_all() {
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     for (const Shape& s : kShapes)
       for (int64_t T : {1, 2, 4, 64, 512}) {
-        if (T > 1 && t != DType::Q4_0 && t != DType::F16 && t != DType::Q4_K) continue;
+        const bool unit_k = t == DType::Q4_K || t == DType::Q6_K;  // the two types of a Q4_K_M file
+        if (T > 1 && t != DType::Q4_0 && t != DType::F16 && !unit_k) continue;
         if ((T == 2 || T == 4) && t != DType::Q4_K) continue;  // kUnitsPackMin (matmul_x86_units.inc)
-        if (T == 512 && t != DType::Q4_0 && t != DType::Q4_K) continue;  // prefill shape (pp512)
+        if (T == 512 && t != DType::Q4_0 && !unit_k) continue;  // prefill shape (pp512)
         const std::string name = std::string(dtype_name(t)) + "/" + s.name + "/" +
                                  std::to_string(s.rows) + "x" + std::to_string(s.cols) + "/T" +
                                  std::to_string(T);

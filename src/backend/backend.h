@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/communicator.h"
 #include "graph/graph.h"
 #include "model/model.h"
 #include "util/knobs.h"
@@ -22,6 +23,9 @@ struct BackendOptions {
   int64_t n_ctx = 0;   // KV cache length
   Knobs knobs;
   int device = 0;      // CUDA device ordinal
+  // A tensor-parallel rank's collectives (graphs with OpKind::AllReduce); not owned, outlives the
+  // backend. Null for a whole model.
+  Communicator* comm = nullptr;
   // Called by backends whose load() copies the weights (CUDA: repack + upload, layer by layer)
   // after each part: bytes of the model's weights handled so far and in all, parts done and in
   // all. Backends that map the file in place (CPU) never call it. Null = no calls.

@@ -19,6 +19,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::Attention: return "attention";
     case OpKind::Add: return "add";
     case OpKind::SiluMul: return "silu_mul";
+    case OpKind::AllReduce: return "all_reduce";
   }
   return "?";
 }
@@ -145,6 +146,13 @@ void form_groups(Graph& g) {
       if (c.size() == 1 && g.ops[size_t(c[0])].kind == OpKind::SiluMul) grp.epilogue.push_back(c[0]);
     } else if (members.size() == 1) {
       auto c = consumers_of(g, lead.out[0]);
+      // A tensor-parallel rank's o_proj / down product is a partial sum that an AllReduce
+      // completes in place before the add reads it. A residual epilogue in the matmul would add
+      // the residual to the partial sum, before the all-reduce ran (and so N times over), which
+      // no overlap check would see: no group. Fusing the all-reduce with the add (and the next
+      // norm) is a collective's epilogue, for a backend with one (docs/SCALING.md).
+      if (std::any_of(c.begin(), c.end(), [&](int op) { return g.ops[size_t(op)].kind == OpKind::AllReduce; }))
+        continue;
       if (c.size() != 1 || g.ops[size_t(c[0])].kind != OpKind::Add) continue;
       // From the structure: down projects the SiLU·mul product, o_proj the attention output.
       const int src = producer_of(g, lead.in[0]);

@@ -20,6 +20,10 @@ enum class OpKind {
   Attention,  // in: q [T, n_head*hd]; reads the layer's KV cache 0..pos0+t -> out [T, n_head*hd]
   Add,        // in: a, b -> out = a + b
   SiluMul,    // in: gate, up -> out = silu(gate) * up
+  // A tensor-parallel rank (Model::tp.size > 1): in place (in == out, [T, n_embd]), the sum of
+  // this tensor over all ranks (Communicator::all_reduce_sum); after o_proj and down, whose
+  // products are partial sums over the rank's heads / FFN rows.
+  AllReduce,
 };
 const char* op_kind_name(OpKind k);
 
@@ -64,6 +68,7 @@ enum class GroupKind {
   GateUp,     // members: gate, up; norm: ffn_norm; add: attention residual add; epilogue: silu_mul
   OResid,     // members: o_proj; epilogue: the residual add that consumes it
   DownResid,  // members: down; epilogue: the residual add that consumes it
+              // (neither is formed where an AllReduce completes the product first: form_groups)
   Logits,     // members: the output projection (layer -1); norm: output_norm; add: the last
               // residual add (when no residual epilogue took it)
 };

@@ -58,6 +58,12 @@ struct Builder {
     return y;
   }
 
+  // A tensor-parallel rank's partial sum x, summed over the ranks in place (nothing otherwise).
+  int all_reduce(int l, const char* what, int x) {
+    if (m.tp.size > 1) op(OpKind::AllReduce, nm(l, what), l, {x}, {x});
+    return x;
+  }
+
   // x -> attention block -> new residual stream
   int attention(int l, int x) {
     const auto& L = m.layers[size_t(l)];
@@ -74,7 +80,7 @@ struct Builder {
     op(OpKind::KvStore, nm(l, "kv_store"), l, {k, v}, {});
     int a = g.add_tensor(nm(l, "attn"), T, hp.q_dim());
     op(OpKind::Attention, nm(l, "attn"), l, {q}, {a});
-    int o = linear(l, "attn_out", a, L.wo);
+    int o = all_reduce(l, "attn_out_sum", linear(l, "attn_out", a, L.wo));
     return binary(OpKind::Add, l, "attn_resid", x, o);
   }
 
@@ -84,7 +90,7 @@ struct Builder {
     int gt = linear(l, "ffn_gate", h, L.w_gate);
     int up = linear(l, "ffn_up", h, L.w_up);
     int act = binary(OpKind::SiluMul, l, "ffn_act", gt, up);
-    int d = linear(l, "ffn_down", act, L.w_down);
+    int d = all_reduce(l, "ffn_down_sum", linear(l, "ffn_down", act, L.w_down));
     return binary(OpKind::Add, l, "l_out", x, d);
   }
 };
@@ -98,6 +104,8 @@ Graph build_graph(const Model& m, int64_t T, bool all_logits, int64_t n_gather) 
   g.all_logits = all_logits;
   g.n_gather = n_gather;
   Builder b{m, m.hp, g, T};
+  // A tensor-parallel rank (model/tp_split.h) builds the same graph over its heads and FFN rows,
+  // with an all-reduce after o_proj and down; its logits are its vocabulary slice.
   int x = g.add_tensor("inp_embd", T, m.hp.n_embd);
   b.op(OpKind::Embed, "inp_embd", -1, {}, {x}, &m.tok_embd);
   for (int l = 0; l < int(m.hp.n_layer); ++l) {

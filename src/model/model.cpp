@@ -30,6 +30,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   TensorBinder b(f);
   def->bind(b, m->hp, *m);
   b.check_all_used();
+  m->tp.vocab_end = m->hp.n_vocab;
   for (const Weight* w : {&m->tok_embd, &m->output})
     if (type_info(w->type).quantized && w->cols % type_info(w->type).block != 0)
       LMF_FAIL(path, ": tensor '", w->name, "' row length ", w->cols, " is not a multiple of ",
@@ -37,14 +38,33 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   return m;
 }
 
+std::vector<const Weight*> Model::weights() const {
+  std::vector<const Weight*> w{&tok_embd, &output_norm};
+  if (output.data != tok_embd.data || output.nbytes != tok_embd.nbytes) w.push_back(&output);
+  for (const auto& L : layers)
+    for (const Weight* x : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.wo,
+                            &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down})
+      if (x->data) w.push_back(x);
+  return w;
+}
+
+// A loaded model counts its file (rope_freqs included); a tensor-parallel rank its own slices.
 uint64_t Model::weight_bytes() const {
   uint64_t n = 0;
+  if (!file) {
+    for (const Weight* w : weights()) n += w->nbytes;
+    return n;
+  }
   for (const auto& t : file->tensors()) n += t.nbytes;
   return n;
 }
 
 uint64_t Model::param_count() const {
   uint64_t n = 0;
+  if (!file) {
+    for (const Weight* w : weights()) n += uint64_t(w->rows * w->cols);
+    return n;
+  }
   for (const auto& t : file->tensors()) n += uint64_t(t.nelements());
   return n;
 }
@@ -60,8 +80,13 @@ bool Model::quantized_matmuls() const {
 
 std::string Model::type_summary() const {
   std::map<std::string, uint64_t> bytes;
-  for (const auto& t : file->tensors())
-    if (t.ne.size() == 2) bytes[dtype_name(t.type)] += t.nbytes;
+  if (file) {
+    for (const auto& t : file->tensors())
+      if (t.ne.size() == 2) bytes[dtype_name(t.type)] += t.nbytes;
+  } else {
+    for (const Weight* w : weights())
+      if (w->rows > 1) bytes[dtype_name(w->type)] += w->nbytes;
+  }
   std::string best;
   uint64_t most = 0;
   for (auto& [k, v] : bytes)

@@ -1,6 +1,7 @@
 // A loaded model: hyper-parameters read from GGUF metadata through the architecture table, and
 // every weight bound with a shape check. Weights stay in the file mapping (zero-copy).
 #pragma once
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,15 +37,32 @@ struct LayerWeights {
   Weight ffn_norm, w_gate, w_up, w_down;
 };
 
+// Which slice of a tensor-parallel split a Model is (model/tp_split.h); size 1: the whole model.
+// A rank's HParams give its own heads, KV heads and FFN rows; n_vocab stays the whole vocabulary
+// (token ids are checked against it) while its output holds rows [vocab_begin, vocab_end).
+struct TpPlace {
+  int rank = 0, size = 1;
+  int64_t vocab_begin = 0, vocab_end = 0;
+};
+
 struct Model {
-  std::unique_ptr<gguf::File> file;
+  std::unique_ptr<gguf::File> file;  // null for a tensor-parallel rank: its weights are its parent's
   HParams hp;
   Weight tok_embd, output_norm, output;  // output aliases tok_embd when tied
   std::vector<LayerWeights> layers;
+  TpPlace tp;
+  // Weights this model holds a copy of (a rank's column slices; 64-byte aligned), where the
+  // others point into a file mapping.
+  struct FreeBytes {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::vector<std::unique_ptr<uint8_t, FreeBytes>> owned;
 
   // Loads and validates; errors name the file and the problem (expected vs got).
   static std::unique_ptr<Model> load(const std::string& path);
   uint64_t weight_bytes() const;   // bytes of all weights (output counted once when tied)
+  // The bound weights, each once (output not repeated when it aliases tok_embd).
+  std::vector<const Weight*> weights() const;
   uint64_t param_count() const;
   std::string type_summary() const;  // dominant weight type, e.g. "Q4_0"
   // Whether any projection (the layers' q/k/v/o/gate/up/down, the logits) is block-quantized

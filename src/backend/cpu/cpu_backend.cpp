@@ -132,6 +132,16 @@ class CpuBackend final : public Backend {
   }
 
   void prepare(Graph& g) override {
+    for (const Op& op : g.ops)
+      if (op.kind == OpKind::AllReduce) {
+        if (!opts_.comm)
+          LMF_FAIL("cpu: the graph sums partial results across tensor-parallel ranks (", op.name,
+                   "), but this backend has no communicator (BackendOptions::comm)");
+        if (opts_.comm->size() != m_->tp.size || opts_.comm->rank() != m_->tp.rank)
+          LMF_FAIL("cpu: the model is tensor-parallel rank ", m_->tp.rank, " of ", m_->tp.size,
+                   ", the communicator rank ", opts_.comm->rank(), " of ", opts_.comm->size());
+        break;
+      }
     const Knobs& k = opts_.knobs;
     const bool fusion = k.fusion != Tri::Off;
     for (auto& grp : g.groups) {
@@ -324,6 +334,12 @@ class CpuBackend final : public Backend {
       case OpKind::SiluMul:
         cpu::silu_mul(IN(0), IN(1), OUT(0), g.t(op.out[0]).rows * g.t(op.out[0]).cols, pool_);
         break;
+      case OpKind::AllReduce: {  // in place: prepare checked the communicator
+        const GTensor& x = g.t(op.in[0]);
+        LMF_CHECK(op.out.size() == 1 && op.out[0] == op.in[0]);
+        opts_.comm->all_reduce_sum(IN(0), x.rows * x.cols);
+        break;
+      }
     }
   }
 

@@ -432,7 +432,14 @@ class CudaBackend final : public Backend {
   int* h_tokens_ = nullptr;      // pinned staging for them
 };
 
+// Tensor parallelism on CUDA needs an NCCL communicator per rank and the all-reduce on the
+// stream (docs/SCALING.md); until then a rank model or a graph with an all-reduce is refused.
+constexpr const char* kNoTpOnCuda =
+    "cuda: tensor parallelism (all-reduce across ranks) is not implemented on CUDA yet; the CPU "
+    "simulation runs it: lmfuse logits --tp-sim N";
+
 void CudaBackend::load(const Model& m) {
+  if (m.tp.size > 1) LMF_FAIL(kNoTpOnCuda, " (this model is rank ", m.tp.rank, " of ", m.tp.size, ")");
   m_ = &m;
   const auto& hp = m.hp;
   size_t free_b = 0, total_b = 0;
@@ -565,6 +572,8 @@ void CudaBackend::load(const Model& m) {
 }
 
 void CudaBackend::prepare(Graph& g) {
+  for (const Op& op : g.ops)
+    if (op.kind == OpKind::AllReduce) LMF_FAIL(kNoTpOnCuda, " (op ", op.name, ")");
   if (g.n_tokens > 1) {
     prepare_prefill(g);
     return;
@@ -1006,6 +1015,8 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
     case OpKind::SiluMul:
       cuda::silu_mul(IN(0), IN(1), OUT(0), g.t(op.out[0]).rows * g.t(op.out[0]).cols, stream_);
       break;
+    case OpKind::AllReduce:  // prepare refused the graph
+      LMF_FAIL(kNoTpOnCuda);
   }
 }
 
@@ -1087,6 +1098,7 @@ void CudaBackend::launch_prefill_op(Graph& g, GraphState& st, const Op& op) {
     case OpKind::RmsNorm:  // rows and row_begin handled there already
     case OpKind::Add:
     case OpKind::SiluMul:
+    case OpKind::AllReduce:  // refused by prepare (and by launch_op)
       launch_op(g, st, op);
       break;
   }

@@ -12,6 +12,8 @@ namespace lmf {
 
 enum class OpKind {
   Embed,      // in: tokens; w: token_embd            -> out [T, n_embd]
+              //   (embed_slice: w holds token ids [vocab_begin, vocab_begin + w->rows) only;
+              //   the rows of other tokens are zero, for the all-reduce that follows)
   RmsNorm,    // in: x (rows [row_begin, row_begin+T_out), or gathered); w: gamma -> out
   MatMul,     // in: x [T, cols]; w [rows, cols]; b: optional bias [rows] -> out [T, rows]
   HeadNorm,   // per-head RMSNorm (Qwen3 q/k norm): in [T, n*hd]; w: gamma [hd] -> out
@@ -48,6 +50,10 @@ struct Op {
   const Weight* w = nullptr;
   const Weight* b = nullptr;
   int64_t row_begin = 0;  // RmsNorm: first input row read (logits of the last token only)
+  // Embed of a vocab-parallel tensor-parallel rank: w is the slice of the table from token id
+  // vocab_begin on (see OpKind::Embed).
+  bool embed_slice = false;
+  int64_t vocab_begin = 0;
   // RmsNorm: its output rows are the input rows StepInput::out_rows names (a batch step's
   // last row of each sequence), not a contiguous range; row_begin is then unused.
   bool gather_rows = false;

@@ -108,6 +108,11 @@ Graph build_graph(const Model& m, int64_t T, bool all_logits, int64_t n_gather) 
   // with an all-reduce after o_proj and down; its logits are its vocabulary slice.
   int x = g.add_tensor("inp_embd", T, m.hp.n_embd);
   b.op(OpKind::Embed, "inp_embd", -1, {}, {x}, &m.tok_embd);
+  if (m.tp.vocab_parallel_embedding) {  // each rank looks up its own token ids; the sum has every row
+    g.ops.back().embed_slice = true;
+    g.ops.back().vocab_begin = m.tp.vocab_begin;
+    b.all_reduce(-1, "inp_embd_sum", x);
+  }
   for (int l = 0; l < int(m.hp.n_layer); ++l) {
     x = b.attention(l, x);
     x = b.ffn(l, x);

@@ -43,6 +43,8 @@ struct LayerWeights {
 struct TpPlace {
   int rank = 0, size = 1;
   int64_t vocab_begin = 0, vocab_end = 0;
+  // tok_embd holds the same vocabulary rows as output (else the whole table, replicated).
+  bool vocab_parallel_embedding = false;
 };
 
 struct Model {

@@ -27,8 +27,10 @@ Weight vec_slice(const Weight& w, int64_t c0, int64_t n) {
   return s;
 }
 
-// Columns [c0, c0 + n) of every row, copied into `owner` (block-aligned: checked by tp_refusal).
+// Columns [c0, c0 + n) of every row, copied into `owner` (block-aligned: checked by tp_refusal);
+// all of them (one rank): a view.
 Weight col_slice(const Weight& w, int64_t c0, int64_t n, Model& owner) {
+  if (c0 == 0 && n == w.cols) return w;
   const size_t off = row_bytes(w.type, c0), len = row_bytes(w.type, n);
   const size_t bytes = size_t(w.rows) * len;
   auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
@@ -67,7 +69,7 @@ std::string tp_refusal(const Model& m, int n) {
   return "";
 }
 
-std::unique_ptr<Model> tp_split(const Model& m, int rank, int n) {
+std::unique_ptr<Model> tp_split(const Model& m, int rank, int n, const TpOptions& o) {
   if (std::string why = tp_refusal(m, n); !why.empty()) throw Error(why);
   LMF_CHECK(rank >= 0 && rank < n);
   auto r = std::make_unique<Model>();
@@ -80,11 +82,12 @@ std::unique_ptr<Model> tp_split(const Model& m, int rank, int n) {
   const int64_t q0 = rank * hp.n_head * hd, qn = hp.n_head * hd;      // this rank's Q rows
   const int64_t k0 = rank * hp.n_head_kv * hd, kn = hp.n_head_kv * hd;  // its K / V rows
   const int64_t f0 = rank * hp.n_ff, fn = hp.n_ff;                     // its FFN rows
-  r->tok_embd = m.tok_embd;
   r->output_norm = m.output_norm;
   const int64_t V = m.hp.n_vocab;
-  r->tp = {rank, n, V * rank / n, V * (rank + 1) / n};
-  r->output = row_slice(m.output, r->tp.vocab_begin, r->tp.vocab_end - r->tp.vocab_begin);
+  r->tp = {rank, n, V * rank / n, V * (rank + 1) / n, o.vocab_parallel_embedding && n > 1};
+  const int64_t v0 = r->tp.vocab_begin, vn = r->tp.vocab_end - v0;
+  r->output = row_slice(m.output, v0, vn);
+  r->tok_embd = r->tp.vocab_parallel_embedding ? row_slice(m.tok_embd, v0, vn) : m.tok_embd;
   r->layers.reserve(m.layers.size());
   for (const auto& L : m.layers) {
     LayerWeights R;

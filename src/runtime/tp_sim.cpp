@@ -29,13 +29,13 @@ struct TpSim::Rank {
   }
 };
 
-TpSim::TpSim(const Model& m, int n, const BackendOptions& o) : m_(m), n_ctx_(o.n_ctx) {
+TpSim::TpSim(const Model& m, int n, const BackendOptions& o, const TpOptions& split) : m_(m), n_ctx_(o.n_ctx) {
   LMF_CHECK(o.n_ctx > 0);
   if (std::string why = tp_refusal(m, n); !why.empty()) throw Error(why);
   group_ = std::make_unique<LocalGroup>(n);
   for (int r = 0; r < n; ++r) {
     auto rk = std::make_unique<Rank>();
-    rk->model = tp_split(m, r, n);
+    rk->model = tp_split(m, r, n, split);
     BackendOptions ro = o;
     ro.n_threads = o.n_threads > 0 ? o.n_threads : 1;
     ro.comm = &group_->rank(r);

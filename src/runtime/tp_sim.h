@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
+#include "model/tp_split.h"
 
 namespace lmf {
 
@@ -23,7 +24,7 @@ class TpSim {
   // Splits m n ways (a one-line lmf::Error when it cannot: tp_refusal) and makes one CPU backend
   // per rank with o (o.n_threads threads each, 0 = 1; o.n_ctx positions of KV cache per rank;
   // o.comm is set per rank). m must outlive the TpSim.
-  TpSim(const Model& m, int n, const BackendOptions& o);
+  TpSim(const Model& m, int n, const BackendOptions& o, const TpOptions& split = {});
   ~TpSim();
   TpSim(const TpSim&) = delete;
   TpSim& operator=(const TpSim&) = delete;

@@ -3,7 +3,8 @@
 CLI on random models of qwen3-0.6b's shapes (16 heads, 8 KV heads, 3072 FFN rows; 2 layers, a
 320-token vocabulary): Q4_0 (blocks of 32) and the Q4_K_M mix (blocks of 256) at N = 2 and 4.
 A prefill then decode steps: rel-L2 of the logits and every position's argmax, the greedy ids of
---generate; and a split that cannot be made is one error line and a non-zero exit."""
+--generate, the vocab-parallel embedding's bits; and a split that cannot be made is one error
+line and a non-zero exit."""
 import math, os, struct, subprocess, sys, tempfile
 
 SRC = os.environ.get("LMFUSE_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -68,10 +69,15 @@ def main():
             check(f"{t} --tp-sim {n}: --generate gives the same ids", r.stdout == one.stdout and r.stdout.strip(),
                   f"{r.stdout!r} vs {one.stdout!r}")
             print(f"[tp-sim cli] {t} N={n} rel_l2 {e:.3e}")
+            vp = os.path.join(TMP, f"{t}-tp{n}-vp.bin")
+            r = lm(*common, "--tp-sim", str(n), "--tp-vocab-embedding", "-t", str(n), "-o", vp)
+            check(f"{t} --tp-sim {n} --tp-vocab-embedding: the replicated embedding's bits",
+                  r.returncode == 0 and open(vp, "rb").read() == open(out, "rb").read(), r.stderr)
     m = os.path.join(TMP, "q4_0.gguf")
     for args, want in ((["--tp-sim", "3"], "tensor parallel 3: the model's 16 attention heads do not divide by 3"),
                        (["--tp-sim", "2", "--device", "cuda"], "--tp-sim runs on the CPU backend"),
-                       (["--tp-sim", "2", "--ub", "2"], "it takes no --ubatch-size")):
+                       (["--tp-sim", "2", "--ub", "2"], "it takes no --ubatch-size"),
+                       (["--tp-vocab-embedding"], "--tp-vocab-embedding needs --tp-sim N")):
         r = lm("logits", "-m", m, "--tokens", "1,2", "-o", os.path.join(TMP, "x.bin"), *args)
         lines = r.stderr.strip().splitlines()
         check(f"logits {' '.join(args)}: one error line", r.returncode != 0 and len(lines) == 1 and want in lines[0],

@@ -69,8 +69,8 @@ std::vector<float> single_rank(const Model& m, const Knobs& k = {}) {
   return prefill_then_decode([&](std::span<const int32_t> t, bool all) { return s.eval(t, all); });
 }
 
-std::vector<float> tensor_parallel(const Model& m, int n, const Knobs& k = {}) {
-  TpSim tp(m, n, options(k, 1));
+std::vector<float> tensor_parallel(const Model& m, int n, const Knobs& k = {}, const TpOptions& split = {}) {
+  TpSim tp(m, n, options(k, 1), split);
   return prefill_then_decode([&](std::span<const int32_t> t, bool all) { return tp.eval(t, all); });
 }
 
@@ -125,6 +125,18 @@ TEST_P(TpSimGolden, ForcedFusionsMatchUnfused) {
   const auto a = tensor_parallel(*m, c.n, off);
   const auto b = tensor_parallel(*m, c.n, forced);
   EXPECT_LE(rel_l2(b, a), 1e-6) << c.model << " tp " << c.n;
+}
+
+// The vocab-parallel embedding (each rank looks up its own ids, zero rows for the others, an
+// all-reduce after the lookup) gives the replicated table's bits: x + 0 is x.
+TEST_P(TpSimGolden, VocabParallelEmbeddingGivesTheReplicatedBits) {
+  const TpCase& c = GetParam();
+  auto m = Model::load(kDir + c.model + ".gguf");
+  TpOptions vp;
+  vp.vocab_parallel_embedding = true;
+  const auto a = tensor_parallel(*m, c.n), b = tensor_parallel(*m, c.n, {}, vp);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << c.model;
 }
 
 // Two runs of the same split give the same bits: the all-reduce adds in rank order whatever the
@@ -252,6 +264,33 @@ TEST(TpSplit, RowSlicesPointIntoTheFileColumnSlicesAreBlockCopies) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(K.w_down.data) % 64, 0u);
     EXPECT_GT(k->weight_bytes(), 0u);
   }
+  // Vocab-parallel embedding: the table's rows of the rank's vocabulary slice, a view.
+  TpOptions vp;
+  vp.vocab_parallel_embedding = true;
+  auto k = tp_split(*m, 1, 2, vp);
+  EXPECT_TRUE(k->tp.vocab_parallel_embedding);
+  EXPECT_EQ(k->tok_embd.rows, k->tp.vocab_end - k->tp.vocab_begin);
+  EXPECT_EQ(k->tok_embd.data, m->tok_embd.data + k->tp.vocab_begin * m->tok_embd.row_stride());
+  // A tied model's rank: its embedding and its output are one slice.
+  auto tied = Model::load(kDir + "llama-tiny-f32.gguf");
+  ASSERT_TRUE(tied->hp.tied_output);
+  auto t = tp_split(*tied, 1, 2, vp);
+  EXPECT_EQ(t->tok_embd.data, t->output.data);
+  EXPECT_EQ(t->tok_embd.rows, t->output.rows);
+}
+
+// One rank is the whole model: every weight a view (nothing copied), no all-reduce, the same bits.
+TEST(TpSplit, OneRankIsTheWholeModelUncopied) {
+  auto m = Model::load(kDir + "llama-tiny256-q5_0.gguf");
+  auto k = tp_split(*m, 0, 1);
+  EXPECT_TRUE(k->owned.empty());
+  EXPECT_EQ(k->layers[0].wo.data, m->layers[0].wo.data);
+  EXPECT_EQ(k->layers[0].w_down.data, m->layers[0].w_down.data);
+  EXPECT_EQ(k->output.data, m->output.data);
+  EXPECT_EQ(k->output.rows, m->output.rows);
+  const auto want = single_rank(*m), got = tensor_parallel(*m, 1);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
 }
 
 }  // namespace

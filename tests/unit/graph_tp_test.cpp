@@ -81,5 +81,27 @@ TEST(GraphTp, AllReduceAfterOprojAndDownAndNoResidualGroupAcrossIt) {
   }
 }
 
+// Vocab-parallel embedding: the lookup of the rank's slice, then one all-reduce more, in place.
+TEST(GraphTp, VocabParallelEmbeddingAddsAnAllReduceAfterTheLookup) {
+  auto m = Model::load(kGolden + "qwen3-tiny-f32.gguf");
+  TpOptions vp;
+  vp.vocab_parallel_embedding = true;
+  auto r = tp_split(*m, 1, 2, vp);
+  const Graph g = build_graph(*r, 3, false);
+  ASSERT_GE(g.ops.size(), 2u);
+  EXPECT_EQ(g.ops[0].kind, OpKind::Embed);
+  EXPECT_TRUE(g.ops[0].embed_slice);
+  EXPECT_EQ(g.ops[0].vocab_begin, r->tp.vocab_begin);
+  EXPECT_EQ(g.ops[1].kind, OpKind::AllReduce);
+  EXPECT_EQ(g.ops[1].in, g.ops[0].out);
+  EXPECT_EQ(g.ops[1].out, g.ops[0].out);
+  EXPECT_EQ(std::count_if(g.ops.begin(), g.ops.end(), [](const Op& o) { return o.kind == OpKind::AllReduce; }),
+            2 * m->hp.n_layer + 1);
+  // Replicated (the default): no slice, no extra all-reduce.
+  const Graph h = build_graph(*tp_split(*m, 1, 2), 3, false);
+  EXPECT_FALSE(h.ops[0].embed_slice);
+  EXPECT_EQ(h.ops[1].kind, OpKind::RmsNorm);
+}
+
 }  // namespace
 }  // namespace lmf

@@ -27,8 +27,8 @@ void write_logits(const std::string& out, const std::vector<float>& result, int6
 // --tp-sim N: the same contract (prefill, then one step per token, then greedy ids) on N
 // simulated tensor-parallel ranks (runtime/tp_sim.h). Greedy generation takes each step's
 // argmax on the host (no chained decode: the ranks' logits are gathered every step).
-int logits_tp_sim(const EngineFlags& ef, int n_ranks, const std::vector<int32_t>& tokens, bool all, int64_t prefill,
-                  int64_t generate, int64_t ubatch, const std::string& out) {
+int logits_tp_sim(const EngineFlags& ef, int n_ranks, const TpOptions& split, const std::vector<int32_t>& tokens,
+                  bool all, int64_t prefill, int64_t generate, int64_t ubatch, const std::string& out) {
   if (ef.device == "cuda" || ef.ngl > 0 || ef.main_gpu >= 0)
     LMF_FAIL("--tp-sim runs on the CPU backend; CUDA tensor parallelism is not implemented yet (docs/SCALING.md)");
   if (ubatch > 0) LMF_FAIL("--tp-sim evaluates the prompt in one pass; it takes no --ubatch-size");
@@ -38,7 +38,7 @@ int logits_tp_sim(const EngineFlags& ef, int n_ranks, const std::vector<int32_t>
   o.n_ctx = ef.n_ctx > 0 ? ef.n_ctx : n + generate;
   o.knobs = knobs_from(ef);
   o.n_threads = std::max(1, (ef.threads > 0 ? ef.threads : ThreadPool::default_threads()) / n_ranks);
-  TpSim tp(*model, n_ranks, o);
+  TpSim tp(*model, n_ranks, o, split);
   std::fprintf(stderr, "tensor-parallel simulation: %d ranks x %d threads, %s\n", n_ranks, o.n_threads,
                tp.rank_backend(0).description().c_str());
   std::vector<float> result;
@@ -99,11 +99,15 @@ int cmd_logits(int argc, char** argv) {
                  "split the model over N simulated tensor-parallel ranks (threads of this process, the CPU "
                  "backend; -t threads shared among them) and gather their logits")
       ->check(in_range(1, 64));
+  TpOptions split;
+  app.add_flag("--tp-vocab-embedding", split.vocab_parallel_embedding,
+               "with --tp-sim: split the token embedding by vocabulary rows as the logits are (default: replicated)");
   CLI11_PARSE(app, argc, argv);
+  if (split.vocab_parallel_embedding && tp_sim == 0) LMF_FAIL("--tp-vocab-embedding needs --tp-sim N");
 
   auto tokens = parse_token_list(tokens_s, "--tokens");
   const int64_t n = int64_t(tokens.size());
-  if (tp_sim > 0) return logits_tp_sim(ef, tp_sim, tokens, all, prefill, generate, ubatch, out);
+  if (tp_sim > 0) return logits_tp_sim(ef, tp_sim, split, tokens, all, prefill, generate, ubatch, out);
   Loaded e = load_engine(ef, int64_t(tokens.size()) + generate);
   Session s(*e.model, *e.backend);
   if (ubatch > 0) s.set_max_batch(ubatch);

@@ -258,7 +258,13 @@ class CpuBackend final : public Backend {
     const int64_t T = g.n_tokens;
     switch (op.kind) {
       case OpKind::Embed:
-        for (int64_t t = 0; t < T; ++t) cpu::embed_row(*op.w, in.tokens[t], OUT(0) + t * hp.n_embd);
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t id = in.tokens[t] - op.vocab_begin;
+          if (op.embed_slice && (id < 0 || id >= op.w->rows))  // another rank's token: its row is summed in
+            std::memset(OUT(0) + t * hp.n_embd, 0, size_t(hp.n_embd) * sizeof(float));
+          else
+            cpu::embed_row(*op.w, int32_t(id), OUT(0) + t * hp.n_embd);
+        }
         break;
       case OpKind::RmsNorm: {
         const GTensor& y = g.t(op.out[0]);

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -55,7 +56,27 @@ class CpuBackend final : public Backend {
   const BackendOptions& options() const override { return opts_; }
   std::vector<ProfileEntry> profile() const override { return profile_; }
 
-  void load(const Model& m) override { m_ = &m; }
+  // Q4_0 projections repacked in 16-row panels for the AVX-512 decode GEMV (knob cpu_repack;
+  // backend/cpu/repack.h). The embedding lookup keeps reading the file's rows.
+  void load(const Model& m) override {
+    m_ = &m;
+    x16_.clear();
+    if (!tri_resolve(opts_.knobs.cpu_repack, cpu::active_isa() == cpu::Isa::Avx512)) return;
+    std::vector<const Weight*> ws;
+    for (const auto& L : m.layers)
+      for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) ws.push_back(w);
+    ws.push_back(&m.output);
+    std::vector<const Weight*> todo;
+    for (const Weight* w : ws)
+      if (cpu::x16_supported(*w) && !x16_.count(w)) todo.push_back(w), x16_[w];
+    pool_.parallel_for(int64_t(todo.size()), [&](int, int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) x16_.at(todo[size_t(i)]) = cpu::repack_x16(*todo[size_t(i)]);
+    });
+  }
+  const cpu::X16Weight* x16(const Weight* w) const {
+    const auto it = x16_.find(w);
+    return it == x16_.end() ? nullptr : &it->second;
+  }
 
   // Read bandwidth of this pool's threads over a 1 GiB buffer (each thread sums its own first-
   // touched slice; best of 3 passes), measured once per backend: what a decode step's weight
@@ -235,7 +256,7 @@ class CpuBackend final : public Backend {
     const Op& lead = g.ops[size_t(grp.leader())];
     for (int mi : grp.members) {
       const Op& m = g.ops[size_t(mi)];
-      tasks.push_back({m.w, ptr(g, m.out[0]), m.w->rows, m.b ? cpu::as_f32(*m.b) : nullptr});
+      tasks.push_back({m.w, ptr(g, m.out[0]), m.w->rows, m.b ? cpu::as_f32(*m.b) : nullptr, x16(m.w)});
     }
     const GTensor& x = g.t(lead.in[0]);
     cpu::matmul(tasks, ptr(g, lead.in[0]), x.rows, x.cols, pool_, scratch_, cpu::active_isa(), act_);
@@ -282,7 +303,7 @@ class CpuBackend final : public Backend {
       }
       case OpKind::MatMul: {
         const GTensor& x = g.t(op.in[0]);
-        cpu::MatmulTask task{op.w, OUT(0), op.w->rows, op.b ? cpu::as_f32(*op.b) : nullptr};
+        cpu::MatmulTask task{op.w, OUT(0), op.w->rows, op.b ? cpu::as_f32(*op.b) : nullptr, x16(op.w)};
         cpu::matmul({&task, 1}, IN(0), x.rows, x.cols, pool_, scratch_, cpu::active_isa(), act_);
         break;
       }
@@ -354,6 +375,7 @@ class CpuBackend final : public Backend {
   cpu::ActBits act_;  // activation blocks of the quantized matmuls (knob cpu_act16)
   double read_bw_ = 0;  // copy_bandwidth(), once measured
   const Model* m_ = nullptr;
+  std::unordered_map<const Weight*, cpu::X16Weight> x16_;  // repacked Q4_0 projections (load)
   std::vector<float> arena_;
   std::vector<std::vector<uint16_t>> kc_, vc_;  // per layer: [n_blocks * block_size, kv_dim] fp16 pools
   int block_shift_ = 0;                          // block_size = 1 << block_shift_

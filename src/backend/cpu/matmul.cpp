@@ -18,6 +18,35 @@ constexpr int64_t kRowGroup = 16;
 
 bool is_quantized(DType t) { return type_info(t).quantized; }
 
+static_assert(kRowGroup % kX16Rows == 0, "row ranges start at panel boundaries");
+
+// Rows [r0, r1) of a task whose weight is repacked in 16-row panels: the panel GEMV where the
+// ISA has one and T is small, else the rows rebuilt panel by panel for the row-major kernels.
+void run_x16(const MatmulKernels& k, const MatmulTask& task, int64_t r0, int64_t r1, int64_t nb, bool a16,
+             const MatmulScratch& scratch, int64_t T) {
+  const X16Weight& x = *task.x16;
+  float* y = task.y + r0;
+  if (T < kX16GemvMaxTokens && (a16 ? k.quant16_x16 != nullptr : k.quant_x16 != nullptr)) {
+    if (a16) k.quant16_x16(x.panel(r0 / kX16Rows), r1 - r0, nb, scratch.xq16.data(), T, y, task.ldy);
+    else k.quant_x16(x.panel(r0 / kX16Rows), r1 - r0, nb, scratch.xq.data(), T, y, task.ldy);
+    return;
+  }
+  // Rebuilt kChunk rows at a time: a kernel call has per-call work (the packed GEMM copies the
+  // activations block-major) that 16-row calls would repeat 16 times as often.
+  constexpr int64_t kChunk = 256;
+  static_assert(kChunk % kX16Rows == 0);
+  thread_local std::vector<uint8_t> rows;
+  const size_t stride = task.w->row_stride();
+  rows.resize(size_t(kChunk) * stride);
+  for (int64_t r = r0; r < r1; r += kChunk) {
+    const int64_t n = std::min(kChunk, r1 - r);
+    for (int64_t i = 0; i < n; i += kX16Rows)
+      unpack_x16_rows(x.panel((r + i) / kX16Rows), nb, 0, int(std::min<int64_t>(kX16Rows, n - i)), rows.data() + size_t(i) * stride);
+    if (a16) k.quant16(task.w->type, rows.data(), stride, n, nb, scratch.xq16.data(), T, task.y + r, task.ldy);
+    else k.quant(task.w->type, rows.data(), stride, n, nb, scratch.xq.data(), T, task.y + r, task.ldy);
+  }
+}
+
 const MatmulKernels& kernels_for(Isa isa) {
   switch (isa) {
     case Isa::Avx512: return matmul_kernels_avx512();
@@ -46,6 +75,8 @@ void validate(std::span<const MatmulTask> tasks, const float* x, int64_t T, int6
     if (w.rows < 1 || w.cols < 1 || (is_quantized(w.type) && w.cols % type_info(w.type).block != 0))
       LMF_FAIL("matmul: weight '", w.name, "': bad shape [", w.rows, ", ", w.cols, "] for ",
                dtype_name(w.type));
+    if (t.x16 && (w.type != DType::Q4_0 || t.x16->nb != w.cols / QK))
+      LMF_FAIL("matmul: weight '", w.name, "': its 16-row repack does not match (", dtype_name(w.type), ")");
     if (w.nbytes && w.nbytes < size_t(w.rows) * w.row_stride())
       LMF_FAIL("matmul: weight '", w.name, "': expected ", size_t(w.rows) * w.row_stride(),
                " bytes, got ", w.nbytes);
@@ -124,7 +155,9 @@ void matmul(std::span<const MatmulTask> tasks, const float* x, int64_t T, int64_
       const size_t stride = w.row_stride();
       const uint8_t* wr = w.data + size_t(r0) * stride;
       float* y = task.y + r0;
-      if (is_quantized(w.type) && a16)
+      if (task.x16)
+        run_x16(k, task, r0, r1, nb, a16, scratch, T);
+      else if (is_quantized(w.type) && a16)
         k.quant16(w.type, wr, stride, r1 - r0, nb, scratch.xq16.data(), T, y, task.ldy);
       else if (is_quantized(w.type))
         k.quant(w.type, wr, stride, r1 - r0, nb, scratch.xq.data(), T, y, task.ldy);

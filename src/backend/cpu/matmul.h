@@ -15,6 +15,7 @@
 
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/repack.h"
 #include "format/tensor.h"
 #include "util/threadpool.h"
 
@@ -25,6 +26,7 @@ struct MatmulTask {
   float* y;             // [T, ldy], ldy >= w->rows
   int64_t ldy;
   const float* bias;    // nullable, f32 [rows]
+  const X16Weight* x16 = nullptr;  // w (Q4_0) repacked in 16-row panels (repack.h), read instead of w->data
 };
 
 // Reused between calls so the steady state allocates nothing.

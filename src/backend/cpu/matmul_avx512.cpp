@@ -14,11 +14,12 @@
 #define LMF_X86_VNNI 1
 #include "backend/cpu/matmul_x86.inc"
 #include "backend/cpu/matmul_x86_act16.inc"
+#include "backend/cpu/matmul_x86_x16.inc"
 
 namespace lmf::cpu {
 
 const MatmulKernels& matmul_kernels_avx512() {
-  static const MatmulKernels k{quant_x86, flt_x86, quant_act_x86, quant16_x86, quant_act16_x86};
+  static const MatmulKernels k{quant_x86, flt_x86, quant_act_x86, quant16_x86, quant_act16_x86, quant_x16_avx512, quant16_x16_avx512};
   return k;
 }
 

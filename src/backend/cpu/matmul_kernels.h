@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cpu/act_quant.h"
+#include "backend/cpu/repack.h"
 #include "format/quant/types.h"
 
 namespace lmf::cpu {
@@ -24,6 +25,13 @@ struct MatmulKernels {
   void (*quant16)(DType type, const uint8_t* w, size_t stride, int64_t nrows, int64_t nb,
                   const ActBlock16* xq, int64_t T, float* y, int64_t ldy);
   void (*quant_act16)(const float* x, int64_t n, ActBlock16* out);
+  // Q4_0 repacked in 16-row panels (repack.h), T < kX16GemvMaxTokens: panels starts at the
+  // range's first row (a multiple of 16). Null (scalar, AVX2): matmul() rebuilds the rows from
+  // the panels and calls quant / quant16.
+  void (*quant_x16)(const X16Block* panels, int64_t nrows, int64_t nb, const ActBlock* xq, int64_t T,
+                    float* y, int64_t ldy) = nullptr;
+  void (*quant16_x16)(const X16Block* panels, int64_t nrows, int64_t nb, const ActBlock16* xq, int64_t T,
+                      float* y, int64_t ldy) = nullptr;
 };
 
 const MatmulKernels& matmul_kernels_scalar();

@@ -86,10 +86,11 @@ void BM_matmul(benchmark::State& st, DType type, Shape s, int64_t T) {
   for (auto& v : x) v = g(rng);
   cpu::MatmulScratch scratch;
   size_t c = 0;
-  // LMFUSE_BENCH_X16=1: Q4_0 weights repacked in 16-row panels (backend/cpu/repack.h).
+  // LMFUSE_BENCH_X16=1: Q4_0 / Q4_K weights repacked in 16-row panels (backend/cpu/repack.h).
   std::vector<cpu::X16Weight> x16;
-  if (type == DType::Q4_0 && std::getenv("LMFUSE_BENCH_X16") && std::atoi(std::getenv("LMFUSE_BENCH_X16")) == 1)
-    for (const Weight& w : f->w) x16.push_back(cpu::repack_x16(w));
+  if (std::getenv("LMFUSE_BENCH_X16") && std::atoi(std::getenv("LMFUSE_BENCH_X16")) == 1)
+    for (const Weight& w : f->w)
+      if (cpu::x16_supported(w)) x16.push_back(cpu::repack_x16(w));
   for (auto _ : st) {
     cpu::MatmulTask task{&f->w[c], y.data(), s.rows, nullptr, x16.empty() ? nullptr : &x16[c]};
     c = (c + 1) % f->w.size();

@@ -76,7 +76,7 @@ const std::vector<KnobInfo>& knob_table() {
       {"cpu_act16", "LMFUSE_CPU_ACT16", &Knobs::cpu_act16,
        "CPU: 16-bit activation blocks in quantized matmuls (0 = 8-bit, faster, less exact)"},
       {"cpu_repack", "LMFUSE_CPU_REPACK", &Knobs::cpu_repack,
-       "CPU: Q4_0 weights repacked at load in panels of 16 rows for the AVX-512 decode GEMV (0 = row-major kernels on the file's layout)"},
+       "CPU: Q4_0 / Q4_K weights repacked at load in panels of 16 rows for the AVX-512 decode GEMV (0 = row-major kernels on the file's layout)"},
       {"cuda_act16", "LMFUSE_CUDA_ACT16", &Knobs::cuda_act16,
        "CUDA: Q4_0/Q4_1/Q8_0 decode GEMVs quantize x to 16-bit codes, the CPU's cpu_act16 rule (two dp4a per weight word), instead of int8; prefill then takes no int8 activations either, and the 8-bit producer codes (gemv_xq, attn_xq, attn_o_fusion) are off"},
   };

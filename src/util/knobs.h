@@ -49,7 +49,7 @@ struct Knobs {
   Tri prefill_tc_attention = Tri::Auto;  // LMFUSE_PREFILL_TC_ATTENTION: tensor-core flash attention at prefill
   Tri cuda_prefill = Tri::Auto;     // LMFUSE_CUDA_PREFILL: batched prefill (0 = token by token)
   Tri cpu_act16 = Tri::Auto;        // LMFUSE_CPU_ACT16: CPU quantized matmuls take 16-bit activations (0 = 8-bit)
-  Tri cpu_repack = Tri::Auto;       // LMFUSE_CPU_REPACK: CPU Q4_0 weights repacked at load in 16-row panels (decode GEMV lane = row)
+  Tri cpu_repack = Tri::Auto;       // LMFUSE_CPU_REPACK: CPU Q4_0 / Q4_K weights repacked at load in 16-row panels (decode GEMV lane = row)
   Tri cuda_act16 = Tri::Auto;       // LMFUSE_CUDA_ACT16: CUDA integer-dot GEMVs take 16-bit activation codes (0 = int8)
   Tri fusion = Tri::Auto;           // LMFUSE_FUSION: master switch; 0 = plain unfused graph
 

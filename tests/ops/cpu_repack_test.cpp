@@ -1,4 +1,4 @@
-// backend/cpu/repack.h: Q4_0 repacked in 16-row panels. The panels rebuild the original rows
+// backend/cpu/repack.h: Q4_0 and Q4_K repacked in 16-row panels. The panels rebuild the original rows
 // byte for byte, and a matmul reading them (the AVX-512 panel GEMV for T < 8, the rebuilt rows
 // otherwise; every ISA, 1 and 3 threads, 8- and 16-bit activations) is bit-identical to the
 // same ISA's kernels on the original rows, writes nothing outside its output, and adds the bias.
@@ -18,24 +18,24 @@
 namespace lmf::cpu {
 namespace {
 
-struct Q40 {
+struct QW {
   std::vector<uint8_t> bytes;
   Weight w;
 };
 
-Q40 make_q4_0(int64_t rows, int64_t cols, uint32_t seed) {
+QW make_weight(DType type, int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  Q40 q;
-  const size_t rb = row_bytes(DType::Q4_0, cols);
+  QW q;
+  const size_t rb = row_bytes(type, cols);
   q.bytes.resize(rb * size_t(rows));
   std::vector<float> row(size_t(cols), 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     for (auto& v : row) v = r % 7 == 3 ? 0.0f : g(rng) * 0.02f * float(1 + r % 5);
-    quantize_row(DType::Q4_0, row.data(), q.bytes.data() + size_t(r) * rb, cols);
+    quantize_row(type, row.data(), q.bytes.data() + size_t(r) * rb, cols);
   }
-  q.w.name = "test.q4_0";
-  q.w.type = DType::Q4_0;
+  q.w.name = std::string("test.") + dtype_name(type);
+  q.w.type = type;
   q.w.rows = rows;
   q.w.cols = cols;
   q.w.data = q.bytes.data();
@@ -50,17 +50,20 @@ std::vector<Isa> isas() {
   return v;
 }
 
+const DType kTypes[] = {DType::Q4_0, DType::Q4_K};
+
 TEST(CpuRepack, PanelsRebuildTheRows) {
+  for (DType type : kTypes)
   for (int64_t rows : {1, 15, 16, 17, 45}) {
-    const Q40 q = make_q4_0(rows, 96, uint32_t(rows));
+    const QW q = make_weight(type, rows, 512, uint32_t(rows));
     ASSERT_TRUE(x16_supported(q.w));
     const X16Weight x = repack_x16(q.w);
     std::vector<uint8_t> back(size_t(kX16Rows) * q.w.row_stride());
     for (int64_t r = 0; r < rows; r += kX16Rows) {
       const int n = int(std::min<int64_t>(kX16Rows, rows - r));
-      unpack_x16_rows(x.panel(r / kX16Rows), x.nb, 0, n, back.data());
+      unpack_x16_rows(x, x.panel(r / kX16Rows), 0, n, back.data());
       EXPECT_EQ(std::memcmp(back.data(), q.bytes.data() + size_t(r) * q.w.row_stride(), size_t(n) * q.w.row_stride()), 0)
-          << "rows " << rows << " panel " << r / kX16Rows;
+          << dtype_name(type) << " rows " << rows << " panel " << r / kX16Rows;
     }
   }
 }
@@ -68,14 +71,17 @@ TEST(CpuRepack, PanelsRebuildTheRows) {
 TEST(CpuRepack, MatmulOnPanelsBitIdenticalToScalarRows) {
   ThreadPool pool1(1), pool3(3);
   struct Shape { int64_t rows, cols; };
-  for (const Shape s : {Shape{1, 32}, Shape{7, 96}, Shape{45, 160}, Shape{67, 1024}, Shape{130, 64}, Shape{33, 3072}}) {
-    const Q40 q = make_q4_0(s.rows, s.cols, uint32_t(s.rows * 31 + s.cols));
+  for (DType type : kTypes)
+  for (const Shape s : {Shape{1, 256}, Shape{7, 512}, Shape{45, 768}, Shape{67, 1024}, Shape{130, 256}, Shape{33, 3072},
+                        Shape{3, 96}, Shape{9, 160}}) {
+    if (s.cols % type_info(type).block) continue;
+    const QW q = make_weight(type, s.rows, s.cols, uint32_t(s.rows * 31 + s.cols));
     const X16Weight x = repack_x16(q.w);
     std::vector<float> bias(size_t(s.rows));
     for (int64_t r = 0; r < s.rows; ++r) bias[size_t(r)] = 0.01f * float(r % 5) - 0.02f;
     for (ActBits act : {ActBits::Int8, ActBits::Int16})
       for (int64_t T : {1, 2, 3, 7, 8, 9, 17}) {
-        SCOPED_TRACE("rows=" + std::to_string(s.rows) + " cols=" + std::to_string(s.cols) + " T=" +
+        SCOPED_TRACE(std::string(dtype_name(type)) + " rows=" + std::to_string(s.rows) + " cols=" + std::to_string(s.cols) + " T=" +
                      std::to_string(T) + " act=" + std::to_string(int(act)));
         const int64_t ldx = s.cols + 3, ldy = s.rows + 5, guard = 11;
         std::mt19937 rng(uint32_t(T * 7 + s.cols));
@@ -112,13 +118,18 @@ TEST(CpuRepack, MatmulOnPanelsBitIdenticalToScalarRows) {
 }
 
 TEST(CpuRepack, MismatchedRepackIsRefused) {
-  const Q40 q = make_q4_0(16, 64, 1), other = make_q4_0(16, 96, 2);
-  const X16Weight x = repack_x16(other.w);
-  std::vector<float> xin(64, 1.0f), y(16);
+  const QW q = make_weight(DType::Q4_0, 16, 256, 1), other = make_weight(DType::Q4_0, 16, 512, 2),
+           k = make_weight(DType::Q4_K, 16, 256, 3);
+  std::vector<float> xin(256, 1.0f), y(16);
   ThreadPool pool(1);
   MatmulScratch scratch;
-  MatmulTask task{&q.w, y.data(), 16, nullptr, &x};
-  EXPECT_THROW(matmul({&task, 1}, xin.data(), 1, 64, pool, scratch), Error);
+  for (const QW* src : {&other, &k}) {  // another shape, another type
+    const X16Weight x = repack_x16(src->w);
+    MatmulTask task{&q.w, y.data(), 16, nullptr, &x};
+    EXPECT_THROW(matmul({&task, 1}, xin.data(), 1, 256, pool, scratch), Error);
+  }
+  EXPECT_FALSE(x16_supported(make_weight(DType::Q8_0, 4, 64, 4).w));
+  EXPECT_FALSE(x16_supported(make_weight(DType::Q6_K, 4, 256, 5).w));
 }
 
 }  // namespace

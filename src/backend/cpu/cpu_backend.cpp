@@ -56,7 +56,7 @@ class CpuBackend final : public Backend {
   const BackendOptions& options() const override { return opts_; }
   std::vector<ProfileEntry> profile() const override { return profile_; }
 
-  // Q4_0 projections repacked in 16-row panels for the AVX-512 decode GEMV (knob cpu_repack;
+  // Q4_0 / Q4_K projections repacked in 16-row panels for the AVX-512 decode GEMV (knob cpu_repack;
   // backend/cpu/repack.h). The embedding lookup keeps reading the file's rows.
   void load(const Model& m) override {
     m_ = &m;

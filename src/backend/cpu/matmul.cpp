@@ -27,8 +27,8 @@ void run_x16(const MatmulKernels& k, const MatmulTask& task, int64_t r0, int64_t
   const X16Weight& x = *task.x16;
   float* y = task.y + r0;
   if (T < kX16GemvMaxTokens && (a16 ? k.quant16_x16 != nullptr : k.quant_x16 != nullptr)) {
-    if (a16) k.quant16_x16(x.panel(r0 / kX16Rows), r1 - r0, nb, scratch.xq16.data(), T, y, task.ldy);
-    else k.quant_x16(x.panel(r0 / kX16Rows), r1 - r0, nb, scratch.xq.data(), T, y, task.ldy);
+    if (a16) k.quant16_x16(x.type, x.panel(r0 / kX16Rows), r1 - r0, nb, scratch.xq16.data(), T, y, task.ldy);
+    else k.quant_x16(x.type, x.panel(r0 / kX16Rows), r1 - r0, nb, scratch.xq.data(), T, y, task.ldy);
     return;
   }
   // Rebuilt kChunk rows at a time: a kernel call has per-call work (the packed GEMM copies the
@@ -41,7 +41,7 @@ void run_x16(const MatmulKernels& k, const MatmulTask& task, int64_t r0, int64_t
   for (int64_t r = r0; r < r1; r += kChunk) {
     const int64_t n = std::min(kChunk, r1 - r);
     for (int64_t i = 0; i < n; i += kX16Rows)
-      unpack_x16_rows(x.panel((r + i) / kX16Rows), nb, 0, int(std::min<int64_t>(kX16Rows, n - i)), rows.data() + size_t(i) * stride);
+      unpack_x16_rows(x, x.panel((r + i) / kX16Rows), 0, int(std::min<int64_t>(kX16Rows, n - i)), rows.data() + size_t(i) * stride);
     if (a16) k.quant16(task.w->type, rows.data(), stride, n, nb, scratch.xq16.data(), T, task.y + r, task.ldy);
     else k.quant(task.w->type, rows.data(), stride, n, nb, scratch.xq.data(), T, task.y + r, task.ldy);
   }
@@ -75,7 +75,7 @@ void validate(std::span<const MatmulTask> tasks, const float* x, int64_t T, int6
     if (w.rows < 1 || w.cols < 1 || (is_quantized(w.type) && w.cols % type_info(w.type).block != 0))
       LMF_FAIL("matmul: weight '", w.name, "': bad shape [", w.rows, ", ", w.cols, "] for ",
                dtype_name(w.type));
-    if (t.x16 && (w.type != DType::Q4_0 || t.x16->nb != w.cols / QK))
+    if (t.x16 && (w.type != t.x16->type || t.x16->nb != w.cols / type_info(w.type).block))
       LMF_FAIL("matmul: weight '", w.name, "': its 16-row repack does not match (", dtype_name(w.type), ")");
     if (w.nbytes && w.nbytes < size_t(w.rows) * w.row_stride())
       LMF_FAIL("matmul: weight '", w.name, "': expected ", size_t(w.rows) * w.row_stride(),

@@ -26,7 +26,7 @@ struct MatmulTask {
   float* y;             // [T, ldy], ldy >= w->rows
   int64_t ldy;
   const float* bias;    // nullable, f32 [rows]
-  const X16Weight* x16 = nullptr;  // w (Q4_0) repacked in 16-row panels (repack.h), read instead of w->data
+  const X16Weight* x16 = nullptr;  // w (Q4_0 / Q4_K) repacked in 16-row panels (repack.h), read instead of w->data
 };
 
 // Reused between calls so the steady state allocates nothing.

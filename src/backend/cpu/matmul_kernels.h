@@ -25,13 +25,13 @@ struct MatmulKernels {
   void (*quant16)(DType type, const uint8_t* w, size_t stride, int64_t nrows, int64_t nb,
                   const ActBlock16* xq, int64_t T, float* y, int64_t ldy);
   void (*quant_act16)(const float* x, int64_t n, ActBlock16* out);
-  // Q4_0 repacked in 16-row panels (repack.h), T < kX16GemvMaxTokens: panels starts at the
-  // range's first row (a multiple of 16). Null (scalar, AVX2): matmul() rebuilds the rows from
-  // the panels and calls quant / quant16.
-  void (*quant_x16)(const X16Block* panels, int64_t nrows, int64_t nb, const ActBlock* xq, int64_t T,
+  // Q4_0 / Q4_K repacked in 16-row panels (repack.h), T < kX16GemvMaxTokens: panels starts at
+  // the range's first row (a multiple of 16); nb blocks of 32 per row as above. Null (scalar,
+  // AVX2): matmul() rebuilds the rows from the panels and calls quant / quant16.
+  void (*quant_x16)(DType type, const uint8_t* panels, int64_t nrows, int64_t nb, const ActBlock* xq, int64_t T,
                     float* y, int64_t ldy) = nullptr;
-  void (*quant16_x16)(const X16Block* panels, int64_t nrows, int64_t nb, const ActBlock16* xq, int64_t T,
-                      float* y, int64_t ldy) = nullptr;
+  void (*quant16_x16)(DType type, const uint8_t* panels, int64_t nrows, int64_t nb, const ActBlock16* xq,
+                      int64_t T, float* y, int64_t ldy) = nullptr;
 };
 
 const MatmulKernels& matmul_kernels_scalar();

@@ -57,4 +57,6 @@ if(HTTPLIB_FOUND)
     ${NLOHMANN_JSON_INCLUDE} PRIVATE ${CMAKE_BINARY_DIR}/generated)
   target_link_libraries(lmfuse_server PUBLIC lmfuse_core PkgConfig::HTTPLIB Threads::Threads)
   target_compile_definitions(lmfuse_server PUBLIC LMFUSE_HAVE_SERVER=1)
+  # lmfuse_build_info{version=...} in /metrics and "version" in /v1/models (project() above).
+  target_compile_definitions(lmfuse_server PRIVATE LMFUSE_VERSION="${PROJECT_VERSION}")
 endif()

@@ -51,6 +51,8 @@ struct HttpServer::Impl {
   std::atomic<bool> stopping{false};
 
   Impl(Engine& e, const Tokenizer& t, const ServerConfig& c) : engine(e), tok(t), cfg(c) {
+    metrics.model_name = c.model_name;
+    metrics.version = LMFUSE_VERSION;
     sched = std::make_unique<Scheduler>(e, t, c.sched, metrics);
   }
 
@@ -82,12 +84,14 @@ struct HttpServer::Impl {
 
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     if (!authorized(req, res)) return;
+    set_load_headers(res, sched->load());  // what this replica holds as the request arrives
     ApiRequest ar = parse_request(body_of(req), chat, api());
-    int status = 0;
-    std::string why;
-    auto r = sched->submit(std::move(ar.gen), &status, &why);
+    Refusal why;
+    auto r = sched->submit(std::move(ar.gen), &why);
     if (!r) {
-      send_error(res, status, why, "", status == 429 ? "queue_full" : "");
+      if (why.status == 503 || why.status == 429)
+        res.set_header("Retry-After", std::to_string(why.status == 503 ? kRetryAfterUnavailable : kRetryAfterBusy));
+      send_error(res, why.status, why.why, "", why.code);
       return;
     }
     const std::string id = new_id(chat ? "chatcmpl" : "cmpl");
@@ -214,6 +218,7 @@ struct HttpServer::Impl {
       const std::string msg = res.status == 404   ? "no route " + req.method + " " + req.path
                               : res.status == 413 ? "the request body is too large (--max-body)"
                               : res.status == 405 ? "method not allowed"
+                              : res.status == 400 ? "malformed request line or header (a header holds at most 8 KiB)"
                                                   : cat("HTTP ", res.status);
       res.set_content(error_body(res.status, msg), "application/json");
     });
@@ -222,6 +227,8 @@ struct HttpServer::Impl {
       if (stopping) return send_error(res, 503, "shutting down", "server_error");
       res.set_content(R"({"status":"ok"})", "application/json");
     });
+    add_ops_routes(svr, *sched, cfg.ops,
+                   [this](const httplib::Request& req, httplib::Response& res) { return authorized(req, res); });
     svr.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
       res.set_content(metrics.render(), "text/plain; version=0.0.4");
@@ -229,7 +236,10 @@ struct HttpServer::Impl {
     auto models = [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
       json m = {{"id", cfg.model_name}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "lmfuse"},
-                {"meta", {{"n_ctx", engine.n_ctx()}, {"n_vocab", engine.n_vocab()}, {"backend", engine.backend().description()}}}};
+                {"meta", {{"n_ctx", engine.n_ctx()}, {"n_vocab", engine.n_vocab()}, {"backend", engine.backend().description()},
+                          {"max_active", cfg.sched.max_active}, {"max_queue", cfg.sched.max_queue},
+                          {"max_tokens", cfg.max_tokens_cap > 0 ? cfg.max_tokens_cap : engine.n_ctx()},
+                          {"version", LMFUSE_VERSION}}}};
       res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
     };
     svr.Get("/v1/models", models);

@@ -9,6 +9,7 @@
 
 #include "runtime/engine.h"
 #include "server/metrics.h"
+#include "server/ops.h"
 #include "server/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,6 +24,7 @@ struct ServerConfig {
   int64_t max_tokens_cap = 0;       // 0: the context
   int http_threads = 0;             // 0: slots + queue bound + 8 (every waiting stream holds one)
   SchedulerConfig sched;
+  OpsConfig ops;                    // drain, probes, /load, request ids and the request log (ops.h)
 };
 
 class HttpServer {

@@ -25,14 +25,20 @@ class Histogram {
 struct Metrics {
   std::mutex mu;
   uint64_t requests = 0, requests_ok = 0, requests_error = 0, requests_rejected = 0, requests_cancelled = 0;
+  uint64_t requests_draining = 0;  // refused with 503 while draining
   uint64_t prompt_tokens = 0, completion_tokens = 0;
   uint64_t steps = 0, step_rows = 0;
   int64_t queue_length = 0, active = 0, batch_size = 0;  // gauges (last step)
   int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+  int64_t kv_blocks_evictable = 0;  // held only by the prefix cache
+  int64_t tokens_active = 0;        // positions of the active sequences (prompt + generated so far)
   int64_t prefix_lookup_tokens = 0, prefix_hit_tokens = 0, prefix_entries = 0;
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram token_latency{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
   Histogram batch{{1, 2, 4, 8, 16, 32, 64, 128}};
+
+  // Labels of lmfuse_build_info (set once, before serving).
+  std::string model_name, version;
 
   std::string render();
 };

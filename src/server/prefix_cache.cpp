@@ -66,6 +66,12 @@ void PrefixCache::insert(std::span<const int32_t> tokens, std::span<const int32_
   }
 }
 
+int64_t PrefixCache::evictable() const {
+  int64_t n = 0;
+  for (const auto& [k, e] : map_) n += kv_.refcount(e.block) == 1;
+  return n;
+}
+
 bool PrefixCache::evict_lru() {
   auto victim = map_.end();
   for (auto it = map_.begin(); it != map_.end(); ++it)

@@ -36,6 +36,9 @@ class PrefixCache {
   bool evict_lru();
 
   int64_t entries() const { return int64_t(map_.size()); }
+  // Entries whose block no sequence shares (only this cache holds it): what evict_lru() can give
+  // back when the scheduler needs blocks. O(entries).
+  int64_t evictable() const;
   // Counters for /metrics: lookups, prompt tokens looked up, of which found cached.
   int64_t lookups = 0, lookup_tokens = 0, hit_tokens = 0;
 

@@ -34,13 +34,16 @@ Scheduler::Scheduler(Engine& e, const Tokenizer& t, const SchedulerConfig& c, Me
 
 Scheduler::~Scheduler() { stop(); }
 
-std::shared_ptr<Request> Scheduler::submit(GenParams p, int* status, std::string* why) {
+std::shared_ptr<Request> Scheduler::submit(GenParams p, Refusal* why) {
   const int64_t n = int64_t(p.prompt.size());
-  auto refuse = [&](std::string w, int st) {
-    *why = std::move(w);
-    *status = st;
+  auto refuse = [&](std::string w, int st, const char* code = "") {
+    why->why = std::move(w);
+    why->status = st;
+    why->code = code;
     std::lock_guard<std::mutex> lock(metrics_.mu);
-    ++(st == 429 ? metrics_.requests_rejected : metrics_.requests_error);
+    ++(st == 429                 ? metrics_.requests_rejected
+       : why->code == "draining" ? metrics_.requests_draining
+                                 : metrics_.requests_error);
     return nullptr;
   };
   {
@@ -54,13 +57,42 @@ std::shared_ptr<Request> Scheduler::submit(GenParams p, int* status, std::string
   for (int32_t t : p.prompt)
     if (t < 0 || t >= engine_.n_vocab()) return refuse(cat("token id ", t, " is outside the vocabulary"), 400);
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return refuse("the server is shutting down", 503);
+  if (stopping_) return refuse("the server is shutting down", 503, "shutting_down");
+  if (draining_)
+    return refuse("the server is draining (POST /admin/drain): send the request to another replica", 503, "draining");
   if (int64_t(queue_.size()) >= cfg_.max_queue)
-    return refuse(cat("the server is busy: ", queue_.size(), " requests are waiting (try again later)"), 429);
+    return refuse(cat("the server is busy: ", queue_.size(), " requests are waiting (try again later)"), 429, "queue_full");
   auto r = std::make_shared<Request>(std::move(p));
+  queued_tokens_ += n;
   queue_.push_back(r);
   cv_.notify_one();
   return r;
+}
+
+void Scheduler::set_draining(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = on;
+}
+
+LoadSnapshot Scheduler::load() {
+  LoadSnapshot l;
+  l.max_queue = cfg_.max_queue;
+  l.max_active = cfg_.max_active;
+  l.block_size = engine_.kv().block_size();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    l.queue = int64_t(queue_.size());
+    l.tokens_queued = queued_tokens_;
+    l.draining = draining_;
+    l.stopping = stopping_;
+  }
+  std::lock_guard<std::mutex> lock(metrics_.mu);
+  l.active = metrics_.active;
+  l.kv_total = metrics_.kv_blocks_total;
+  l.kv_used = metrics_.kv_blocks_used;
+  l.kv_free = l.kv_total - l.kv_used + metrics_.kv_blocks_evictable;
+  l.tokens_active = metrics_.tokens_active;
+  return l;
 }
 
 void Scheduler::stop(std::chrono::milliseconds drain) {
@@ -95,6 +127,7 @@ void Scheduler::stop(std::chrono::milliseconds drain) {
     r->push(std::move(e));
   }
   queue_.clear();
+  queued_tokens_ = 0;
 }
 
 void Scheduler::admit() {
@@ -102,6 +135,7 @@ void Scheduler::admit() {
   while (!queue_.empty() && int64_t(active_.size()) < cfg_.max_active) {
     auto r = queue_.front();
     queue_.pop_front();
+    queued_tokens_ -= int64_t(r->params.prompt.size());
     if (r->cancelled) {
       std::lock_guard<std::mutex> ml(metrics_.mu);
       ++metrics_.requests_cancelled;
@@ -248,7 +282,11 @@ void Scheduler::update_gauges() {
   }
   metrics_.active = int64_t(active_.size());
   metrics_.kv_blocks_used = engine_.kv().used_blocks();
+  metrics_.kv_blocks_evictable = prefix_.evictable();
   metrics_.prefix_entries = prefix_.entries();
+  int64_t tokens = 0;
+  for (const Active& a : active_) tokens += int64_t(a.tokens.size());
+  metrics_.tokens_active = tokens;
 }
 
 void Scheduler::loop() {

@@ -68,6 +68,27 @@ class Request {
   std::deque<Event> events_;
 };
 
+// Why submit() refused a request: the HTTP status, one line, and the OpenAI-style error code.
+struct Refusal {
+  int status = 0;     // 400: the request's fault; 429: the queue is full; 503: draining or shutting down
+  std::string why;
+  std::string code;   // "queue_full", "draining", "shutting_down"; empty for a 400
+};
+
+// What a router needs to pick a replica (GET /load, /health/ready, the x-lmfuse-* headers). The
+// queue is read live; the rest is the engine thread's view after its last step.
+struct LoadSnapshot {
+  int64_t queue = 0, max_queue = 0;       // waiting requests
+  int64_t active = 0, max_active = 0;     // sequences in the running batch
+  int64_t kv_total = 0;                   // KV blocks in the pool
+  int64_t kv_used = 0;                    // held by sequences or the prefix cache
+  int64_t kv_free = 0;                    // free + held only by the prefix cache (given back on demand)
+  int64_t block_size = 0;                 // positions per block
+  int64_t tokens_active = 0;              // positions the active sequences hold or are about to
+  int64_t tokens_queued = 0;              // prompt tokens of the waiting requests
+  bool draining = false, stopping = false;
+};
+
 struct SchedulerConfig {
   int64_t max_active = 16;       // sequences in the running batch (-np)
   int64_t max_queue = 64;        // waiting requests; one more is refused (429)
@@ -81,9 +102,15 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues a request. Null when it is refused, with *status and *why set: 429 when the queue is
-  // full, 400 when its prompt cannot fit the context, 503 while shutting down.
-  std::shared_ptr<Request> submit(GenParams p, int* status, std::string* why);
+  // Queues a request. Null when it is refused, with *why set: 429 when the queue is full, 400
+  // when its prompt cannot fit the context, 503 while draining or shutting down.
+  std::shared_ptr<Request> submit(GenParams p, Refusal* why);
+  // Draining (POST /admin/drain): new requests get 503, queued and running ones go on; false
+  // admits again. The server stays up either way.
+  void set_draining(bool on);
+  bool draining() const { return draining_; }
+  LoadSnapshot load();
+  const SchedulerConfig& config() const { return cfg_; }
   // Stops admitting (new requests get 503), lets running and queued requests finish for up to
   // `drain` and ends what is left with an Error event ("the server is shutting down").
   void stop(std::chrono::milliseconds drain = std::chrono::milliseconds(0));
@@ -123,6 +150,8 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Request>> queue_;
   bool stopping_ = false;  // no new requests
+  std::atomic<bool> draining_{false};  // no new requests for now (read under mu_ by submit)
+  int64_t queued_tokens_ = 0;          // prompt tokens in queue_ (under mu_)
   bool halt_ = false;      // the engine thread ends
   bool idle_ = true;       // the engine thread waits with no active request
   std::vector<Active> active_;  // engine thread only

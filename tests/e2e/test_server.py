@@ -37,6 +37,9 @@ class Server:
             raise RuntimeError("server did not start: " + line + self.p.stderr.read())
         self.port = int(line.strip().rstrip("/").rsplit(":", 1)[1])
         self.url = f"http://127.0.0.1:{self.port}"
+        # The request log goes to stderr: read it as it comes (a full pipe would block the server).
+        self.log = []
+        threading.Thread(target=lambda: self.log.extend(iter(self.p.stderr.readline, "")), daemon=True).start()
 
     def raw(self, method, path, body=None, headers=None, timeout=120):
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)

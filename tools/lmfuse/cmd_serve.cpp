@@ -57,6 +57,11 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--max-tokens", sc.max_tokens_cap, "largest max_tokens a request may ask (default: the context)")
       ->check(at_least(1));
   app.add_option("--max-body", sc.max_body_bytes, "largest request body in bytes (default 8 MiB)")->check(at_least(1024));
+  app.add_option("--ready-min-kv-free", sc.ops.ready_min_kv_free,
+                 "GET /health/ready answers 503 below this fraction of free KV blocks (default 0.1)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_flag("!--no-request-log", sc.ops.request_log,
+               "no stderr line per request (status, method, path, seconds, X-Request-Id; default: on, probes' 2xx left out)");
   app.add_option("--shutdown-timeout", shutdown_s, "seconds running requests may finish after SIGINT/SIGTERM (default 10)")
       ->check(at_least(0));
   CLI11_PARSE(app, argc, argv);

@@ -95,9 +95,10 @@ TEST(CudaGemvAct16, StoreAndResidualEveryPrologueAndWidth) {
   // batched staging, split-K on the deep shape; odd shapes with partial row groups and columns.
   const Shape shapes[] = {{33, 96}, {1002, 1024}, {2560, 2560}, {6144, 4096}, {2560, 9728}, {4100, 12288}};
   uint32_t seed = 1600;
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     for (Shape s : shapes)
       for (bool wide : {false, true}) {
+        if (kquant(t) && s.cols % 256 != 0) continue;  // K-quants: whole super-blocks
         for (Prologue p : {Prologue::None, Prologue::Norm, Prologue::AddNorm}) check(t, s, p, Epilogue::Store, wide, seed++);
         check(t, s, Prologue::None, Epilogue::Residual, wide, seed++);
       }

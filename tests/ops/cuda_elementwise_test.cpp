@@ -13,7 +13,8 @@ TEST(CudaElementwise, EmbeddingAllTypes) {
   const int64_t vocab = 37, cols = 1024;
   for (int mask : {int(kEarlyAll), 0}) {
     set_pdl_early_trigger(mask);
-    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32}) {
+    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32, DType::Q4_K,
+                    DType::Q5_K, DType::Q6_K}) {
       std::vector<uint8_t> table;
       if (t == DType::F32) {
         auto f = randn(size_t(vocab) * cols, rng);

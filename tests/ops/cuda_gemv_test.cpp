@@ -10,15 +10,20 @@ using namespace lmf::cuda;
 
 namespace {
 
-const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16};
+const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16,
+                        DType::Q4_K, DType::Q5_K, DType::Q6_K};
 constexpr double kTol = 2e-5;  // fp32 accumulation vs double
 
 
 struct Shape {
   int64_t rows, cols;
 };
+// Whether type t takes rows of this width (K-quants: whole 256-element super-blocks). Every test
+// below has K-quant shapes too.
+bool fits(DType t, int64_t cols) { return !kquant(t) || cols % 256 == 0; }
 
 void check_store(DType t, Shape s, Prologue pro, uint32_t seed) {
+  if (!fits(t, s.cols)) return;
   std::mt19937 rng(seed);
   auto wq = random_rows(t, s.rows, s.cols, rng);
   auto W = dequant(t, wq, s.rows, s.cols);
@@ -73,7 +78,7 @@ TEST(CudaGemv, StoreRealShapes) {
   const Shape shapes[] = {{4096, 1024}, {1024, 2048}, {6144, 4096}, {2048, 5120}, {12288, 1024}, {4100, 12288},
                           {9728, 2560}, {9000, 2112}};
   uint32_t seed = 100;
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::BF16})
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::BF16, DType::Q4_K, DType::Q6_K})
     for (Shape s : shapes) check_store(t, s, Prologue::None, seed++);
 }
 
@@ -88,6 +93,7 @@ TEST(CudaGemv, ResidualEpilogueInPlace) {
   uint32_t seed = 300;
   for (DType t : kTypes)
     for (Shape s : {Shape{32, 64}, Shape{1024, 2048}, Shape{4096, 12288}}) {
+      if (!fits(t, s.cols)) continue;
       std::mt19937 rng(seed++);
       auto wq = random_rows(t, s.rows, s.cols, rng);
       auto W = dequant(t, wq, s.rows, s.cols);
@@ -115,8 +121,9 @@ TEST(CudaGemv, SplitThreeWarpsPerRowGroup) {
   const SwitchRestore split3{set_gemv_split3, gemv_split3()}, wide{set_gemv_wide, gemv_wide()};
   set_gemv_wide(true);
   uint32_t seed = 350;
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K})
     for (Shape s : {Shape{2560, 9728}, Shape{2502, 9664}}) {
+      if (!fits(t, s.cols)) continue;
       std::mt19937 rng(seed++);
       auto wq = random_rows(t, s.rows, s.cols, rng);
       auto W = dequant(t, wq, s.rows, s.cols);
@@ -142,6 +149,7 @@ TEST(CudaGemv, SiluMulGateUpFusedVsUnfused) {
   uint32_t seed = 400;
   for (DType t : kTypes)
     for (Shape s : {Shape{64, 64}, Shape{3072, 1024}, Shape{12288, 4096}, Shape{9728, 2560}}) {
+      if (!fits(t, s.cols)) continue;
       std::mt19937 rng(seed++);
       auto gq = random_rows(t, s.rows, s.cols, rng), uq = random_rows(t, s.rows, s.cols, rng);
       auto G = dequant(t, gq, s.rows, s.cols), U = dequant(t, uq, s.rows, s.cols);
@@ -208,6 +216,7 @@ TEST(CudaGemv, NormPrologueBitwiseEqualsUnfused) {
     for (Prologue pro : {Prologue::Norm, Prologue::AddNorm})
       for (Shape s : {Shape{96, 64}, Shape{1024, 1024}, Shape{1024, 3072}, Shape{4096, 4096},
                       Shape{1536, 12288}}) {
+        if (!fits(t, s.cols)) continue;
         std::mt19937 rng(seed++);
         set_gemv_split_k(split_k);
         auto wq = random_rows(t, s.rows, s.cols, rng);
@@ -253,8 +262,9 @@ TEST(CudaGemv, GateUpQuantizedOutputFeedsDownBitwise) {
   EXPECT_TRUE(!gemv_supported(DType::F16, Prologue::Int8, Epilogue::Residual));
   EXPECT_TRUE(!gemv_supported(DType::BF16, Prologue::None, Epilogue::SiluMulQ));
   for (bool wide : {false, true})
-    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
       for (Shape s : {Shape{64, 96}, Shape{3072, 1024}, Shape{12288, 4096}}) {  // {ffn, hidden}
+        if (!fits(t, s.cols) || !fits(t, s.rows)) continue;
         std::mt19937 rng(seed++);
         set_gemv_wide(wide);
         auto gq = random_rows(t, s.rows, s.cols, rng), uq = random_rows(t, s.rows, s.cols, rng);
@@ -359,10 +369,11 @@ TEST(CudaGemv, BadArgumentsFail) {
 TEST(CudaGemv, KeptNormStagingGivesTheTwoPassBits) {
   const SwitchRestore keep{set_gemv_keep_x, gemv_keep_x()};
   uint32_t seed = 900;
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K})
     for (int64_t cols : {int64_t(96), int64_t(1056), int64_t(1984), int64_t(2048), int64_t(2560), int64_t(4096), int64_t(5120)})
       for (Epilogue epi : {Epilogue::Store, Epilogue::SiluMul})
       for (lmf::Tri wide : {lmf::Tri::On, lmf::Tri::Off}) {
+        if (!fits(t, cols)) continue;
         std::mt19937 rng(seed++);
         const int64_t rows = 512;
         auto wq = random_rows(t, rows, cols, rng);

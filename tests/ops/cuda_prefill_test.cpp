@@ -14,6 +14,8 @@ using namespace lmf::cuda;
 namespace {
 
 constexpr DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16};
+// The K-quants (rows of whole 256-element super-blocks): the outer and GEMV routes.
+constexpr DType kKTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 DeviceWeight upload(DType t, const std::vector<uint8_t>& rows, int64_t n, int64_t cols) {
   return upload_weight(repack_rows(t, rows.data(), n, cols));
@@ -205,6 +207,11 @@ TEST(CudaPrefill, DequantRowsAllTypes) {
     check_dequant(t, 64, 2048 + 96, 1, 2, seed++);  // odd rows of an interleaved pair
     check_dequant(t, 9, 32, 3, 3, seed++);
   }
+  for (DType t : kKTypes) {  // whole super-blocks: 40 blocks (a partial group of 8), 8 blocks
+    check_dequant(t, 37, 1280, 0, 1, seed++);
+    check_dequant(t, 64, 2048 + 256, 1, 2, seed++);
+    check_dequant(t, 9, 256, 3, 3, seed++);
+  }
   check_dequant(DType::Q4_0, 70001, 64, 0, 1, seed++);  // more rows than one grid dimension holds (65535)
 }
 
@@ -328,6 +335,12 @@ TEST(CudaPrefill, MatmulOuterDequant) {
     // gate/up pairs over a chunked weight (90 rows per chunk; 45 for float weights' two parts)
     check_matmul(t, 37, 200, 1056, 0, 1, size_t(30) * 1056, false, seed++, PrefillRoute::Outer, false, true);
   }
+  for (DType t : kKTypes) {
+    check_matmul(t, 37, 200, 1280, 0, 1, size_t(200) * 1280, true, seed++);
+    check_matmul(t, 5, 150, 256, 1, 2, size_t(7) * 256, false, seed++);  // gate/up rows, 11 chunks
+    check_matmul(t, 64, 512, 1024, 0, 1, size_t(100) * 1024, false, seed++);  // chunked (6 chunks)
+    check_matmul(t, 37, 200, 1280, 0, 1, size_t(30) * 1280, false, seed++, PrefillRoute::Outer, false, true);
+  }
 }
 
 // The in-kernel route (int8 tensor-core GEMM): token counts around each tile size (16, 32, 64),
@@ -360,6 +373,15 @@ TEST(CudaPrefill, MatmulRoutesEpilogues) {
       check_matmul(t, 37, 300, 512, 0, 1, size_t(70) * 512, false, seed++, r, true, false, true);  // other buffer
       check_matmul(t, 2, 96, 2048, 0, 1, size_t(96) * 2048, true, seed++, r);                    // bias
       check_matmul(t, 3, 150, 96, 1, 2, size_t(150) * 96, false, seed++, r);                     // gemv -> fallback
+    }
+  // K-quants: the in-kernel route is not theirs (mmq_supported), so it falls back to outer.
+  EXPECT_TRUE(!mmq_supported(DType::Q4_K) && !mmq_supported(DType::Q6_K));
+  for (DType t : kKTypes)
+    for (PrefillRoute r : {PrefillRoute::Outer, PrefillRoute::InKernel, PrefillRoute::Gemv}) {
+      check_matmul(t, 3, 256, 1024, 0, 1, size_t(256) * 1024, false, seed++, r, false, true);    // silu pairs
+      check_matmul(t, 4, 300, 512, 0, 1, size_t(300) * 512, false, seed++, r, true);             // residual
+      check_matmul(t, 2, 96, 2048, 0, 1, size_t(96) * 2048, true, seed++, r);                    // bias
+      check_matmul(t, 3, 150, 256, 1, 2, size_t(150) * 256, false, seed++, r);                   // gemv -> fallback
     }
 }
 

@@ -9,6 +9,7 @@
 
 #include "cuda_test.h"
 #include "cuda_test_util.h"
+#include "backend/backend.h"
 #include "util/threadpool.h"
 
 using namespace lmfct_cuda;
@@ -104,8 +105,10 @@ TEST(CudaRepack, ConcatAndGateUpAreTheirRowsRepacked) {
 TEST(CudaRepack, ThreadPoolGivesTheSameBytes) {
   std::mt19937 rng(11);
   lmf::ThreadPool pool(4);
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16}) {
-    const int64_t cols = 1056;  // 33 blocks: a partial second group; rows past the pool's threshold
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::Q4_K, DType::Q6_K}) {
+    // 33 blocks: a partial second group (K-quants: 40 blocks, whole super-blocks); rows past the
+    // pool's threshold
+    const int64_t cols = lmf::cuda::kquant(t) ? 1280 : 1056;
     auto a = random_rows(t, 301, cols, rng), b = random_rows(t, 77, cols, rng);
     const std::vector<RowsRef> parts = {RowsRef{a.data(), 301}, RowsRef{b.data(), 77}};
     const HostPacked c1 = repack_concat(t, parts, cols), cp = repack_concat(t, parts, cols, &pool);
@@ -124,8 +127,8 @@ TEST(CudaRepack, ThreadPoolGivesTheSameBytes) {
 TEST(CudaRepack, PackRowsInPiecesGivesTheWholeRepack) {
   std::mt19937 rng(13);
   lmf::ThreadPool pool(3);
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16}) {
-    const int64_t cols = 1056;
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::Q5_K}) {
+    const int64_t cols = lmf::cuda::kquant(t) ? 1280 : 1056;
     auto a = random_rows(t, 130, cols, rng), b = random_rows(t, 70, cols, rng);
     const std::vector<RowsRef> parts = {RowsRef{a.data(), 130}, RowsRef{b.data(), 70}};
     const HostPacked cat = repack_concat(t, parts, cols), gu = repack_gate_up(t, a.data(), b.data(), 70, cols);
@@ -155,4 +158,62 @@ TEST(CudaRepack, PackRowsInPiecesGivesTheWholeRepack) {
   EXPECT_TRUE(throws_error([&] { pack_rows(DType::Q4_0, 48, 0, 1, src, q.data(), s.data()); })) << "48 columns";
   EXPECT_TRUE(throws_error([&] { pack_rows(DType::Q4_0, 64, 1, 1, src, q.data(), s.data()); })) << "no rows";
   EXPECT_TRUE(throws_error([&] { pack_rows(DType::F32, 64, 0, 1, src, q.data(), s.data()); })) << "F32";
+}
+
+namespace {
+
+// Element i of packed row r of a K-quant weight, decoded from the layout as kernels.h documents it
+// (not from the repack's code): nibble tiles, the high-bit plane, block and super-block records.
+float packed_kquant_elem(const HostPacked& h, int64_t r, int64_t i) {
+  const int64_t nblk = h.cols / QK, c = i / QK, e = i % QK;
+  const size_t qr = packed_q_bytes(h.type, h.cols), sr = packed_scale_bytes(h.type, h.cols);
+  const uint8_t* q = h.q.data() + qr * size_t(r);
+  const uint8_t* s = h.scales.data() + sr * size_t(r);
+  const uint8_t nib_byte = q[(c / 32) * 32 * 16 + (c % 32) * 16 + e % 16];
+  int code = e < 16 ? nib_byte & 15 : nib_byte >> 4;
+  const int half = int(e / 16), k = int(e % 16) / 4, j = int(e % 4);
+  if (h.type == DType::Q5_K) code |= ((q[nblk * 16 + c * 4 + j] >> (4 * half + k)) & 1) << 4;
+  if (h.type == DType::Q6_K) code |= ((q[nblk * 16 + c * 8 + 4 * half + j] >> (2 * k)) & 3) << 4;
+  const uint8_t* rec = s + c * 2;
+  const uint8_t* sb = s + nblk * 2 + (c / 8) * 4;
+  uint16_t d16, dm16;
+  std::memcpy(&d16, sb, 2);
+  std::memcpy(&dm16, sb + 2, 2);
+  const float d = fp16_to_f32(d16), dm = fp16_to_f32(dm16);
+  if (h.type == DType::Q6_K) return (d * float(int8_t(rec[half]))) * float(code - 32);
+  return (d * float(rec[0])) * float(code) - dm * float(rec[1]);
+}
+
+}  // namespace
+
+// The K-quants' packed form (kernels.h) holds format/quant's values bit for bit, on random bytes
+// (every scale/min and high-bit pattern), for a row of one super-block and one whose last group
+// of 32 blocks is partial; gate/up and pieces keep whole rows; rows not a multiple of 256 and
+// other widths are refused with the type's name.
+TEST(CudaRepack, KQuantPackedFormHoldsTheGgufValues) {
+  std::mt19937 rng(17);
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (int64_t cols : {256, 1280, 8448}) {
+      const int64_t rows = 5;
+      auto raw = random_rows(t, rows, cols, rng);
+      const HostPacked h = repack_rows(t, raw.data(), rows, cols);
+      EXPECT_EQ(h.q.size(), size_t(rows) * packed_q_bytes(t, cols));
+      EXPECT_EQ(packed_scale_bytes(t, cols), size_t(cols / 32) * 2 + size_t(cols / 256) * 4);
+      std::vector<float> ref(static_cast<size_t>(cols));
+      int bad = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row(t, raw.data() + row_bytes(t, cols) * r, ref.data(), cols);
+        for (int64_t i = 0; i < cols; ++i) {
+          const float got = packed_kquant_elem(h, r, i);
+          bad += std::memcmp(&got, &ref[size_t(i)], 4) != 0;
+        }
+      }
+      EXPECT_EQ(bad, 0) << dtype_name(t) << " cols " << cols;
+    }
+    auto raw = random_rows(t, 2, 512, rng);
+    EXPECT_TRUE(throws_error([&] { repack_rows(t, raw.data(), 2, 288); }, "multiple of 256"))
+        << dtype_name(t) << ": 288 columns accepted";
+  }
+  EXPECT_TRUE(!cuda_weight_supported(DType::Q2_K));
+  EXPECT_TRUE(cuda_weight_supported(DType::Q4_K) && cuda_weight_supported(DType::Q6_K));
 }

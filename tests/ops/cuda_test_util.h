@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "format/quant/half.h"
+#include "format/quant/kquants.h"
 #include "format/quant/quantize.h"
 #include "format/quant/types.h"
 #include "util/status.h"
@@ -118,6 +119,23 @@ inline std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, std
       for (int64_t i = 0; i < cols; ++i) h[i] = t == DType::F16 ? f32_to_fp16(nd(rng)) : f32_to_bf16(nd(rng));
       continue;
     }
+    if (lmf::cuda::kquant(t)) {
+      // Random bytes everywhere (every code and scale/min bit pattern), plausible fp16 super-block
+      // scales: d (and dmin) where the layout keeps them.
+      const size_t bb = row_bytes(t, QK_K);
+      for (size_t i = 0; i < rb; ++i) row[i] = uint8_t(byte(rng));
+      for (int64_t b = 0; b < cols / QK_K; ++b) {
+        uint8_t* blk = row + bb * size_t(b);
+        const uint16_t d = f32_to_fp16(sc(rng) / 16), dm = f32_to_fp16(sc(rng) / 16);
+        if (t == DType::Q6_K) {
+          std::memcpy(blk + 208, &d, 2);
+        } else {
+          std::memcpy(blk, &d, 2);
+          std::memcpy(blk + 2, &dm, 2);
+        }
+      }
+      continue;
+    }
     for (int64_t b = 0; b < cols / QK; ++b) {
       if (t == DType::Q4_0) {
         auto* blk = reinterpret_cast<BlockQ4_0*>(row) + b;
@@ -202,7 +220,7 @@ inline std::vector<double> to_d(const std::vector<float>& v) { return {v.begin()
 // id = 127/amax, q = rne(x*id), dx = amax/127, all in fp32. Returns dx*q in double, so that
 // matvec(W, act_quant_ref(x)) is the exact result of the integer path ("same quantization"
 // reference, tight tolerance).
-inline bool act_quantized(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+inline bool act_quantized(DType t) { return lmf::cuda::int8_dot(t); }
 // kmax 32767: the 16-bit codes of set_gemv_act16 (knob cuda_act16; the CPU's ActBlock16 rule).
 inline std::vector<double> act_quant_ref(const std::vector<float>& x, float kmax = 127.f) {
   std::vector<double> out(x.size());

@@ -41,6 +41,23 @@ namespace lmf::cuda {
 // so each load instruction of a warp reads gb*16 contiguous bytes (fully coalesced, 16 B per
 // lane). Scales are separate: Q4_0/Q8_0: fp16 d [rows][nblk]; Q4_1: {fp16 d, fp16 m} [rows][nblk].
 // F16/BF16 have no scales. cols must be a multiple of 32 (every supported model dimension is).
+//
+// K-quants (Q4_K, Q5_K, Q6_K; cols a multiple of 256). Every 32 elements become one block of the
+// same tiling: its 16 nibble bytes in Q4_0's order (byte j = element j low, j+16 high), so the
+// 4-bit dot products of Q4_0/Q4_1 serve them unchanged. The code bits above 4 follow the row's
+// tiles as a plane of hb bytes per block (Q5_K 4, Q6_K 8; row_stride = nblk*(16 + hb)), block c at
+// row + nblk*16 + c*hb:
+//   Q5_K: word H, bit k of byte j (k < 4) = bit 4 of element 4k+j, bit 4+k of byte j = of element
+//         16+4k+j: for nibble word w, ((H >> w) & 0x01010101) and ((H >> 4+w) & 0x01010101) are
+//         the fifth bits of its low and high nibbles, byte for byte.
+//   Q6_K: words {H0, H1}, bits 2k..2k+1 of byte j of H0 = bits 4-5 of element 4k+j (H1: 16+4k+j).
+// Scales per row: nblk 2-byte block records, then nblk/8 4-byte super-block records (so a row's
+// scales are contiguous, as for every type: nblk*5/2 bytes):
+//   Q4_K/Q5_K: block {u8 sc, u8 m} (the 6-bit codes), super-block {fp16 d, fp16 dmin}:
+//              x = (d*sc)*q - (dmin*m), both products exact in fp32.
+//   Q6_K:      block {s8 scale of elements 0-15, s8 scale of 16-31}, super-block {fp16 d, 0}:
+//              x = (d*scale)*(q - 32).
+// The GGUF bytes are only rearranged: dequantizing the packed form gives format/quant's values.
 struct HostPacked {
   DType type = DType::F16;
   int64_t rows = 0, cols = 0;
@@ -49,7 +66,8 @@ struct HostPacked {
 };
 
 // `src` holds `rows` GGUF rows of `cols` elements back to back (row_bytes(t, cols) each).
-// Supported: Q4_0, Q4_1, Q8_0, F16, BF16. Throws lmf::Error on other types or cols % 32 != 0.
+// Supported: Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16. Throws lmf::Error on other types,
+// cols % 32 != 0, or (K-quants) cols % 256 != 0.
 // pool: rows packed on its threads (the same bytes; the backend's load passes one), null = this
 // thread.
 HostPacked repack_rows(DType t, const void* src, int64_t rows, int64_t cols, ThreadPool* pool = nullptr);
@@ -114,7 +132,7 @@ enum class Prologue {
   Norm,     // x = rmsnorm(in) * gamma                       (in [cols])
   AddNorm,  // h = in + residual; x = rmsnorm(h) * gamma; block 0 writes h to residual_out
   Int8,     // x given already quantized by its producer (SiluMulQ): xq [gemv_xq_bytes(cols)];
-            // Q4_0/Q4_1/Q8_0 only, in unused
+            // the integer-dot types only (int8_dot), in unused
 };
 enum class Epilogue {
   Store,     // y[r] = (W x)[r] (+ bias[r])                                   y [rows]
@@ -122,7 +140,7 @@ enum class Epilogue {
   SiluMul,   // W from repack_gate_up: y[i] = silu((Wx)[2i]) * (Wx)[2i+1]     y [rows/2]
   QKV,       // W = Q|K|V rows: bias, per-head RMSNorm of q,k, RoPE, q -> q_out, k,v -> cache
   SiluMulQ,  // SiluMul, and y also quantized into xq for an Int8-prologue consumer (y [rows/2],
-             // rows/2 % 32 == 0; each block makes whole 32-blocks of y); Q4_0/Q4_1/Q8_0 only
+             // rows/2 % 32 == 0; each block makes whole 32-blocks of y); int8_dot types only
 };
 enum class RopeStyle { NeoX, Adjacent };  // NeoX: pairs (i, i+d/2) (qwen2/3); Adjacent: (2i, 2i+1)
 
@@ -361,7 +379,7 @@ constexpr bool kGemvSplit3Auto = true;
 // Auto (default) = Off, measured slower end to end (docs/PERF.md, session 5); On: every GEMV
 // (knob LMFUSE_GEMV_CORESIDENT). Set before capture.
 void set_gemv_coresident(Tri mode);
-// Integer-dot GEMVs (Q4_0/Q4_1/Q8_0) as one block of 16 warps per SM instead of two of 8: x is
+// Integer-dot GEMVs (int8_dot) as one block of 16 warps per SM instead of two of 8: x is
 // staged (normalized, quantized) once per SM instead of twice. Same sums, same bits. Default off;
 // the backend turns it on for whole models by hidden size (knob LMFUSE_GEMV_WIDE, kWideMinEmbd).
 // Set before capture.
@@ -383,8 +401,12 @@ void set_gemv_act16(bool on);
 bool gemv_act16();
 // Knob cuda_act16 unset: whether the backend takes the 16-bit codes (docs/PERF.md S40).
 constexpr bool kCudaAct16Auto = false;
+// The K-quant weight types the CUDA backend runs (256-element super-blocks, the packed form above).
+constexpr bool kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 // The weight types whose decode GEMVs take the integer-dot path (x quantized to int8, dp4a).
-constexpr bool int8_dot(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+constexpr bool int8_dot(DType t) {
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || kquant(t);
+}
 // Whether a GEMV over type t with GemvArgs::wide = wide runs the 16-warp block (the integer-dot
 // types only; the decision gemv() takes).
 bool gemv_runs_wide(DType t, Tri wide = Tri::Auto);

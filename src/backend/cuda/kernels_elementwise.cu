@@ -23,6 +23,9 @@ void embed_lookup(DType t, const void* table, int64_t cols, const int* token, fl
     case DType::Q4_0: dev::embed_kernel<DType::Q4_0><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out, early); break;
     case DType::Q4_1: dev::embed_kernel<DType::Q4_1><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out, early); break;
     case DType::Q8_0: dev::embed_kernel<DType::Q8_0><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out, early); break;
+    case DType::Q4_K: dev::embed_kernel<DType::Q4_K><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out, early); break;
+    case DType::Q5_K: dev::embed_kernel<DType::Q5_K><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out, early); break;
+    case DType::Q6_K: dev::embed_kernel<DType::Q6_K><<<blocks, 256, 0, s>>>(tb, rb, int(cols), token, out, early); break;
     default: LMF_FAIL("cuda embed: unsupported type ", dtype_name(t));
   }
   CUDA_CHECK_LAUNCH();

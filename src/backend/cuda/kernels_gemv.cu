@@ -16,6 +16,9 @@ int launch_gemv_q4_1(Prologue, Epilogue, const GemvParams&, bool, bool, cudaStre
 int launch_gemv_q8_0(Prologue, Epilogue, const GemvParams&, bool, bool, cudaStream_t);
 int launch_gemv_f16(Prologue, Epilogue, const GemvParams&, bool, bool, cudaStream_t);
 int launch_gemv_bf16(Prologue, Epilogue, const GemvParams&, bool, bool, cudaStream_t);
+int launch_gemv_q4_k(Prologue, Epilogue, const GemvParams&, bool, bool, cudaStream_t);
+int launch_gemv_q5_k(Prologue, Epilogue, const GemvParams&, bool, bool, cudaStream_t);
+int launch_gemv_q6_k(Prologue, Epilogue, const GemvParams&, bool, bool, cudaStream_t);
 
 // Blocks of an instance (`threads` per block) resident per SM with `smem` bytes of dynamic
 // shared memory (0: does not fit), cached per (instance, smem).
@@ -87,9 +90,7 @@ int device_sm_count() {
 }
 
 bool gemv_supported(DType t, Prologue pro, Epilogue epi) {
-  if (t != DType::Q4_0 && t != DType::Q4_1 && t != DType::Q8_0 && t != DType::F16 &&
-      t != DType::BF16)
-    return false;
+  if (!int8_dot(t) && t != DType::F16 && t != DType::BF16) return false;
 #define LMF_GEMV_SUPPORTED(PRO_, EPI_) \
   if (pro == Prologue::PRO_ && epi == Epilogue::EPI_) return true;
   LMF_GEMV_ALLOW_LIST_PLAIN(LMF_GEMV_SUPPORTED)
@@ -108,6 +109,8 @@ int gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
              int(epi), ") is not in the instance allow-list");
   if (w.cols % 32 != 0 || w.cols <= 0 || w.rows <= 0)
     LMF_FAIL("cuda gemv: cols must be a positive multiple of 32, got ", w.rows, "x", w.cols);
+  if (kquant(w.type) && w.cols % 256 != 0)
+    LMF_FAIL("cuda gemv: ", dtype_name(w.type), " needs cols % 256 == 0, got ", w.cols);
   if (w.rows > (int64_t(1) << 30) || w.cols > (1 << 20))
     LMF_FAIL("cuda gemv: shape too large: ", w.rows, "x", w.cols);
   if (pro == Prologue::Int8 ? !a.xq : !a.in) LMF_FAIL("cuda gemv: missing input");
@@ -178,6 +181,9 @@ int gemv(Prologue pro, Epilogue epi, const GemvArgs& a, cudaStream_t s) {
     case DType::Q8_0: spare = dev::launch_gemv_q8_0(pro, epi, p, wide, x16, s); break;
     case DType::F16: spare = dev::launch_gemv_f16(pro, epi, p, wide, x16, s); break;
     case DType::BF16: spare = dev::launch_gemv_bf16(pro, epi, p, wide, x16, s); break;
+    case DType::Q4_K: spare = dev::launch_gemv_q4_k(pro, epi, p, wide, x16, s); break;
+    case DType::Q5_K: spare = dev::launch_gemv_q5_k(pro, epi, p, wide, x16, s); break;
+    case DType::Q6_K: spare = dev::launch_gemv_q6_k(pro, epi, p, wide, x16, s); break;
     default: break;
   }
   LMF_CHECK(spare >= 0, "gemv instance missing");

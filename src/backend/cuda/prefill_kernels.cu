@@ -189,6 +189,51 @@ __global__ void dequant_q_fast_kernel(const uint8_t* q, const uint8_t* scales, i
   }
 }
 
+// K-quants (kernels.h's packed form), parts 1: one thread per 8 outputs as above; the values of
+// format/quant's dequantize (Q4_K/Q5_K: (d*sc)*q - dmin*m; Q6_K: (d*scale)*(q-32), in fp32),
+// rounded once to fp16.
+template <DType T>
+__global__ void dequant_kq_kernel(const uint8_t* q, const uint8_t* scales, int nblk, size_t row_stride,
+                                  int64_t r0, int64_t step, int64_t n, __half* out) {
+  constexpr int HB = T == DType::Q5_K ? 4 : T == DType::Q6_K ? 8 : 0;
+  const int j4 = int(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j4 >= nblk * 4) return;
+  const int qt = j4 & 3, c = j4 >> 2;
+  const int half = qt >> 1, sh = half ? 4 : 0;
+  const size_t piece = size_t(c >> 5) * 32 * 16 + (c & 31) * 16 + (qt & 1) * 8;
+  const size_t s_stride = size_t(nblk) * 2 + size_t(nblk >> 3) * 4;
+  for (int64_t i = blockIdx.y; i < n; i += gridDim.y) {
+    const int64_t r = r0 + i * step;
+    const uint8_t* row = q + size_t(r) * row_stride;
+    const uint2 w = __ldcs(reinterpret_cast<const uint2*>(row + piece));
+    uint32_t h = 0;
+    if constexpr (HB == 4) h = *reinterpret_cast<const uint32_t*>(row + size_t(nblk) * 16 + size_t(c) * 4);
+    if constexpr (HB == 8) h = reinterpret_cast<const uint32_t*>(row + size_t(nblk) * 16 + size_t(c) * 8)[half];
+    const uint8_t* sr = scales + size_t(r) * s_stride;
+    const uint8_t* rec = sr + size_t(c) * 2;
+    const uint8_t* sb = sr + size_t(nblk) * 2 + size_t(c >> 3) * 4;
+    const float d = h2f(sb);
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int k = (qt & 1) * 8 + e;  // element of the half: 4 * (k / 4) + k % 4
+      int code = int(((e < 4 ? w.x : w.y) >> (8 * (e & 3) + sh)) & 15);
+      if constexpr (HB == 4) code |= int((h >> (8 * (k & 3) + 4 * half + (k >> 2))) & 1) << 4;
+      if constexpr (HB == 8) code |= int((h >> (8 * (k & 3) + 2 * (k >> 2))) & 3) << 4;
+      if constexpr (T == DType::Q6_K) {
+        v[e] = (d * float(int8_t(rec[half]))) * float(code - 32);
+      } else {
+        v[e] = (d * float(rec[0])) * float(code) - h2f(sb + 2) * float(rec[1]);
+      }
+    }
+    __align__(16) __half hv[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) hv[e] = __float2half_rn(v[e]);
+    *reinterpret_cast<uint4*>(out + size_t(i) * nblk * 32 + size_t(c) * 32 + qt * 8) =
+        *reinterpret_cast<const uint4*>(hv);
+  }
+}
+
 __global__ void add_bias_rows_kernel(float* y, const float* bias, int64_t rows, int n, int64_t ldy) {
   const int64_t total = rows * n;
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
@@ -262,6 +307,9 @@ void embed_rows(DType t, const void* table, int64_t cols, const int* tokens, int
     case DType::Q4_0: pdev::embed_rows_kernel<DType::Q4_0><<<grid, 256, 0, s>>>(tb, rb, int(cols), tokens, out); break;
     case DType::Q4_1: pdev::embed_rows_kernel<DType::Q4_1><<<grid, 256, 0, s>>>(tb, rb, int(cols), tokens, out); break;
     case DType::Q8_0: pdev::embed_rows_kernel<DType::Q8_0><<<grid, 256, 0, s>>>(tb, rb, int(cols), tokens, out); break;
+    case DType::Q4_K: pdev::embed_rows_kernel<DType::Q4_K><<<grid, 256, 0, s>>>(tb, rb, int(cols), tokens, out); break;
+    case DType::Q5_K: pdev::embed_rows_kernel<DType::Q5_K><<<grid, 256, 0, s>>>(tb, rb, int(cols), tokens, out); break;
+    case DType::Q6_K: pdev::embed_rows_kernel<DType::Q6_K><<<grid, 256, 0, s>>>(tb, rb, int(cols), tokens, out); break;
     default: LMF_FAIL("cuda embed_rows: unsupported type ", dtype_name(t));
   }
   CUDA_CHECK_LAUNCH();
@@ -342,6 +390,9 @@ void dequant_rows_f16(const DeviceWeight& w, int64_t r0, int64_t step, int64_t n
   if (parts == 1 && int8_dot(w.type)) {
     const dim3 g4(blocks_for(int64_t(nblk) * 4, 256), unsigned(std::min<int64_t>(n, 65535)));
     switch (w.type) {
+      case DType::Q4_K: pdev::dequant_kq_kernel<DType::Q4_K><<<g4, 256, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
+      case DType::Q5_K: pdev::dequant_kq_kernel<DType::Q5_K><<<g4, 256, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
+      case DType::Q6_K: pdev::dequant_kq_kernel<DType::Q6_K><<<g4, 256, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
       case DType::Q4_0: pdev::dequant_q_fast_kernel<DType::Q4_0><<<g4, 256, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
       case DType::Q4_1: pdev::dequant_q_fast_kernel<DType::Q4_1><<<g4, 256, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;
       default: pdev::dequant_q_fast_kernel<DType::Q8_0><<<g4, 256, 0, s>>>(w.q, w.scales, nblk, stride, r0, step, n, o); break;

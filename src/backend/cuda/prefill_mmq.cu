@@ -349,7 +349,8 @@ void launch_tiles(const MmqArgs& a, cudaStream_t s) {
 
 }  // namespace mmq
 
-bool mmq_supported(DType t) { return int8_dot(t); }  // the block types (kernels.h)
+// The 32-element block types (the K-quants take the outer route: dequantize + cuBLAS).
+bool mmq_supported(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
 
 int mmq_nblk4(int64_t cols) { return int((cols / 32 + mmq::kKB - 1) / mmq::kKB * mmq::kKB); }
 

@@ -21,6 +21,11 @@ __device__ __forceinline__ uint4 ld_stream16(const void* p, uint64_t pol) {
       : "l"(p), "l"(pol));
   return v;
 }
+__device__ __forceinline__ uint2 ld_stream8(const void* p, uint64_t pol) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0,%1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(pol));
+  return v;
+}
 __device__ __forceinline__ uint32_t ld_stream4(const void* p, uint64_t pol) {
   uint32_t v;
   asm("ld.global.nc.L1::no_allocate.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(pol));

@@ -139,31 +139,32 @@ template <DType T>
 struct WTraits;
 template <DType T>
 struct Frag;
-template <>
-struct WTraits<DType::Q4_0> {
-  static constexpr int P = 1;
-  static constexpr int scale_bytes = 2;
+// P 16-byte pieces per block, scale_bytes of block scale, HB bytes of high code bits per block
+// (K-quants, after the row's tiles), KQ: a K-quant (block records of 2 bytes plus one 4-byte
+// super-block record per 8 blocks; kernels.h).
+template <int P_, int SB_, int HB_ = 0, bool KQ_ = false>
+struct WTraitsOf {
+  static constexpr int P = P_;
+  static constexpr int scale_bytes = SB_;
+  static constexpr int HB = HB_;
+  static constexpr bool KQ = KQ_;
 };
 template <>
-struct WTraits<DType::Q4_1> {
-  static constexpr int P = 1;
-  static constexpr int scale_bytes = 4;
-};
+struct WTraits<DType::Q4_0> : WTraitsOf<1, 2> {};
 template <>
-struct WTraits<DType::Q8_0> {
-  static constexpr int P = 2;
-  static constexpr int scale_bytes = 2;
-};
+struct WTraits<DType::Q4_1> : WTraitsOf<1, 4> {};
 template <>
-struct WTraits<DType::F16> {
-  static constexpr int P = 4;
-  static constexpr int scale_bytes = 0;
-};
+struct WTraits<DType::Q8_0> : WTraitsOf<2, 2> {};
 template <>
-struct WTraits<DType::BF16> {
-  static constexpr int P = 4;
-  static constexpr int scale_bytes = 0;
-};
+struct WTraits<DType::F16> : WTraitsOf<4, 0> {};
+template <>
+struct WTraits<DType::BF16> : WTraitsOf<4, 0> {};
+template <>
+struct WTraits<DType::Q4_K> : WTraitsOf<1, 2, 0, true> {};
+template <>
+struct WTraits<DType::Q5_K> : WTraitsOf<1, 2, 4, true> {};
+template <>
+struct WTraits<DType::Q6_K> : WTraitsOf<1, 2, 8, true> {};
 
 // Kernel parameters (a flat copy of GemvArgs; passed by value in constant memory).
 struct GemvParams {
@@ -190,9 +191,13 @@ struct GemvParams {
 };
 
 // Steps loaded together per row group: 2 for the 4-bit types (one piece per step), else 1, so a
-// lane has 128-256 bytes of weights in flight per batch (and the next batch behind it).
+// lane has 128-256 bytes of weights in flight per batch (and the next batch behind it). K-quants
+// (a piece, a block and a super-block record, Q5_K/Q6_K 4-8 bytes of high bits per row): 1, so
+// that two batches fit the register budget (Q4_K with 2 spilled 20-116 bytes per instance); 88-120
+// bytes per lane and batch, 2 batches x 16 warps: ~90 KB in flight per SM, far above the ~15 KB
+// that the memory's latency x bandwidth asks of each SM.
 template <DType T>
-constexpr int kSteps = WTraits<T>::P == 1 ? 2 : 1;
+constexpr int kSteps = WTraits<T>::P == 1 && !WTraits<T>::KQ ? 2 : 1;
 
 // Warps per row group for a shape (host side; see the header comment and gemv_ksplit_rule),
 // assuming the narrow block's occupancy kMinBlocks, not the instance's, so every prologue/epilogue
@@ -263,19 +268,27 @@ __device__ __forceinline__ float warp_sum_rows4(const float (&a)[kRows], int lan
 template <DType T>
 struct Frag {
   static constexpr int P = WTraits<T>::P;
+  static constexpr int HB = WTraits<T>::HB;
+  static constexpr bool KQ = WTraits<T>::KQ;
   uint4 w[kRows][P];
   uint32_t sc[kRows];
+  uint32_t sd[KQ ? kRows : 1];  // K-quants: the super-block record {fp16 d, fp16 dmin}
+  uint2 hb[HB ? kRows : 1];     // Q5_K (.x) / Q6_K: the block's high code bits
 
   __device__ __forceinline__ void load(const GemvParams& p, int rg, int g, int nblk, int lane, uint64_t pol) {
     const int gb = min(32, nblk - 32 * g);
-    const size_t row_stride = size_t(nblk) * P * 16;
+    const size_t row_stride = size_t(nblk) * (P * 16 + HB);
     const int c = 32 * g + lane;
     // Row r of the group at wq + r * row_stride (piece pc at + pc * gb * 16), its scale at
-    // ws + r * nblk * scale_bytes: one 64-bit product per fragment, then adds.
+    // ws + r * (a row's scale bytes): one 64-bit product per fragment, then adds. K-quants: the
+    // high bits after the row's tiles, the super-block record after the row's block records.
     constexpr int SB = WTraits<T>::scale_bytes;
+    const size_t s_stride = KQ ? size_t(nblk) * 2 + size_t(nblk >> 3) * 4 : size_t(nblk) * SB;
     const int row0 = rg * kRows;
     const uint8_t* wq = p.q + size_t(row0) * row_stride + (size_t(g) * 32 * P + lane) * 16;
-    const uint8_t* ws = p.scales + (size_t(row0) * nblk + c) * SB;
+    const uint8_t* ws = p.scales + size_t(row0) * s_stride + size_t(c) * SB;
+    const uint8_t* wsd = p.scales + size_t(row0) * s_stride + size_t(nblk) * 2 + size_t(c >> 3) * 4;  // KQ only
+    const uint8_t* wh = p.q + size_t(row0) * row_stride + size_t(nblk) * 16 + size_t(c) * HB;  // HB only
     const bool lane_ok = lane < gb;
     const int rows_left = p.rows - row0;
 #pragma unroll
@@ -287,13 +300,49 @@ struct Frag {
           sc[r] = ld_stream2(ws, pol);
         else if constexpr (SB == 4)
           sc[r] = ld_stream4(ws, pol);
+        if constexpr (KQ) sd[r] = ld_stream4(wsd, pol);
+        if constexpr (HB == 8) hb[r] = ld_stream8(wh, pol);
+        else if constexpr (HB == 4) hb[r].x = ld_stream4(wh, pol);
       } else {
 #pragma unroll
         for (int pc = 0; pc < P; ++pc) w[r][pc] = make_uint4(0, 0, 0, 0);
         sc[r] = 0;  // zero scale: the row/block contributes nothing
+        if constexpr (KQ) sd[r] = 0;
+        if constexpr (HB) hb[r] = make_uint2(0, 0);
       }
       wq += row_stride;
-      ws += size_t(nblk) * SB;
+      ws += s_stride;
+      if constexpr (KQ) wsd += s_stride;
+      if constexpr (HB) wh += row_stride;
+    }
+  }
+
+  // K-quants: row r's contribution for block c (codes x of the block as the planes give them).
+  // Q4_K/Q5_K: (d*sc)*dx * sum q*xq - (dmin*m)*dx * sum xq; Q6_K: d*dx * sum over its two
+  // sub-blocks of scale * sum (q-32)*xq, the -32 as -32 * (the sub-block's code sum).
+  template <int XB>
+  __device__ __forceinline__ float kq_row(int r, float acc, float dx, int xsum, int xsum_lo, const uint4& xl,
+                                          const uint4& xh, const uint4 (&x4)[4]) const {
+    const float d = __half2float(__ushort_as_half(uint16_t(sd[r] & 0xffffu)));
+    if constexpr (T == DType::Q6_K) {
+      int2 s;
+      if constexpr (XB == 16) s = dot_q6_i16(w[r][0], hb[r], x4);
+      else s = dot_q6_x8<true>(w[r][0], hb[r], xl, xh);
+      const int sa = s.x - 32 * xsum_lo, sb = s.y - 32 * (xsum - xsum_lo);
+      const float ka = float(int8_t(sc[r] & 0xffu)), kb = float(int8_t((sc[r] >> 8) & 0xffu));
+      return fmaf(d * dx, fmaf(ka, float(sa), kb * float(sb)), acc);
+    } else {
+      const float dm = __half2float(__ushort_as_half(uint16_t(sd[r] >> 16)));
+      const float ds = d * float(sc[r] & 0xffu), mn = dm * float((sc[r] >> 8) & 0xffu);
+      int s;
+      if constexpr (T == DType::Q5_K) {
+        if constexpr (XB == 16) s = dot_q5_i16(w[r][0], hb[r].x, x4, 0);
+        else s = dot_q5_x8<true>(w[r][0], hb[r].x, xl, xh, 0);
+      } else {
+        if constexpr (XB == 16) s = dot_q4_i16(w[r][0], x4, 0);
+        else s = dot_q4_i8(w[r][0], xl, xh, 0);
+      }
+      return fmaf(ds * dx, float(s), fmaf(-mn * dx, float(xsum), acc));
     }
   }
 
@@ -323,6 +372,23 @@ struct Frag {
       const uint4* xq = reinterpret_cast<const uint4*>(xs4);
       const int2 xsc = reinterpret_cast<const int2*>(xq + kXPlanes<XB> * size_t(nblk))[c];
       const float dx = __int_as_float(xsc.x);
+      if constexpr (KQ) {
+        uint4 x4[4];
+        uint4 xl, xh;
+        int xlo = 0;  // Q6_K: the code sum of elements 0-15
+        if constexpr (XB == 16) {
+          x4[0] = xq[c], x4[1] = xq[nblk + c], x4[2] = xq[2 * nblk + c], x4[3] = xq[3 * nblk + c];
+          xl = xh = x4[0];
+          if constexpr (T == DType::Q6_K) xlo = 256 * sum_x16<true>(x4[2]) + sum_x16<false>(x4[0]);
+        } else {
+          xl = xq[c], xh = xq[nblk + c];
+          x4[0] = x4[1] = x4[2] = x4[3] = xl;
+          if constexpr (T == DType::Q6_K) xlo = sum_x16<true>(xl);
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[r] = kq_row<XB>(r, acc[r], dx, xsc.y, xlo, xl, xh, x4);
+        return;
+      }
       if constexpr (XB == 16) {
         const uint4 x4[4] = {xq[c], xq[nblk + c], xq[2 * nblk + c], xq[3 * nblk + c]};
 #pragma unroll
@@ -333,7 +399,7 @@ struct Frag {
           } else if constexpr (T == DType::Q4_1) {
             const float m = __half2float(__ushort_as_half(uint16_t(sc[r] >> 16)));
             acc[r] = fmaf(d * dx, float(dot_q4_i16(w[r][0], x4, 0)), fmaf(m * dx, float(xsc.y), acc[r]));
-          } else {
+          } else if constexpr (T == DType::Q8_0) {
             acc[r] = fmaf(d * dx, float(dot_q8_i16(w[r], x4)), acc[r]);
           }
         }
@@ -353,7 +419,7 @@ struct Frag {
           const float m = __half2float(__ushort_as_half(uint16_t(sc[r] >> 16)));
           const int s = dot_q4_i8(w[r][0], xl, xh, 0);
           acc[r] = fmaf(d * dx, float(s), fmaf(m * dx, float(xsc.y), acc[r]));
-        } else {
+        } else if constexpr (T == DType::Q8_0) {
           acc[r] = fmaf(d * dx, float(dot_q8_i8(w[r], xl, xh)), acc[r]);
         }
       }

@@ -69,4 +69,53 @@ __device__ __forceinline__ int dot_q8_i16(const uint4 (&q)[2], const uint4 (&x)[
   return 256 * dot_q8_x8<true>(q, x[2], x[3]) + dot_q8_x8<false>(q, x[0], x[1]);
 }
 
+// K-quant blocks (kernels.h's packed form): the nibble word w of a block holds elements 4w..4w+3
+// (low nibbles) and 16+4w..16+4w+3 (high); the high code bits come from the block's high-bit
+// word(s), shifted into bits 4-5 of the same bytes. Codes are unsigned bytes (Q5_K 0..31, Q6_K
+// 0..63), so the x bytes may be signed or unsigned as for the Q4 dot.
+// Q5_K: init + sum_e q_e * xq_e over the block (one sub-block: one scale).
+template <bool kSignedX>
+__device__ __forceinline__ int dot_q5_x8(const uint4& q, uint32_t h, const uint4& xl, const uint4& xh, int init) {
+  const uint32_t wd[4] = {q.x, q.y, q.z, q.w}, xa[4] = {xl.x, xl.y, xl.z, xl.w}, xb[4] = {xh.x, xh.y, xh.z, xh.w};
+  int s = init;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const uint32_t a = (wd[w] & 0x0F0F0F0Fu) | (((h >> w) & 0x01010101u) << 4);
+    const uint32_t b = ((wd[w] >> 4) & 0x0F0F0F0Fu) | (((h >> (4 + w)) & 0x01010101u) << 4);
+    s = dp4a_wx<false, kSignedX>(a, xa[w], s);
+    s = dp4a_wx<false, kSignedX>(b, xb[w], s);
+  }
+  return s;
+}
+__device__ __forceinline__ int dot_q5_i16(const uint4& q, uint32_t h, const uint4 (&x)[4], int init) {
+  return 256 * dot_q5_x8<true>(q, h, x[2], x[3], 0) + dot_q5_x8<false>(q, h, x[0], x[1], init);
+}
+// Q6_K: {sum over elements 0-15, sum over 16-31} of q_e * xq_e, q_e the unsigned code (q + 32):
+// the two sub-blocks of 16 have their own scales.
+template <bool kSignedX>
+__device__ __forceinline__ int2 dot_q6_x8(const uint4& q, const uint2& h, const uint4& xl, const uint4& xh) {
+  const uint32_t wd[4] = {q.x, q.y, q.z, q.w}, xa[4] = {xl.x, xl.y, xl.z, xl.w}, xb[4] = {xh.x, xh.y, xh.z, xh.w};
+  int lo = 0, hi = 0;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const uint32_t a = (wd[w] & 0x0F0F0F0Fu) | (((h.x >> (2 * w)) & 0x03030303u) << 4);
+    const uint32_t b = ((wd[w] >> 4) & 0x0F0F0F0Fu) | (((h.y >> (2 * w)) & 0x03030303u) << 4);
+    lo = dp4a_wx<false, kSignedX>(a, xa[w], lo);
+    hi = dp4a_wx<false, kSignedX>(b, xb[w], hi);
+  }
+  return make_int2(lo, hi);
+}
+__device__ __forceinline__ int2 dot_q6_i16(const uint4& q, const uint2& h, const uint4 (&x)[4]) {
+  const int2 a = dot_q6_x8<true>(q, h, x[2], x[3]), b = dot_q6_x8<false>(q, h, x[0], x[1]);
+  return make_int2(256 * a.x + b.x, 256 * a.y + b.y);
+}
+// Sum of 16 activation codes (one x plane word group): for Q6_K's -32 offset per sub-block.
+template <bool kSignedX>
+__device__ __forceinline__ int sum_x16(const uint4& x) {
+  int s = dp4a_wx<false, kSignedX>(0x01010101u, x.x, 0);
+  s = dp4a_wx<false, kSignedX>(0x01010101u, x.y, s);
+  s = dp4a_wx<false, kSignedX>(0x01010101u, x.z, s);
+  return dp4a_wx<false, kSignedX>(0x01010101u, x.w, s);
+}
+
 }  // namespace lmf::cuda::dev

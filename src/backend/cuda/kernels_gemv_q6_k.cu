@@ -1,0 +1,5 @@
+// GEMV instances for Q6_K weights (the allow-list in kernels/gemv_launch.cuh; the packed K-quant form
+// of kernels.h).
+#include "backend/cuda/kernels/gemv_launch.cuh"
+
+LMF_GEMV_TYPE_FILE(q6_k, DType::Q6_K)

@@ -255,10 +255,15 @@ class CudaBackend final : public Backend {
   void prepare_prefill(Graph& g);
   // Knob LMFUSE_PREFILL_INKERNEL_DEQUANT forces a route; unset, the routes are timed per shape
   // on this GPU (PrefillTuner) or, with LMFUSE_PREFILL_ROUTE_TUNE=0, taken from the fitted rule.
-  // Float weights have no in-kernel kernel and always take the outer route.
+  // Float weights have no in-kernel kernel and always take the outer route; so do the K-quants,
+  // but where the knob forces the in-kernel route (the decode arithmetic, for the tight
+  // consistency gates of scripts/check_models.py): theirs is the GEMV route, the decode GEMV per
+  // token (itself falling back to outer for a subset of rows).
   cuda::PrefillRoute prefill_route(const cuda::PrefillMatmul& mm) {
     const DeviceWeight& w = *mm.w;
-    if (!cuda::mmq_supported(w.type)) return cuda::PrefillRoute::Outer;
+    if (!cuda::mmq_supported(w.type))
+      return cuda::int8_dot(w.type) && opts_.knobs.prefill_inkernel_dequant == Tri::On ? cuda::PrefillRoute::Gemv
+                                                                                      : cuda::PrefillRoute::Outer;
     switch (opts_.knobs.prefill_inkernel_dequant) {
       case Tri::On: return cuda::PrefillRoute::InKernel;
       case Tri::Off: return cuda::PrefillRoute::Outer;

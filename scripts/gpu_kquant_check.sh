@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# K-quants on the GPU machine in one call: the CUDA op tests of the K types, the golden models
+# (every K mix against transformers and the CPU backend), then lmfuse and llama.cpp side by side
+# on the same random Q4_K_M and Q4_0 files (tg128, pp512). Logs under $OUT; summary.md collects
+# the lines that go into docs/PERF.md.
+#   carry: .prebuilt (scripts/gpu_prebuild.sh lmfuse cuda_op_tests), .deps/include
+#          (scripts/carry_deps.sh) and .deps/llama.cpp-src-0.3.36.tar.gz
+#          (scripts/build_llama_cpp.sh --download-only)
+#   STAGES="tests golden bench peer" (default: all); PRESETS (default "qwen3-0.6b qwen3-8b")
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+B=${BUILD:-build-gpu}
+STAGES=${STAGES:-"tests golden bench peer"}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+S="$OUT/summary.md"
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$S"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$S"
+
+# llama.cpp's CUDA build runs beside lmfuse's checks (its own cores; ~5 min at -j 10).
+if has peer; then
+  ( scripts/build_llama_cpp.sh --cuda --sdist .deps/llama.cpp-src-0.3.36.tar.gz -j 10 >"$OUT/llama_build.log" 2>&1
+    echo "exit $?" >>"$OUT/llama_build.log" ) &
+  LLAMA_PID=$!
+fi
+scripts/gpu_build.sh "$B" lmfuse cuda_op_tests || exit 1
+L="$B/lmfuse"
+stamp "build: $(head -1 "$OUT/build.log")"
+
+rc=0
+if has tests; then
+  for f in CudaRepack CudaGemv CudaPrefill CudaElementwise; do
+    timeout 300 "$B/cuda_op_tests" "$f" >"$OUT/tests_$f.log" 2>&1 || rc=1
+    stamp "cuda_op_tests $f: $(tail -1 "$OUT/tests_$f.log")"
+    grep -E "FAILED|failed|Failure" "$OUT/tests_$f.log" | head -20 | tee -a "$S"
+  done
+fi
+if has golden; then
+  timeout 400 python3 scripts/check_models.py --lmfuse "$L" --device cuda --gen 64 >"$OUT/golden.log" 2>&1 || rc=1
+  grep -E "k_m|q6_k|q2_k|q3_k|iq4|failed|not supported" "$OUT/golden.log" | head -40 | tee -a "$S"
+  stamp "golden: $(tail -1 "$OUT/golden.log")"
+fi
+
+M=/tmp/kq-models
+mkdir -p $M
+PRESETS=${PRESETS:-"qwen3-0.6b qwen3-8b"}
+for p in $PRESETS; do
+  for t in q4_k_m q4_0; do
+    [ -s $M/$p-$t.gguf ] || "$L" random-model --preset $p --type $t --no-tokenizer -o $M/$p-$t.gguf >>"$OUT/random.log" 2>&1
+  done
+done
+if has bench; then
+  for p in $PRESETS; do
+    for t in q4_k_m q4_0; do
+      "$L" bench -m $M/$p-$t.gguf -p 512 -n 128 -r 3 >"$OUT/bench_$p-$t.log" 2>&1 || rc=1
+      stamp "lmfuse $p $t:"
+      grep -vE "^\s*$|loading" "$OUT/bench_$p-$t.log" | tail -6 | tee -a "$S"
+    done
+  done
+fi
+if has peer; then
+  wait $LLAMA_PID
+  stamp "llama.cpp build: $(tail -1 "$OUT/llama_build.log")"
+  LB=.deps/llama.cpp-cuda/bin/llama-bench
+  if [ -x $LB ]; then
+    for p in $PRESETS; do
+      for t in q4_k_m q4_0; do
+        timeout 240 $LB -m $M/$p-$t.gguf -p 512 -n 128 -r 3 -ngl 99 >"$OUT/llama_$p-$t.log" 2>&1 || rc=1
+        stamp "llama.cpp $p $t:"
+        grep -E "^\|" "$OUT/llama_$p-$t.log" | tail -2 | tee -a "$S"
+        # lmfuse again right after, so each pair is side by side in time too
+        "$L" bench -m $M/$p-$t.gguf -p 512 -n 128 -r 3 >"$OUT/bench2_$p-$t.log" 2>&1
+        grep -vE "^\s*$|loading" "$OUT/bench2_$p-$t.log" | tail -3 | tee -a "$S"
+      done
+    done
+  else
+    grep -E "error|Error" "$OUT/llama_build.log" | head -10 | tee -a "$S"
+  fi
+fi
+stamp "done (rc $rc)"
+exit $rc

@@ -47,7 +47,7 @@ mkdir -p $M
 PRESETS=${PRESETS:-"qwen3-0.6b qwen3-8b"}
 for p in $PRESETS; do
   for t in q4_k_m q4_0; do
-    [ -s $M/$p-$t.gguf ] || "$L" random-model --preset $p --type $t --no-tokenizer -o $M/$p-$t.gguf >>"$OUT/random.log" 2>&1
+    [ -s $M/$p-$t.gguf ] || "$L" random-model --preset $p --type $t -o $M/$p-$t.gguf >>"$OUT/random.log" 2>&1
   done
 done
 if has bench; then

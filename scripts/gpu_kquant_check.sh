@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# K-quants on the GPU machine in one call: the CUDA op tests of the K types, the golden models
+# K-quants (and batch steps) on the GPU machine in one call: the CUDA op tests of the K types, the golden models
 # (every K mix against transformers and the CPU backend), then lmfuse and llama.cpp side by side
 # on the same random Q4_K_M and Q4_0 files (tg128, pp512). Logs under $OUT; summary.md collects
 # the lines that go into docs/PERF.md.
 #   carry: .prebuilt (scripts/gpu_prebuild.sh lmfuse cuda_op_tests), .deps/include
 #          (scripts/carry_deps.sh) and .deps/llama.cpp-src-0.3.36.tar.gz
 #          (scripts/build_llama_cpp.sh --download-only)
-#   STAGES="tests golden bench peer" (default: all); PRESETS (default "qwen3-0.6b qwen3-8b")
+#   STAGES="tests golden bench peer" (default: all); PRESETS (default "qwen3-0.6b qwen3-8b");
+#   TESTS: the cuda_op_tests filters; BATCH: lmfuse bench -b list for the bench stage (e.g. 1,8,32)
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -30,7 +31,7 @@ stamp "build: $(head -1 "$OUT/build.log")"
 
 rc=0
 if has tests; then
-  for f in CudaRepack CudaGemv CudaPrefill CudaElementwise; do
+  for f in ${TESTS:-CudaBatch CudaRepack CudaGemv CudaPrefill CudaElementwise}; do
     timeout 300 "$B/cuda_op_tests" "$f" >"$OUT/tests_$f.log" 2>&1 || rc=1
     stamp "cuda_op_tests $f: $(tail -1 "$OUT/tests_$f.log")"
     grep -E "FAILED|failed|Failure" "$OUT/tests_$f.log" | head -20 | tee -a "$S"
@@ -53,9 +54,9 @@ done
 if has bench; then
   for p in $PRESETS; do
     for t in q4_k_m q4_0; do
-      "$L" bench -m $M/$p-$t.gguf -p 512 -n 128 -r 3 >"$OUT/bench_$p-$t.log" 2>&1 || rc=1
+      "$L" bench -m $M/$p-$t.gguf -p 512 -n 128 -r 3 ${BATCH:+-b $BATCH} >"$OUT/bench_$p-$t.log" 2>&1 || rc=1
       stamp "lmfuse $p $t:"
-      grep -vE "^\s*$|loading" "$OUT/bench_$p-$t.log" | tail -6 | tee -a "$S"
+      grep -vE "^\s*$|loading" "$OUT/bench_$p-$t.log" | tail -12 | tee -a "$S"
     done
   done
 fi

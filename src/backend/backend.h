@@ -96,8 +96,11 @@ class Backend {
   virtual void load(const Model& m) = 0;
   // Paged KV (the runtime owns the cache, runtime/kv_cache.h): steps come as BatchEntry lists
   // over blocks of the pools that alloc_kv made. A backend without it keeps one sequence's cache
-  // and takes StepInput::pos0 (CUDA, for now).
+  // and takes StepInput::pos0.
   virtual bool paged_kv() const { return false; }
+  // Whether it also keeps a one-sequence cache of its own, for a Session of its own (run without
+  // entries): CUDA, whose single-sequence step is a replayed graph with chained decode.
+  virtual bool own_kv() const { return !paged_kv(); }
   // Allocates the K and V pools of every layer: n_blocks blocks of block_size positions (fp16,
   // [n_blocks * block_size, kv_dim] per layer and K/V); a clear error when they cannot fit.
   virtual void alloc_kv(int64_t n_blocks, int64_t block_size) { LMF_FAIL(name(), ": no paged KV cache"); }

@@ -100,6 +100,9 @@ struct Graph {
   int64_t n_tokens = 0;    // T
   bool all_logits = false;
   int64_t n_gather = 0;    // > 0: the logits are of the n_gather rows StepInput::out_rows names
+  // Run as batch steps over the runtime's paged KV cache (StepInput::entries; runtime/engine.h sets
+  // it before prepare), so a backend that also keeps a cache of its own plans it for the pages.
+  bool paged = false;
   std::vector<GTensor> tensors;
   std::vector<Op> ops;
   std::vector<FusionGroup> groups;

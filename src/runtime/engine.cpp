@@ -24,6 +24,7 @@ Graph& Engine::graph_for(int64_t n, int64_t n_out) {
   auto& slot = graphs_[key];
   if (!slot) {
     slot = std::make_unique<Graph>(build_graph(model_, n, false, n_out));
+    slot->paged = true;
     prepare_graph(*slot, backend_);
     graph_order_.push_back(key);
     // A server sees many step shapes; keep the recent ones (a graph costs a plan, not weights).

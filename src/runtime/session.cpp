@@ -39,7 +39,7 @@ void prepare_graph(Graph& g, Backend& b, size_t max_rehome_bytes) {
 
 Session::Session(const Model& m, Backend& b) : model_(m), backend_(b), n_ctx_(b.options().n_ctx) {
   LMF_CHECK(n_ctx_ > 0);
-  if (b.paged_kv()) {
+  if (!b.own_kv()) {
     EngineConfig c;
     c.n_ctx = n_ctx_;
     own_engine_ = std::make_unique<Engine>(m, b, c);

@@ -235,8 +235,9 @@ int cmd_bench(int argc, char** argv) {
     if (!v.empty()) f.knobs.push_back(v);
     f.n_ctx = std::max<int64_t>(f.n_ctx, max_len);
     Loaded e = load_engine(f, max_len);
-    // A paged-KV backend (CPU) gets one engine whose pool holds the largest batch; the B = 1 tests
-    // run a session of it. Others keep their own cache (B = 1 only).
+    // A paged-KV backend gets one engine whose pool holds the largest batch; the B = 1 tests run a
+    // session of it, or of the backend's own cache where it keeps one (CUDA: its replayed
+    // single-sequence step). Others keep their own cache (B = 1 only).
     const int64_t max_b = *std::max_element(batch.begin(), batch.end());
     std::unique_ptr<lmf::Engine> eng;
     std::unique_ptr<Session> sp;
@@ -245,7 +246,8 @@ int cmd_bench(int argc, char** argv) {
       c.n_ctx = f.n_ctx;
       c.kv_positions = max_b * ((max_len + c.block_size) / c.block_size * c.block_size);  // whole blocks each
       eng = std::make_unique<lmf::Engine>(*e.model, *e.backend, c);
-      sp = std::make_unique<Session>(*eng);
+      if (e.backend->own_kv()) sp = std::make_unique<Session>(*e.model, *e.backend);
+      else sp = std::make_unique<Session>(*eng);
     } else {
       if (max_b > 1) LMF_FAIL("-b ", max_b, ": batched decode needs a paged-KV backend; ", e.backend->name(), " runs one sequence");
       sp = std::make_unique<Session>(*e.model, *e.backend);

@@ -12,6 +12,12 @@
 // measured rule picks (in-kernel int8 tensor-core GEMM, dequant-once + cuBLAS, or the GEMV per
 // token), attention on tensor cores. A product over a single row (the last-token logits) keeps
 // the decode GEMV.
+//
+// Batch steps (Graph::paged, StepInput::entries; issue 52): the runtime owns a paged KV cache
+// whose pools this backend holds (alloc_kv); a step of T rows from several sequences, each row at
+// its own position, runs like a prefill graph (prepare_prefill's groups and routes, op by op),
+// with per-row positions and cache slots (paged.h) and the paged attention. The one-sequence
+// path above keeps its own cache (own_kv), so a Session stays on the replayed graph.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -24,6 +30,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/paged.h"
 #include "backend/cuda/prefill.h"
 #include "backend/cuda/prefill_tune.h"
 #include "backend/cuda/qkv_post.h"
@@ -159,6 +166,10 @@ class CudaBackend final : public Backend {
     cudaFree(pf_qkv_raw_);
     cudaFree(d_tokens_);
     cudaFreeHost(h_tokens_);
+    free_pools();
+    cudaFree(d_batch_);
+    cudaFreeHost(h_batch_);
+    cudaFree(d_paged_part_);
     cudaFree(d_io_);
     cudaFreeHost(h_io_);
     cudaFreeHost(h_q_);
@@ -180,6 +191,14 @@ class CudaBackend final : public Backend {
     return tri_resolve(opts_.knobs.cuda_prefill, true) ? kPrefillChunk : 1;
   }
   uint64_t decode_weight_bytes() const override { return decode_bytes_; }
+
+  // The runtime's paged KV cache lives in pools here (batch steps); the one-sequence cache of
+  // load() stays for a Session of its own.
+  bool paged_kv() const override { return true; }
+  bool own_kv() const override { return true; }
+  uint64_t kv_memory_available() const override;
+  void alloc_kv(int64_t n_blocks, int64_t block_size) override;
+  void copy_kv_block(int32_t src, int32_t dst) override;
 
   void load(const Model& m) override;
   void prepare(Graph& g) override;
@@ -419,7 +438,7 @@ class CudaBackend final : public Backend {
   float* o_acc_ = nullptr;  // [n_layer][n_embd], buffers_
   // The o_proj op of a direct step whose attention runs it (launches nothing).
   bool skipped(const Graph& g, const Op& op) const {
-    return attn_o_ && direct_step_ && g.n_tokens == 1 && is_o_proj(op);
+    return attn_o_ && direct_step_ && g.n_tokens == 1 && !g.paged && is_o_proj(op);
   }
   bool is_o_proj(const Op& op) const {
     return op.kind == OpKind::MatMul && op.layer >= 0 && op.w == &m_->layers[size_t(op.layer)].wo;
@@ -435,6 +454,31 @@ class CudaBackend final : public Backend {
   float* pf_qkv_raw_ = nullptr;  // [kPrefillChunk][q + 2 kv] fused QKV product before its epilogue
   int* d_tokens_ = nullptr;      // [kPrefillChunk] token ids of a prefill run
   int* h_tokens_ = nullptr;      // pinned staging for them
+  // Batch steps over the paged pools (alloc_kv): per layer K and V pools [n_kv][n_slots][head_dim].
+  std::vector<uint16_t*> kpool_, vpool_;
+  int64_t n_slots_ = 0;
+  int block_shift_ = 0;
+  void free_pools() {
+    for (auto* p : kpool_) cudaFree(p);
+    for (auto* p : vpool_) cudaFree(p);
+    kpool_.clear();
+    vpool_.clear();
+  }
+  // The step's rows, uploaded in one copy (run_batch): tokens go to d_tokens_; here row_pos [T],
+  // row_slot [T], row_seq [T], out_rows [n_out], tab_off [n_entries], then the block tables.
+  struct BatchDev {
+    const int *row_pos = nullptr, *row_slot = nullptr, *row_seq = nullptr, *out_rows = nullptr;
+    const int *tab_off = nullptr, *tables = nullptr;
+    int max_len = 0;
+  };
+  const BatchDev* batch_ = nullptr;  // set while a batch step launches
+  BatchDev bd_;
+  int* d_batch_ = nullptr;
+  int* h_batch_ = nullptr;
+  size_t batch_cap_ = 0;             // ints of both
+  float* d_paged_part_ = nullptr;    // the paged attention's partials
+  size_t paged_part_cap_ = 0;        // floats
+  void run_batch(Graph& g, GraphState& st, const StepInput& in);
 };
 
 // Tensor parallelism on CUDA needs an NCCL communicator per rank and the all-reduce on the
@@ -579,7 +623,7 @@ void CudaBackend::load(const Model& m) {
 void CudaBackend::prepare(Graph& g) {
   for (const Op& op : g.ops)
     if (op.kind == OpKind::AllReduce) LMF_FAIL(kNoTpOnCuda, " (op ", op.name, ")");
-  if (g.n_tokens > 1) {
+  if (g.n_tokens > 1 || g.paged) {
     prepare_prefill(g);
     return;
   }
@@ -835,7 +879,7 @@ void CudaBackend::finalize(Graph& g) {
   const auto& hp = m_->hp;
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.arena), std::max<size_t>(g.total_bytes, 256)));
   st.arena_bytes = g.total_bytes;
-  if (g.n_tokens > 1) {
+  if (g.n_tokens > 1 || g.paged) {
     ensure_prefill_scratch();
     // gateup_tmp: a single-row product over an interleaved gate/up weight (decode fallback path).
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.gateup_tmp), size_t(2 * hp.n_ff) * sizeof(float)));
@@ -1026,7 +1070,9 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
 }
 
 // One op of a T-row (prefill) graph: positions pos0 + t come from d_io_[1], tokens from
-// d_tokens_. Unfused throughout (prepare_prefill rejected every group).
+// d_tokens_; or of a batch step (batch_ set): each row's position, cache slot and sequence from
+// batch_'s arrays, the KV in the paged pools. Groups prepare_prefill accepted launch in
+// launch_prefill_group.
 void CudaBackend::launch_prefill_op(Graph& g, GraphState& st, const Op& op) {
   auto IN = [&](int i) { return ptr(st, g, op.in[size_t(i)]); };
   auto OUT = [&](int i) { return ptr(st, g, op.out[size_t(i)]); };
@@ -1072,16 +1118,41 @@ void CudaBackend::launch_prefill_op(Graph& g, GraphState& st, const Op& op) {
       CUDA_CHECK(cudaMemcpyAsync(OUT(0), IN(0), x.bytes(), cudaMemcpyDeviceToDevice, stream_));
       cuda::rope_rows(OUT(0), int(x.rows), int(x.cols / op.head_dim), op.head_dim,
                       op.rope_neox ? cuda::RopeStyle::NeoX : cuda::RopeStyle::Adjacent, op.rope_theta, rope_ff(op),
-                      d_pos0, stream_);
+                      d_pos0, stream_, batch_ ? batch_->row_pos : nullptr);
       break;
     }
     case OpKind::KvStore: {
       const LayerDev& L = layers_[size_t(op.layer)];
-      cuda::kv_store_rows(IN(0), IN(1), L.kc, L.vc, int(g.t(op.in[0]).rows), op.n_head_kv, op.head_dim, opts_.n_ctx,
-                          d_pos0, stream_);
+      if (batch_)
+        cuda::kv_store_rows(IN(0), IN(1), kpool_[size_t(op.layer)], vpool_[size_t(op.layer)], int(g.t(op.in[0]).rows),
+                            op.n_head_kv, op.head_dim, n_slots_, d_pos0, stream_, batch_->row_slot);
+      else
+        cuda::kv_store_rows(IN(0), IN(1), L.kc, L.vc, int(g.t(op.in[0]).rows), op.n_head_kv, op.head_dim, opts_.n_ctx,
+                            d_pos0, stream_);
       break;
     }
     case OpKind::Attention: {
+      if (batch_) {
+        cuda::PagedAttnArgs a;
+        a.q = IN(0);
+        a.out = OUT(0);
+        a.k_pool = kpool_[size_t(op.layer)];
+        a.v_pool = vpool_[size_t(op.layer)];
+        a.n_slots = n_slots_;
+        a.T = T;
+        a.n_head = op.n_head;
+        a.n_kv_head = op.n_head_kv;
+        a.head_dim = op.head_dim;
+        a.row_pos = batch_->row_pos;
+        a.row_seq = batch_->row_seq;
+        a.tab_off = batch_->tab_off;
+        a.tables = batch_->tables;
+        a.block_shift = block_shift_;
+        a.max_len = batch_->max_len;
+        a.partial = d_paged_part_;
+        cuda::attention_paged(a, stream_);
+        break;
+      }
       const LayerDev& L = layers_[size_t(op.layer)];
       cuda::PrefillAttnArgs a;
       a.q = IN(0);
@@ -1100,7 +1171,16 @@ void CudaBackend::launch_prefill_op(Graph& g, GraphState& st, const Op& op) {
         cuda::attention_prefill(a, stream_);
       break;
     }
-    case OpKind::RmsNorm:  // rows and row_begin handled there already
+    case OpKind::RmsNorm:
+      if (op.gather_rows) {  // a batch step's output rows (StepInput::out_rows), normalized in place
+        LMF_CHECK(batch_, op.name, ": gathered rows outside a batch step");
+        const GTensor& y = g.t(op.out[0]);
+        cuda::gather_rows(IN(0), y.cols, batch_->out_rows, int(y.rows), OUT(0), stream_);
+        cuda::rmsnorm_rows(OUT(0), dev_vec(*op.w), OUT(0), y.rows, int(y.cols), op.eps, stream_);
+        break;
+      }
+      launch_op(g, st, op);  // rows and row_begin handled there already
+      break;
     case OpKind::Add:
     case OpKind::SiluMul:
     case OpKind::AllReduce:  // refused by prepare (and by launch_op)
@@ -1138,6 +1218,13 @@ cuda::QkvPostArgs CudaBackend::qkv_epilogue_args(Graph& g, GraphState& st, const
   pa.k_cache = L.kc;
   pa.v_cache = L.vc;
   pa.n_ctx = opts_.n_ctx;
+  if (batch_) {  // a batch step: per-row positions, the paged pools
+    pa.row_pos = batch_->row_pos;
+    pa.row_slot = batch_->row_slot;
+    pa.k_cache = kpool_[size_t(grp.layer)];
+    pa.v_cache = vpool_[size_t(grp.layer)];
+    pa.n_ctx = n_slots_;
+  }
   return pa;
 }
 
@@ -1183,7 +1270,7 @@ void CudaBackend::launch_prefill_group(Graph& g, GraphState& st, const FusionGro
 }
 
 void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp) {
-  if (g.n_tokens > 1) {
+  if (g.n_tokens > 1 || g.paged) {
     launch_prefill_group(g, st, grp);
     return;
   }
@@ -1292,7 +1379,7 @@ void CudaBackend::launch_all(Graph& g, GraphState& st, bool profile, cuda::Timel
     }
     tl_op_ = tl ? tl->slot(2 * int(ev)) : nullptr;
     if (op.group >= 0) launch_group(g, st, g.groups[size_t(op.group)]);
-    else if (g.n_tokens > 1) launch_prefill_op(g, st, op);
+    else if (g.n_tokens > 1 || g.paged) launch_prefill_op(g, st, op);
     else launch_op(g, st, op);
     tl_op_ = nullptr;
     if (profile) CUDA_CHECK(cudaEventRecord(events_[ev].second, stream_));
@@ -1363,6 +1450,10 @@ void CudaBackend::record_timeline(Graph& g, GraphState& st) {
 
 void CudaBackend::run(Graph& g, const StepInput& in) {
   GraphState& st = states_.at(&g);
+  if (g.paged || in.entries) {
+    run_batch(g, st, in);
+    return;
+  }
   // Chained decode's flags (checked before anything is launched): one picked id, no logits.
   if (in.chain_next || in.queue || in.token_on_device)
     LMF_CHECK((in.argmax != nullptr) != (in.sampled != nullptr) && !in.logits && !in.profile);
@@ -1471,6 +1562,129 @@ void CudaBackend::finish_run(Graph& g, GraphState& st, const StepInput& in) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (in.argmax) *in.argmax = h_io_[2];
   if (in.sampled) *in.sampled = h_io_[3];
+}
+
+// Free device memory less a reserve for what is allocated after the cache (graph arenas, the
+// prefill scratch and cuBLAS workspace, the paged attention's partials).
+uint64_t CudaBackend::kv_memory_available() const {
+  size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  const uint64_t reserve = uint64_t(1536) << 20;
+  return free > reserve ? free - reserve : 0;
+}
+
+void CudaBackend::alloc_kv(int64_t n_blocks, int64_t block_size) {
+  LMF_CHECK(m_ && n_blocks > 0 && block_size > 0 && (block_size & (block_size - 1)) == 0);
+  const auto& hp = m_->hp;
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  free_pools();
+  const int64_t slots = n_blocks * block_size;
+  const size_t bytes = size_t(slots) * size_t(hp.kv_dim()) * sizeof(uint16_t);
+  if (const uint64_t avail = kv_memory_available(); 2 * bytes * size_t(hp.n_layer) > avail)
+    LMF_FAIL("the KV cache for ", slots, " positions needs ", (2 * bytes * size_t(hp.n_layer)) >> 20, " MiB; ",
+             avail >> 20, " MiB of GPU memory are free for it (lower -c or --kv-budget)");
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    uint16_t *k = nullptr, *v = nullptr;
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&k), bytes));
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&v), bytes));
+    CUDA_CHECK(cudaMemsetAsync(k, 0, bytes, stream_));
+    CUDA_CHECK(cudaMemsetAsync(v, 0, bytes, stream_));
+    kpool_.push_back(k);
+    vpool_.push_back(v);
+  }
+  n_slots_ = slots;
+  block_shift_ = 0;
+  while ((int64_t(1) << block_shift_) < block_size) ++block_shift_;
+}
+
+// Block src's positions -> block dst in every layer's pools: per pool one 2-D copy, a row per KV head.
+void CudaBackend::copy_kv_block(int32_t src, int32_t dst) {
+  const auto& hp = m_->hp;
+  const size_t row = size_t(hp.head_dim) * sizeof(uint16_t), bs = size_t(1) << block_shift_;
+  const size_t pitch = size_t(n_slots_) * row, width = bs * row;
+  for (size_t l = 0; l < kpool_.size(); ++l)
+    for (uint16_t* p : {kpool_[l], vpool_[l]}) {
+      auto* base = reinterpret_cast<uint8_t*>(p);
+      CUDA_CHECK(cudaMemcpy2DAsync(base + size_t(dst) * width, pitch, base + size_t(src) * width, pitch, width,
+                                   size_t(hp.n_head_kv), cudaMemcpyDeviceToDevice, stream_));
+    }
+}
+
+// A batch step: the rows' positions, slots and sequences and the block tables to the device in
+// one copy, then the graph op by op (launch_all, batch_ set), then the gathered rows' logits.
+void CudaBackend::run_batch(Graph& g, GraphState& st, const StepInput& in) {
+  LMF_CHECK(g.paged && in.entries && in.n_entries > 0, "cuda: a batch step needs a graph built for it (Graph::paged) "
+            "and its entries");
+  LMF_CHECK(!kpool_.empty(), "cuda: no KV pools: alloc_kv first");
+  LMF_CHECK(!in.chain_next && !in.queue && !in.token_on_device && !in.sample && !in.argmax,
+            "cuda: a batch step returns logits only");
+  const int64_t T = in.n_tokens, n_out = g.n_gather > 0 ? g.n_gather : g.t(g.logits).rows;
+  LMF_CHECK(T == g.n_tokens && T <= kPrefillChunk && gemm_);
+  LMF_CHECK(g.n_gather == 0 || in.out_rows);
+  int64_t n_tab = 0;
+  for (int64_t e = 0; e < in.n_entries; ++e) n_tab += in.entries[e].n_blocks;
+  const size_t need = size_t(4 * T + n_out + in.n_entries + n_tab);
+  if (need > batch_cap_) {
+    cudaFree(d_batch_);
+    cudaFreeHost(h_batch_);
+    batch_cap_ = std::max(need, batch_cap_ * 2);
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_batch_), batch_cap_ * sizeof(int)));
+    CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_batch_), batch_cap_ * sizeof(int)));
+  }
+  int *pos = h_batch_, *slot = pos + T, *seq = slot + T, *outr = seq + T, *toff = outr + n_out, *tab = toff + in.n_entries;
+  const int64_t mask = (int64_t(1) << block_shift_) - 1;
+  int max_len = 0, at = 0;
+  int64_t covered = 0;
+  for (int64_t e = 0; e < in.n_entries; ++e) {
+    const BatchEntry& E = in.entries[e];
+    LMF_CHECK(E.row0 == covered && E.n_rows > 0 && ((E.pos0 + E.n_rows + mask) >> block_shift_) <= E.n_blocks,
+              "cuda: batch entry ", e, " does not cover its rows or positions");
+    toff[e] = at;
+    for (int64_t b = 0; b < E.n_blocks; ++b) {
+      LMF_CHECK(E.blocks[b] >= 0 && (int64_t(E.blocks[b]) << block_shift_) < n_slots_);
+      tab[at++] = E.blocks[b];
+    }
+    for (int64_t r = 0; r < E.n_rows; ++r) {
+      const int64_t p = E.pos0 + r, i = E.row0 + r;
+      pos[i] = int(p);
+      slot[i] = int((int64_t(E.blocks[p >> block_shift_]) << block_shift_) | (p & mask));
+      seq[i] = int(e);
+    }
+    max_len = std::max(max_len, int(E.pos0 + E.n_rows));
+    covered += E.n_rows;
+  }
+  LMF_CHECK(covered == T, "cuda: the batch entries cover ", covered, " of ", T, " rows");
+  for (int64_t i = 0; i < n_out; ++i) outr[i] = int(in.out_rows ? in.out_rows[i] : T - n_out + i);
+  const size_t part = cuda::paged_attn_scratch_floats(int(T), int(m_->hp.n_head), int(m_->hp.head_dim), max_len);
+  if (part > paged_part_cap_) {
+    cudaFree(d_paged_part_);
+    paged_part_cap_ = std::max(part, paged_part_cap_ * 2);
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_paged_part_), paged_part_cap_ * sizeof(float)));
+  }
+  std::memcpy(h_tokens_, in.tokens, size_t(T) * sizeof(int));
+  CUDA_CHECK(cudaMemcpyAsync(d_tokens_, h_tokens_, size_t(T) * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(d_batch_, h_batch_, need * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  bd_.row_pos = d_batch_;
+  bd_.row_slot = d_batch_ + T;
+  bd_.row_seq = d_batch_ + 2 * T;
+  bd_.out_rows = d_batch_ + 3 * T;
+  bd_.tab_off = bd_.out_rows + n_out;
+  bd_.tables = bd_.tab_off + in.n_entries;
+  bd_.max_len = max_len;
+  pf_x16_ = cuda::X16Tag{};
+  direct_step_ = false;
+  batch_ = &bd_;
+  try {
+    launch_all(g, st, in.profile);
+  } catch (...) {
+    batch_ = nullptr;
+    throw;
+  }
+  batch_ = nullptr;
+  ++st.runs;
+  if (in.logits) CUDA_CHECK(cudaMemcpyAsync(in.logits, ptr(st, g, g.logits), g.t(g.logits).bytes(),
+                                           cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 double CudaBackend::copy_bandwidth() {

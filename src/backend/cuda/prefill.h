@@ -36,13 +36,15 @@ namespace lmf::cuda {
 // tokens: DEVICE [T].
 void embed_rows(DType t, const void* table, int64_t cols, const int* tokens, int T, float* out,
                 cudaStream_t s = nullptr);
-// In place over x [T][n_heads*head_dim]; row t is at position *pos0 + t (pos0 in DEVICE memory);
-// ff as for rope (kernels.h).
+// In place over x [T][n_heads*head_dim]; row t is at position *pos0 + t (pos0 in DEVICE memory),
+// or row_pos[t] when row_pos (DEVICE) is set (a batch step, paged.h); ff as for rope (kernels.h).
 void rope_rows(float* x, int T, int n_heads, int head_dim, RopeStyle st, float theta, const float* ff, const int* pos0,
-               cudaStream_t s = nullptr);
-// k, v [T][n_kv*head_dim] fp32 -> fp16 caches at positions *pos0 .. *pos0 + T - 1.
+               cudaStream_t s = nullptr, const int* row_pos = nullptr);
+// k, v [T][n_kv*head_dim] fp32 -> fp16 caches at positions *pos0 .. *pos0 + T - 1, or at slots
+// row_slot[t] of paged pools of n_ctx slots when row_slot (DEVICE) is set (paged.h).
 void kv_store_rows(const float* k, const float* v, uint16_t* k_cache, uint16_t* v_cache, int T, int n_kv,
-                   int head_dim, int64_t n_ctx, const int* pos0, cudaStream_t s = nullptr);
+                   int head_dim, int64_t n_ctx, const int* pos0, cudaStream_t s = nullptr,
+                   const int* row_slot = nullptr);
 
 // Causal attention of T queries (query t at position *pos0 + t sees keys 0 .. *pos0 + t) over the
 // layer's cache, which must already hold those keys (kv_store_rows first). GQA: query head h reads

@@ -30,12 +30,12 @@ __global__ void embed_rows_kernel(const uint8_t* table, size_t rb, int cols, con
 
 // grid (n_heads, T), block hd/2: one pair per thread (same arithmetic as the decode rope).
 __global__ void rope_rows_kernel(float* x, int n_heads, int hd, RopeStyle st, float theta, const float* ff,
-                                 const int* pos0) {
+                                 const int* pos0, const int* row_pos) {
   const int i = threadIdx.x, half_d = hd / 2, t = blockIdx.y;
   float* h = x + (size_t(t) * n_heads + blockIdx.x) * hd;
   const int a = st == RopeStyle::NeoX ? i : 2 * i, b = st == RopeStyle::NeoX ? i + half_d : 2 * i + 1;
   float c, s;
-  dev::rope_cs(*pos0 + t, i, hd, theta, ff, &c, &s);
+  dev::rope_cs(row_pos ? row_pos[t] : *pos0 + t, i, hd, theta, ff, &c, &s);
   const float va = h[a], vb = h[b];
   h[a] = dev::rope_rotate(va, vb, c, s, true);
   h[b] = dev::rope_rotate(vb, va, c, s, false);
@@ -43,10 +43,10 @@ __global__ void rope_rows_kernel(float* x, int n_heads, int hd, RopeStyle st, fl
 
 // grid (n_kv, T), block hd.
 __global__ void kv_store_rows_kernel(const float* k, const float* v, __half* kc, __half* vc, int n_kv, int hd,
-                                     int n_ctx, const int* pos0) {
+                                     int64_t n_ctx, const int* pos0, const int* row_slot) {
   const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
   const size_t src = (size_t(t) * n_kv + h) * hd + d;
-  const size_t dst = (size_t(h) * n_ctx + *pos0 + t) * hd + d;
+  const size_t dst = (size_t(h) * n_ctx + (row_slot ? row_slot[t] : *pos0 + t)) * hd + d;
   kc[dst] = __float2half_rn(k[src]);
   vc[dst] = __float2half_rn(v[src]);
 }
@@ -316,21 +316,21 @@ void embed_rows(DType t, const void* table, int64_t cols, const int* tokens, int
 }
 
 void rope_rows(float* x, int T, int n_heads, int head_dim, RopeStyle st, float theta, const float* ff, const int* pos0,
-               cudaStream_t s) {
+               cudaStream_t s, const int* row_pos) {
   if (T <= 0 || n_heads <= 0 || head_dim % 2 != 0 || head_dim > 2048)
     LMF_FAIL("cuda rope_rows: bad shape T ", T, " heads ", n_heads, " head_dim ", head_dim);
   pdev::rope_rows_kernel<<<dim3(unsigned(n_heads), unsigned(T)), head_dim / 2, 0, s>>>(x, n_heads, head_dim, st,
-                                                                                       theta, ff, pos0);
+                                                                                       theta, ff, pos0, row_pos);
   CUDA_CHECK_LAUNCH();
 }
 
 void kv_store_rows(const float* k, const float* v, uint16_t* k_cache, uint16_t* v_cache, int T, int n_kv,
-                   int head_dim, int64_t n_ctx, const int* pos0, cudaStream_t s) {
+                   int head_dim, int64_t n_ctx, const int* pos0, cudaStream_t s, const int* row_slot) {
   if (T <= 0 || n_kv <= 0 || head_dim <= 0 || head_dim > 1024)
     LMF_FAIL("cuda kv_store_rows: bad shape T ", T, " n_kv ", n_kv, " head_dim ", head_dim);
   pdev::kv_store_rows_kernel<<<dim3(unsigned(n_kv), unsigned(T)), head_dim, 0, s>>>(
-      k, v, reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache), n_kv, head_dim, int(n_ctx),
-      pos0);
+      k, v, reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache), n_kv, head_dim, n_ctx, pos0,
+      row_slot);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -36,7 +36,8 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
     partner = first ? d + 1 : d - 1;
   }
   const float* gamma = is_q ? a.q_norm : a.k_norm;
-  const int t = blockIdx.y, pos = *a.pos + t;
+  const int t = blockIdx.y, pos = a.row_pos ? a.row_pos[t] : *a.pos + t;
+  const size_t slot = a.row_slot ? size_t(a.row_slot[t]) : size_t(pos);
   float g = 0.f, c = 0.f, s = 0.f;
   if (!is_v) {
     if (gamma) g = gamma[d];
@@ -55,7 +56,7 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
   float x = raw[size_t(b) * hd + d];
   if (is_v) {  // v head: straight to the cache
     const int h = b - nq - nk;
-    reinterpret_cast<__half*>(a.v_cache)[(size_t(h) * a.n_ctx + pos) * hd + d] = __float2half_rn(x);
+    reinterpret_cast<__half*>(a.v_cache)[(size_t(h) * a.n_ctx + slot) * hd + d] = __float2half_rn(x);
     dev::tl_end(a.tl);
     return;
   }
@@ -72,7 +73,7 @@ __global__ void qkv_post_kernel(const __grid_constant__ QkvPostArgs a) {
     q_out[size_t(b) * hd + d] = y;
   } else {
     const int h = b - nq;
-    reinterpret_cast<__half*>(a.k_cache)[(size_t(h) * a.n_ctx + pos) * hd + d] = __float2half_rn(y);
+    reinterpret_cast<__half*>(a.k_cache)[(size_t(h) * a.n_ctx + slot) * hd + d] = __float2half_rn(y);
   }
   dev::tl_end(a.tl);
 }
@@ -91,7 +92,7 @@ __global__ void rope_table_kernel(float2* t, int64_t n, int half, int hd, float 
 void qkv_post(const QkvPostArgs& a, cudaStream_t s) {
   if (a.head_dim != 32 && a.head_dim != 64 && a.head_dim != 128)
     LMF_FAIL("cuda qkv_post: head_dim must be 32, 64 or 128, got ", a.head_dim);
-  if (!a.raw || !a.pos || !a.q_out || !a.k_cache || !a.v_cache || a.n_ctx <= 0)
+  if (!a.raw || (!a.pos && !a.row_pos) || (a.row_pos && !a.row_slot) || !a.q_out || !a.k_cache || !a.v_cache || a.n_ctx <= 0)
     LMF_FAIL("cuda qkv_post: missing pointer");
   if (a.T < 1) LMF_FAIL("cuda qkv_post: T must be >= 1, got ", a.T);
   const dim3 grid(unsigned(a.n_head + 2 * a.n_kv_head), unsigned(a.T));

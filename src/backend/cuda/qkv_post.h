@@ -26,6 +26,10 @@ struct QkvPostArgs {
   float theta = 1e6f;
   const float* rope_ff = nullptr;  // DEVICE [head_dim / 2] RoPE frequency divisors or null (common.cuh rope_inv_freq)
   const int* pos = nullptr;  // DEVICE
+  // A batch step (paged.h): row t is at position row_pos[t] and its k, v go to cache slot
+  // row_slot[t] (n_ctx = the pools' slots); pos is then unused. Both DEVICE [T], or null.
+  const int* row_pos = nullptr;
+  const int* row_slot = nullptr;
   // RoPE's (cos, sin) per position and pair, [n_ctx][head_dim / 2] (rope_table_alloc), or null:
   // the kernel computes them (rope_cs). The same values either way.
   const float2* rope_cs = nullptr;

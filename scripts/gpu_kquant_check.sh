@@ -6,13 +6,14 @@
 #   carry: .prebuilt (scripts/gpu_prebuild.sh lmfuse cuda_op_tests), .deps/include
 #          (scripts/carry_deps.sh) and .deps/llama.cpp-src-0.3.36.tar.gz
 #          (scripts/build_llama_cpp.sh --download-only)
-#   STAGES="tests golden bench peer" (default: all); PRESETS (default "qwen3-0.6b qwen3-8b");
+#   STAGES="tests golden bench serve peer" (default: all; serve: lmfuse serve on the GPU under
+#   scripts/loadtest.py, 1 and 16 concurrent streams); PRESETS (default "qwen3-0.6b qwen3-8b");
 #   TESTS: the cuda_op_tests filters; BATCH: lmfuse bench -b list for the bench stage (e.g. 1,8,32)
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 B=${BUILD:-build-gpu}
-STAGES=${STAGES:-"tests golden bench peer"}
+STAGES=${STAGES:-"tests golden bench serve peer"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 S="$OUT/summary.md"
 t0=$(date +%s)
@@ -59,6 +60,24 @@ if has bench; then
       grep -vE "^\s*$|loading" "$OUT/bench_$p-$t.log" | tail -12 | tee -a "$S"
     done
   done
+fi
+if has serve; then
+  SM=$M/qwen3-0.6b-q4_0.gguf
+  [ -s $SM ] || "$L" random-model --preset qwen3-0.6b --type q4_0 -o $SM >>"$OUT/random.log" 2>&1
+  "$L" serve -m $SM --port 8093 --parallel 16 -c 1024 >"$OUT/serve.log" 2>&1 &
+  SPID=$!
+  for i in $(seq 1 120); do
+    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8093/health/ready', timeout=2)" 2>/dev/null && break
+    sleep 0.5
+  done
+  for c in 1 16; do
+    timeout 200 python3 scripts/loadtest.py --url http://127.0.0.1:8093 -c $c -n 128 --prompts $((2 * c)) \
+      >"$OUT/loadtest_c$c.log" 2>&1 || rc=1
+    stamp "lmfuse serve (cuda) qwen3-0.6b q4_0, $c streams:"
+    tail -8 "$OUT/loadtest_c$c.log" | tee -a "$S"
+  done
+  kill $SPID; wait $SPID 2>/dev/null
+  tail -5 "$OUT/serve.log" >>"$S"
 fi
 if has peer; then
   wait $LLAMA_PID

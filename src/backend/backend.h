@@ -101,6 +101,8 @@ class Backend {
   // Whether it also keeps a one-sequence cache of its own, for a Session of its own (run without
   // entries): CUDA, whose single-sequence step is a replayed graph with chained decode.
   virtual bool own_kv() const { return !paged_kv(); }
+  // Most rows (tokens of all sequences together) one batch step may hold.
+  virtual int64_t max_batch_rows() const { return INT64_MAX; }
   // Allocates the K and V pools of every layer: n_blocks blocks of block_size positions (fp16,
   // [n_blocks * block_size, kv_dim] per layer and K/V); a clear error when they cannot fit.
   virtual void alloc_kv(int64_t n_blocks, int64_t block_size) { LMF_FAIL(name(), ": no paged KV cache"); }

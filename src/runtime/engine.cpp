@@ -61,6 +61,9 @@ int64_t Engine::step(std::span<StepItem> items, bool profile) {
     it.error = refusal(it.seq, it.tokens);
     if (it.error.empty() && std::any_of(ran.begin(), ran.end(), [&](size_t j) { return items[j].seq == it.seq; }))
       it.error = cat("sequence ", it.seq, " appears twice in one step");
+    if (it.error.empty() && int64_t(tokens_.size() + it.tokens.size()) > backend_.max_batch_rows())
+      it.error = cat("the step would hold ", tokens_.size() + it.tokens.size(), " tokens; ", backend_.name(),
+                     " runs at most ", backend_.max_batch_rows(), " per step (send the prompt in chunks)");
     if (it.error.empty() && !kv_->reserve(it.seq, int64_t(it.tokens.size())))
       it.error = cat("the KV cache is full: ", kv_->blocks_needed(it.seq, int64_t(it.tokens.size())),
                      " more blocks of ", kv_->block_size(), " positions needed, ", kv_->free_blocks(), " of ",

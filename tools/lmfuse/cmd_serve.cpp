@@ -75,6 +75,10 @@ int cmd_serve(int argc, char** argv) {
   if (!l.backend->paged_kv())
     LMF_FAIL("lmfuse serve needs a backend with a paged KV cache (batched steps); ", l.backend->name(),
              " keeps one sequence's cache for now: use --device cpu");
+  // A step holds the decode rows of every slot plus the prompt chunk: within the backend's rows.
+  if (const int64_t rows = l.backend->max_batch_rows(); sc.sched.prefill_budget + sc.sched.max_active > rows)
+    LMF_FAIL("--prefill-chunk ", sc.sched.prefill_budget, " + --parallel ", sc.sched.max_active, " exceed the ", rows,
+             " rows ", l.backend->name(), " runs per step");
   EngineConfig ec;
   ec.n_ctx = l.backend->options().n_ctx;
   ec.kv_positions = kv_positions_for_budget(*l.model, *l.backend, uint64_t(kv_budget_mib) << 20, ec.n_ctx,

@@ -196,6 +196,7 @@ class CudaBackend final : public Backend {
   // load() stays for a Session of its own.
   bool paged_kv() const override { return true; }
   bool own_kv() const override { return true; }
+  int64_t max_batch_rows() const override { return kPrefillChunk; }
   uint64_t kv_memory_available() const override;
   void alloc_kv(int64_t n_blocks, int64_t block_size) override;
   void copy_kv_block(int32_t src, int32_t dst) override;

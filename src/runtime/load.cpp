@@ -44,7 +44,7 @@ Loaded load(const LoadRequest& r) {
       }
     if (odd && device == "cuda")
       LMF_FAIL(r.path, ": tensor '", odd->name, "': unsupported weight type ", dtype_name(odd->type),
-               " on CUDA (it runs f32, f16, bf16, q4_0, q4_1, q8_0, q4_K, q5_K, q6_K so far); use --device cpu");
+               " on CUDA (it runs f32, f16, bf16, q4_0, q4_1, q5_0, q8_0, iq4_nl, q3_K, q4_K, q5_K, q6_K so far); use --device cpu");
     if (odd) {
       LMF_LOG(Info, "running on the CPU: tensor '", odd->name, "' is ", dtype_name(odd->type),
               ", which the CUDA backend does not run yet");

@@ -38,6 +38,7 @@
 #include "backend/cuda/timeline.h"
 #include "backend/cuda/upload.h"
 #include "format/quant/half.h"
+#include "format/quant/transcode.h"
 #include "util/log.h"
 #include "util/status.h"
 #include "util/threadpool.h"
@@ -68,23 +69,39 @@ DeviceWeight row_view(const DeviceWeight& w, int64_t r0, int64_t n) {
   return v;
 }
 
-// The GEMVs read F16/BF16/Q8_0/Q4_0/Q4_1. F32 matrices (rare: tiny test models) are stored as
-// F16 on the GPU; that rounding (2^-11 relative) is far inside the float-weight tolerance.
+// The GEMVs read F16/BF16/Q8_0/Q4_0/Q4_1 and the K-quants Q4_K/Q5_K/Q6_K. F32 matrices (rare:
+// tiny test models) are stored as F16 on the GPU; that rounding (2^-11 relative) is far inside
+// the float-weight tolerance. Q3_K, IQ4_NL and Q5_0 are re-encoded exactly into Q6_K / Q8_0
+// (format/quant/transcode.h: the same values, more bytes) until they have kernels of their own.
 struct GpuSource {
   DType type;
   const void* data;
-  std::vector<uint16_t> converted;
+  std::vector<uint8_t> converted;
 };
 GpuSource gpu_source(const Weight& w) {
   GpuSource s{w.type, w.data, {}};
   if (w.type == DType::F32) {
     const auto* f = reinterpret_cast<const float*>(w.data);
-    s.converted.resize(size_t(w.rows * w.cols));
-    for (size_t i = 0; i < s.converted.size(); ++i) s.converted[i] = f32_to_fp16(f[i]);
+    s.converted.resize(size_t(w.rows * w.cols) * 2);
+    auto* h = reinterpret_cast<uint16_t*>(s.converted.data());
+    for (size_t i = 0; i < size_t(w.rows * w.cols); ++i) h[i] = f32_to_fp16(f[i]);
     s.type = DType::F16;
+    s.data = s.converted.data();
+  } else if (const DType t = quant_transcode_target(w.type); t != w.type) {
+    const size_t in = row_bytes(w.type, w.cols), out = row_bytes(t, w.cols);
+    s.converted.resize(out * size_t(w.rows));
+    const auto* src = static_cast<const uint8_t*>(w.data);
+    for (int64_t r = 0; r < w.rows; ++r)
+      quant_transcode_row(w.type, src + size_t(r) * in, w.cols, s.converted.data() + size_t(r) * out);
+    s.type = t;
     s.data = s.converted.data();
   }
   return s;
+}
+// Bytes of w on the GPU before repacking (its re-encoding's, where it has one).
+uint64_t gpu_source_bytes(const Weight& w) {
+  const DType t = quant_transcode_target(w.type);
+  return t == w.type ? w.nbytes : uint64_t(row_bytes(t, w.cols)) * uint64_t(w.rows);
 }
 
 struct LayerDev {
@@ -402,6 +419,7 @@ class CudaBackend final : public Backend {
   std::vector<DeviceWeight> extra_;                       // output / embedding copies
   std::vector<void*> buffers_;
   void* embd_raw_ = nullptr;  // token_embd in GGUF layout, for the lookup
+  DType embd_type_ = DType::F32;  // its type there (the file's, or its re-encoding's: gpu_source)
   const float2* rope_table_ = nullptr;  // RoPE (cos, sin) per position and pair (knob rope_table), or null
   const float* rope_ff_ = nullptr;      // RoPE frequency divisors [head_dim / 2] (Llama 3.1+), or null
   uint64_t decode_bytes_ = 0;
@@ -498,7 +516,14 @@ void CudaBackend::load(const Model& m) {
   const bool rope_table = tri_resolve(k.rope_table, true);
   const uint64_t kv_bytes = hp.kv_cache_bytes(opts_.n_ctx);
   const uint64_t rope_bytes = rope_table ? cuda::rope_table_bytes(opts_.n_ctx, int(hp.head_dim)) : 0;
-  const uint64_t need = m.weight_bytes() + (hp.tied_output ? m.tok_embd.nbytes : 0) + kv_bytes + rope_bytes;
+  // The file's weights, the re-encoded ones at their size on the GPU.
+  uint64_t weights = m.weight_bytes();
+  auto grow = [&](const Weight& w) { weights += gpu_source_bytes(w) - w.nbytes; };
+  for (const auto& W : m.layers)
+    for (const Weight* w : {&W.wq, &W.wk, &W.wv, &W.wo, &W.w_gate, &W.w_up, &W.w_down}) grow(*w);
+  grow(m.tok_embd);
+  if (!hp.tied_output) grow(m.output);
+  const uint64_t need = weights + (hp.tied_output ? m.tok_embd.nbytes : 0) + kv_bytes + rope_bytes;
   constexpr uint64_t kWorkspace = 256ull << 20;  // activations, prefill scratch, cuBLAS workspace
   if (need + kWorkspace > free_b)
     LMF_FAIL("model needs about ", ((need + kWorkspace) >> 20), " MiB of GPU memory (weights + KV cache for ",
@@ -593,7 +618,13 @@ void CudaBackend::load(const Model& m) {
   upload_f32(m.output_norm);
   extra_.push_back(put_weight(m.output));
   mats_[&m.output] = extra_.back();
-  embd_raw_ = uploader.upload_bytes(m.tok_embd.data, m.tok_embd.nbytes);
+  {
+    const GpuSource e = quant_transcode_target(m.tok_embd.type) != m.tok_embd.type
+                            ? gpu_source(m.tok_embd)
+                            : GpuSource{m.tok_embd.type, m.tok_embd.data, {}};
+    embd_type_ = e.type;
+    embd_raw_ = uploader.upload_bytes(e.data, e.converted.empty() ? m.tok_embd.nbytes : e.converted.size());
+  }
   buffers_.push_back(embd_raw_);
   uploader.finish();
   progress(load_total, hp.n_layer + 1);  // the rest: output norm, output, embedding
@@ -965,7 +996,7 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
   const int* d_pos = d_io_ + 1;
   switch (op.kind) {
     case OpKind::Embed:
-      cuda::embed_lookup(op.w->type, embd_raw_, op.w->cols, d_tok, OUT(0), stream_);
+      cuda::embed_lookup(embd_type_, embd_raw_, op.w->cols, d_tok, OUT(0), stream_);
       break;
     case OpKind::RmsNorm: {
       const GTensor& y = g.t(op.out[0]);
@@ -1081,7 +1112,7 @@ void CudaBackend::launch_prefill_op(Graph& g, GraphState& st, const Op& op) {
   const int T = int(g.n_tokens);
   switch (op.kind) {
     case OpKind::Embed:
-      cuda::embed_rows(op.w->type, embd_raw_, op.w->cols, d_tokens_, T, OUT(0), stream_);
+      cuda::embed_rows(embd_type_, embd_raw_, op.w->cols, d_tokens_, T, OUT(0), stream_);
       break;
     case OpKind::MatMul: {
       const GTensor& x = g.t(op.in[0]);

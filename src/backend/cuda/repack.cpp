@@ -12,6 +12,7 @@ bool cuda_weight_supported(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q4_0: case DType::Q4_1: case DType::Q8_0:
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::Q3_K: case DType::IQ4_NL: case DType::Q5_0:  // re-encoded at load (format/quant/transcode.h)
       return true;
     default:
       return false;

@@ -112,7 +112,7 @@ int register_all() {
       for (int64_t T : {1, 2, 4, 64, 512}) {
         const bool unit_k = t == DType::Q4_K || t == DType::Q6_K;  // the two types of a Q4_K_M file
         if (T > 1 && t != DType::Q4_0 && t != DType::F16 && !unit_k) continue;
-        if ((T == 2 || T == 4) && t != DType::Q4_K) continue;  // kUnitsPackMin (matmul_x86_units.inc)
+        if ((T == 2 || T == 4) && t != DType::Q4_K && t != DType::Q4_0) continue;  // batched decode rows
         if (T == 512 && t != DType::Q4_0 && !unit_k) continue;  // prefill shape (pp512)
         const std::string name = std::string(dtype_name(t)) + "/" + s.name + "/" +
                                  std::to_string(s.rows) + "x" + std::to_string(s.cols) + "/T" +

@@ -235,5 +235,62 @@ TEST(BatchErrors, OneBadItemDoesNotDisturbTheOthers) {
   EXPECT_EQ(s.eval(ok), la);
 }
 
+// A backend that runs at most 8 rows per step (as CUDA runs at most its 2048-row chunk): an item
+// that would take the step past it is refused with the reason, before any block is reserved; the
+// items that fit run, and the refused one runs in the next step.
+class RowCapped final : public Backend {
+ public:
+  explicit RowCapped(std::unique_ptr<Backend> b) : inner_(std::move(b)) {}
+  std::string name() const override { return "row-capped-cpu"; }
+  std::string description() const override { return "CPU, 8 rows per step (test)"; }
+  void load(const Model& m) override { inner_->load(m); }
+  bool paged_kv() const override { return true; }
+  int64_t max_batch_rows() const override { return 8; }
+  void alloc_kv(int64_t n, int64_t bs) override { inner_->alloc_kv(n, bs); }
+  void copy_kv_block(int32_t s, int32_t d) override { inner_->copy_kv_block(s, d); }
+  void prepare(Graph& g) override { inner_->prepare(g); }
+  void finalize(Graph& g) override { inner_->finalize(g); }
+  void run(Graph& g, const StepInput& in) override {
+    EXPECT_LE(in.n_tokens, 8);
+    inner_->run(g, in);
+  }
+  const BackendOptions& options() const override { return inner_->options(); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+TEST(BatchErrors, AStepPastTheBackendsRowsRefusesTheItemThatDoesNotFit) {
+  Loaded l("qwen3-tiny-q4_0.gguf");
+  RowCapped b(std::move(l.backend));
+  const int64_t V = l.model->hp.n_vocab;
+  EngineConfig cfg;
+  cfg.n_ctx = 32;
+  cfg.kv_positions = 96;
+  cfg.block_size = 8;
+  Engine e(*l.model, b, cfg);
+  const int32_t a = e.kv().create(), c = e.kv().create(), d = e.kv().create();
+  const std::vector<int32_t> five = tokens(5, V, 1), four = tokens(4, V, 2), three = tokens(3, V, 3);
+  std::vector<float> la(static_cast<size_t>(V)), lc(static_cast<size_t>(V)), ld(static_cast<size_t>(V));
+  std::vector<StepItem> items(3);
+  items[0].seq = a, items[0].tokens = five, items[0].logits = la.data();
+  items[1].seq = c, items[1].tokens = four, items[1].logits = lc.data();  // 5 + 4 > 8
+  items[2].seq = d, items[2].tokens = three, items[2].logits = ld.data();  // 5 + 3 fits
+  EXPECT_EQ(e.step(items), 2);
+  EXPECT_TRUE(items[0].error.empty()) << items[0].error;
+  EXPECT_NE(items[1].error.find("at most 8 per step"), std::string::npos) << items[1].error;
+  EXPECT_TRUE(items[2].error.empty()) << items[2].error;
+  EXPECT_EQ(e.kv().length(c), 0);
+  EXPECT_EQ(e.kv().free_blocks(), e.kv().n_blocks() - 2);  // nothing reserved for the refused item
+  std::vector<StepItem> next(1);
+  next[0].seq = c, next[0].tokens = four, next[0].logits = lc.data();
+  EXPECT_EQ(e.step(next), 1);
+  EXPECT_EQ(e.kv().length(c), 4);
+  e.kv().check();
+  Loaded r("qwen3-tiny-q4_0.gguf");
+  Session s(*r.model, *r.backend);
+  EXPECT_EQ(s.eval(four), lc);
+}
+
 }  // namespace
 }  // namespace lmf

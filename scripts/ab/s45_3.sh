@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Needs the measurement-only build option removed from kernels/gemv.cuh in session 51: run it on
+# a checkout of commit 9861f5d.
 # Device run for docs/PERF.md S44-3 and S45-3 (gemv_xq: the gate/up producer of down's int8 codes),
 # on the GPU machine, logs under $OUT. Tracked (not in the git-ignored .ab/) because each session
 # starts from a fresh checkout.

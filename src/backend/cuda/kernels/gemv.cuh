@@ -61,50 +61,13 @@
 #include "backend/cuda/kernels/pdl_launch.cuh"
 #include "util/round_fadd.h"
 
-// Timeline marks inside a GEMV (measurement builds, -DLMFUSE_GEMV_STAGE_MARKS=N; the default
-// build stamps only the None prologue's staging: first slice arrived / staged). 1: the Norm
-// prologue's h summed / norm scale known (S27-1); 2: norm scale known / pass 2's loads arrived
-// (S27-2); 3: warp 0's first batch accumulated / last epilogue done (S28-2); 4: thread 0's whole
-// first batch usable after the staging / first batch accumulated (S28-4); 5: set 4 with every
-// stamp of the window deferred (tl_clock_after: thread 0 keeps the times in shared memory and
-// issues the reductions at the end, so no reduction is in flight between the stamps; S29-1).
-// Upper-bound builds (results wrong; the timed chain only), -DLMFUSE_GEMV_NO_MATH=N: 1 = the
-// integer-dot types fold each row's weight words into acc instead of reading x and running the
-// dot products; 2 = also no warp reduction (S29-1); 5 = 1 everywhere behind a run-time test, so
-// the dot products' code stays in the kernel; 6 = the dot products everywhere, the fold's code
-// kept behind the same test (S29-3; 3 and 4, the fold in the first batch only / all but the
-// first, were removed after S29-2, code at 6510e8e).
-#ifndef LMFUSE_GEMV_NO_MATH
-#define LMFUSE_GEMV_NO_MATH 0
-#endif
-// Upper-bound build for the 8-bit producer (results wrong; the timed chain only),
-// -DLMFUSE_GEMV_XQ_NO_TAIL=1: SiluMulQ deals its row groups in runs as always but skips the
-// barrier and the quantization after it, so down reads stale codes. With gemv_xq = 1, gate/up's
-// time in this build against the default one is the tail's; against gemv_xq = 0, the run
-// dealing's (docs/PERF.md S45-3).
-#ifndef LMFUSE_GEMV_XQ_NO_TAIL
-#define LMFUSE_GEMV_XQ_NO_TAIL 0
-#endif
-
-// The one-float4-per-thread staging (gemv_stage_x); 0 builds the batched form for every shape
-// (an A/B build for docs/PERF.md S27-3).
-#ifndef LMFUSE_GEMV_COMPACT_STAGE
-#define LMFUSE_GEMV_COMPACT_STAGE 1
-#endif
-// The narrow instances come in two stage forms, SF = 1 with only the compact staging, SF = 2 with
-// only the batched one, picked per launch by the host (gemv_compact_stage), so no instance
-// carries the form it does not run (docs/PERF.md S30-4, S31-1: 0.6B tg128 +3.9 % with
-// COMPACT_ONE_STEP). 0 = one instance with both forms and the run-time test (SF = 0; an A/B
-// build).
-#ifndef LMFUSE_GEMV_SPLIT_STAGE
-#define LMFUSE_GEMV_SPLIT_STAGE 1
-#endif
-// With SPLIT_STAGE: the compact-stage instances (SF = 1) know their shape has one column group
-// (cols <= 1024, so nblk <= 32) and are built with one step per batch (U = 1), without the
-// second step's loads and dot products that such a shape never runs (S30-5). 0 = an A/B build.
-#ifndef LMFUSE_GEMV_COMPACT_ONE_STEP
-#define LMFUSE_GEMV_COMPACT_ONE_STEP 1
-#endif
+// The measurement-only builds of this kernel (-DLMFUSE_GEMV_STAGE_MARKS timeline marks,
+// -DLMFUSE_GEMV_NO_MATH / _XQ_NO_TAIL upper bounds, the COMPACT_STAGE / SPLIT_STAGE /
+// COMPACT_ONE_STEP A/B forms; docs/PERF.md S27-S31, S45-3) left the production kernel in session
+// 51 (issue 52): the code is at commit 9861f5d. The default build of each is what remains: the
+// narrow instances come in two stage forms, SF = 1 with only the compact staging (one step per
+// batch: such a shape has cols <= 1024) and SF = 2 with only the batched one, picked per launch by
+// the host (gemv_compact_stage).
 
 namespace lmf::cuda::dev {
 
@@ -355,20 +318,7 @@ struct Frag {
     if (lane >= gb) return;
     const int c = 32 * g + lane;
     if constexpr (kInt8x<T>) {
-#if LMFUSE_GEMV_NO_MATH
-      if (fold) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        uint32_t f = sc[r];
-#pragma unroll
-        for (int pc = 0; pc < P; ++pc) f ^= w[r][pc].x ^ w[r][pc].y ^ w[r][pc].z ^ w[r][pc].w;
-        acc[r] += __uint_as_float(f & 0x3effffffu);
-      }
-      return;
-      }
-#else
       (void)fold;
-#endif
       const uint4* xq = reinterpret_cast<const uint4*>(xs4);
       const int2 xsc = reinterpret_cast<const int2*>(xq + kXPlanes<XB> * size_t(nblk))[c];
       const float dx = __int_as_float(xsc.x);
@@ -677,7 +627,6 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
     }
     return;
   }
-#if LMFUSE_GEMV_COMPACT_STAGE
   // One float4 per thread (0.6B's hidden size 1024 in a narrow block): one load of h (and gamma,
   // issued beside it), no batches of predicated slices. The batched form below issues ~290
   // instructions per warp after the wait for this case (ncu, 0.6B gate/up: 16 warps per SM, so
@@ -703,12 +652,9 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
       v = norm_apply4(v, rms_scale(block_sum(ss, red), p.cols, p.eps), g);
     }
     const float qd = stage4(v, i4, ok);
-#if LMFUSE_GEMV_STAGE_MARKS < 3
     if constexpr (PRO == Prologue::None) tl_mark_after(p.tl, 1, qd);  // timeline: staged (thread 0)
-#endif
     return;
   }
-#endif
   float rn = 1.f;
   if constexpr (PRO != Prologue::None) {
     // Pass 1: sum of squares in rmsnorm_rows' order (thread t: float4 t, t+256, ...).
@@ -729,34 +675,21 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
         }
       }
     }
-#if LMFUSE_GEMV_STAGE_MARKS == 1  // (off: any mark here spills in the narrow Norm + SiluMul instance)
-    tl_mark_after(p.tl, 0, ss);  // timeline: h arrived and summed (thread 0)
-#endif
     // (block_sum over a wider block adds the extra warps' zeros: the same tree, the same sum)
     rn = rms_scale(block_sum(ss, red), p.cols, p.eps);
-#if LMFUSE_GEMV_STAGE_MARKS == 1
-    tl_mark_after(p.tl, 1, rn);  // timeline: the block's norm scale known
-#elif LMFUSE_GEMV_STAGE_MARKS == 2
-    tl_mark_after(p.tl, 0, rn);  // (marks set 2) the norm scale known; mark 1: pass 2's loads arrived
-#endif
   }
   float qdep = 0.f;  // timeline (Prologue::None): the last slice's quantization done
   for (int base = 0; base < n4; base += kXBatch * NT) {  // uniform trip count: shuffles are safe
     float4 h[kXBatch], gm[kXBatch];
     load_h(base, h, NT);
-#if LMFUSE_GEMV_STAGE_MARKS < 3
     if constexpr (PRO == Prologue::None)
       if (base == 0) tl_mark_after(p.tl, 0, h[0].x);  // timeline: the first slice arrived
-#endif
     if constexpr (PRO != Prologue::None) {
 #pragma unroll
       for (int j = 0; j < kXBatch; ++j) {
         const int i4 = base + j * NT + int(threadIdx.x);
         gm[j] = i4 < n4 ? __ldg(gam4 + i4) : zero;
       }
-#if LMFUSE_GEMV_STAGE_MARKS == 2
-      if (base == 0) tl_mark_after(p.tl, 1, h[0].x + gm[0].x);
-#endif
     }
 #pragma unroll
     for (int j = 0; j < kXBatch; ++j) {
@@ -768,9 +701,7 @@ __device__ __forceinline__ void gemv_stage_x(const GemvParams& p, float4* xs4, f
       qdep = stage4(v, i4, ok);
     }
   }
-#if LMFUSE_GEMV_STAGE_MARKS < 3
   if constexpr (PRO == Prologue::None) tl_mark_after(p.tl, 1, qdep);  // timeline: staged (thread 0)
-#endif
 }
 
 template <DType T, Prologue PRO, Epilogue EPI, int W, int SF = 0, int XB = 8>
@@ -790,7 +721,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_rg = (p.rows + kRows - 1) / kRows;
   // (SF = 1: gemv_compact_stage holds, so cols <= 1024 and there is one column group)
-  constexpr bool kOneGroup = LMFUSE_GEMV_COMPACT_ONE_STEP && SF == 1;
+  constexpr bool kOneGroup = SF == 1;
   const int ngroups = kOneGroup ? 1 : (nblk + 31) / 32;
   const int ks = p.ksplit;  // 1, 2, 3, 4 or 8
   const int slot = (warp * p.ks_mul) >> 5, sub = warp - slot * ks;
@@ -842,17 +773,10 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   // and outputs written (PDL, see pdl_launch.cuh).
   pdl_wait_trigger(false);
   __shared__ unsigned long long tl_w;  // thread 0's wait return (timeline)
-#if LMFUSE_GEMV_STAGE_MARKS == 5
-  // (marks set 5: deferred stamps, kept by thread 0 in shared memory: no registers held)
-  __shared__ unsigned long long t5[4];  // wait return, staged, mark 0, mark 1
-  if constexpr (kTl)
-    if (threadIdx.x == 0) t5[0] = tl_clock_after(p.tl, 0.f), t5[2] = t5[3] = 0;
-#else
   if constexpr (kTl) {
     const unsigned long long t = tl_waited(p.tl);
     if (p.tl && threadIdx.x == 0) tl_w = t;
   }
-#endif
 
   // Residual epilogue: lane 8r holds y_residual of row r of the warp's current row group,
   // loaded when the group starts (here for the first, in the epilogue for the next) so the add
@@ -868,47 +792,12 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
 
   gemv_stage_x<T, PRO, W, SF, XB>(p, xs4, red);
   __syncthreads();
-#if LMFUSE_GEMV_STAGE_MARKS == 5
-  if constexpr (kTl)
-    if (threadIdx.x == 0) t5[1] = tl_clock_after(p.tl, 0.f);
-#else
   if constexpr (kTl) tl_phase(p.tl, &tl_w);
-#endif
-#if LMFUSE_GEMV_STAGE_MARKS >= 4
-  // (marks set 4: mark 0 = all of thread 0's first batch usable once x is staged, mark 1 = its
-  // first batch accumulated)
-  if constexpr (kTl) {
-    uint32_t all = 0;  // every word of the first batch: the mark waits for the last to land
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        all ^= cur[u].sc[r];
-#pragma unroll
-        for (int pc = 0; pc < WTraits<T>::P; ++pc)
-          all ^= cur[u].w[r][pc].x ^ cur[u].w[r][pc].y ^ cur[u].w[r][pc].z ^ cur[u].w[r][pc].w;
-      }
-#if LMFUSE_GEMV_STAGE_MARKS == 5
-    if (threadIdx.x == 0) t5[2] = tl_clock_after(p.tl, __uint_as_float(all & 0x3fffffffu));
-#else
-    tl_mark_after(p.tl, 0, __uint_as_float(all & 0x3fffffffu));
-#endif
-  }
-#endif
 
   float acc[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
   int kpar = 0;
-#if LMFUSE_GEMV_STAGE_MARKS >= 3
-  // (marks sets 3 and 4, every instance but QKV: warp 0's first batch accumulated is mark 0 in
-  // set 3, mark 1 in set 4; set 3's mark 1 = warp 0's last epilogue done; thread 0 stamps)
-  float mdep = 0.f;
-  bool marked = false;
-#endif
-#if LMFUSE_GEMV_STAGE_MARKS == 3
-  float mlast = 0.f;
-#endif
 
   // One batch: accumulate the fragments in buf (position at); when the batch after it (after)
   // starts the next row group, reduce and run the epilogue.
@@ -916,26 +805,14 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     const int rg = at.rg;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-#if LMFUSE_GEMV_NO_MATH == 5 || LMFUSE_GEMV_NO_MATH == 6
-      // 5: always, 6: never (the default's work with both paths' code), unknown to the compiler
-      const bool fold = LMFUSE_GEMV_NO_MATH == 5 ? p.rows >= 0 : p.rows < 0;
-#else
       const bool fold = true;
-#endif
       if (at.g + u < ngroups)
         buf[u].template accumulate<XB>(acc, xs4, at.g + u, nblk, lane, fold);
     }
-#if LMFUSE_GEMV_STAGE_MARKS >= 3
-    mdep = acc[0];
-#endif
     if (after.g == g0) {  // this warp's share of row group rg complete
       // Lanes 8r..8r+7 hold row r's sum (myr); lane 8r stores it.
       const int myr = lane >> 3;
-#if LMFUSE_GEMV_NO_MATH == 2
-      float vr = (lane & 16) ? ((lane & 8) ? acc[3] : acc[2]) : ((lane & 8) ? acc[1] : acc[0]);
-#else
       float vr = warp_sum_rows4(acc, lane);
-#endif
 #pragma unroll
       for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
       if (ks > 1) {  // split-K: add the group's partials in sub order
@@ -953,9 +830,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
         kpar ^= 1;
       }
       const int row0 = rg * kRows;
-#if LMFUSE_GEMV_STAGE_MARKS == 3
-      mlast = vr;
-#endif
       if (sub == 0) {
         if constexpr (EPI == Epilogue::Store || EPI == Epilogue::Residual || EPI == Epilogue::QKV) {
           const int row = row0 + myr;
@@ -1000,17 +874,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
   for (;;) {
     if (a.rg >= n_rg) break;
     step(cur, a, b);
-#if LMFUSE_GEMV_STAGE_MARKS >= 3
-    if constexpr (kTl)
-      if (!marked) {
-#if LMFUSE_GEMV_STAGE_MARKS == 5
-        if (threadIdx.x == 0) t5[3] = tl_clock_after(p.tl, mdep);
-#else
-        tl_mark_after(p.tl, LMFUSE_GEMV_STAGE_MARKS - 3, mdep);
-#endif
-        marked = true;
-      }
-#endif
     const Pos a2 = next_pos(b);
     load_batch(cur, a2);
     if (b.rg >= n_rg) break;
@@ -1020,10 +883,7 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
     a = a2;
     b = b2;
   }
-#if LMFUSE_GEMV_STAGE_MARKS == 3
-  if constexpr (kTl) tl_mark_after(p.tl, 1, mlast);
-#endif
-  if constexpr (EPI == Epilogue::SiluMulQ && !LMFUSE_GEMV_XQ_NO_TAIL) {
+  if constexpr (EPI == Epilogue::SiluMulQ) {
     // The block made whole 32-output code blocks of y (its runs, see Pos): after the barrier its
     // y stores are visible to all its warps, and warp w quantizes the block's runs w, w + W, ...
     // for the Int8 consumer. No count across blocks, no fence: the first form counted the last
@@ -1037,16 +897,6 @@ __global__ void __launch_bounds__(kGemvThreads<T, W>, kMinBlocks<T, W>)
       xq_quantize_block(p, hb, lane);
     }
   }
-#if LMFUSE_GEMV_STAGE_MARKS == 5
-  if constexpr (kTl) {
-    if (p.tl && threadIdx.x == 0) {
-      tl_waited_at(p.tl, t5[0]);
-      tl_phase_at(p.tl, t5[0], t5[1]);
-      for (int k = 0; k < 2; ++k)
-        if (t5[2 + k] != 0) tl_mark_at(p.tl, k, t5[2 + k]);  // 0: the warp had no row group
-    }
-  }
-#endif
   if constexpr (kTl) tl_end(p.tl);
 }
 

@@ -65,10 +65,10 @@ int launch_gemv_width(const GemvParams& p, cudaStream_t s) {
   return grid.spare;
 }
 
-// The narrow block (LMFUSE_GEMV_SPLIT_STAGE: the instance with only the stage form the shape runs).
+// The narrow block (the instance with only the stage form the shape runs).
 template <DType T, Prologue PRO, Epilogue EPI, int XB = 8>
 int launch_gemv_narrow(const GemvParams& p, cudaStream_t s) {
-  if constexpr (LMFUSE_GEMV_SPLIT_STAGE && PRO != Prologue::Int8) {
+  if constexpr (PRO != Prologue::Int8) {
     if (gemv_compact_stage<T, PRO, kNarrowWarps>(p.cols)) return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 1, XB>(p, s);
     if constexpr (XB == 8 && kKeptPair<T, PRO, EPI>)
       if (gemv_keep_x() && gemv_kept_stage<kNarrowWarps>(p.cols)) return launch_gemv_width<T, PRO, EPI, kNarrowWarps, 3>(p, s);

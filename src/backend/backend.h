@@ -53,7 +53,10 @@ struct StepInput {
   const BatchEntry* entries = nullptr;
   int64_t n_entries = 0;
   const int64_t* out_rows = nullptr;
-  float* logits = nullptr;  // host, [n_out, n_vocab]; may be null when argmax is set
+  float* logits = nullptr;  // host, [n_out, n_vocab]; may be null when argmax or row_argmax is set
+  // Paged-KV backends: if set, host [n_out]: the argmax of each output row (smallest index of the
+  // maximum; NaN never wins), so a greedy batch step need not bring its logits to the host.
+  int32_t* row_argmax = nullptr;
   int32_t* argmax = nullptr; // if set: argmax of the last row's logits (on the device where possible)
   bool profile = false;      // time each launch (no graph replay); read with Backend::profile()
   // Device sampling (only when Backend::can_sample said yes; logits may then be null):

@@ -85,7 +85,12 @@ int64_t Engine::step(std::span<StepItem> items, bool profile) {
   in.entries = entries_.data();
   in.n_entries = int64_t(entries_.size());
   in.out_rows = out_rows_.data();
-  in.logits = logits_.data();
+  // Logits come to the host only when an item asks for them; argmax ids where one asks for those.
+  const bool want_logits = std::any_of(ran.begin(), ran.end(), [&](size_t i) { return items[i].logits != nullptr; });
+  const bool want_argmax = std::any_of(ran.begin(), ran.end(), [&](size_t i) { return items[i].argmax != nullptr; });
+  argmax_.resize(size_t(n_out));
+  in.logits = want_logits || !want_argmax ? logits_.data() : nullptr;
+  in.row_argmax = want_argmax ? argmax_.data() : nullptr;
   in.profile = profile;
   try {
     backend_.run(graph_for(T, n_out), in);
@@ -98,6 +103,7 @@ int64_t Engine::step(std::span<StepItem> items, bool profile) {
     StepItem& it = items[i];
     const int64_t n = it.all_logits ? int64_t(it.tokens.size()) : 1;
     if (it.logits) std::memcpy(it.logits, logits_.data() + o * V, size_t(n * V) * sizeof(float));
+    if (it.argmax) std::memcpy(it.argmax, argmax_.data() + o, size_t(n) * sizeof(int32_t));
     o += n;
     kv_->commit(it.seq, int64_t(it.tokens.size()));
   }

@@ -34,6 +34,7 @@ struct StepItem {
   std::span<const int32_t> tokens;  // evaluated after what the sequence holds
   bool all_logits = false;          // logits of every token; else of the last one
   float* logits = nullptr;          // host [n_out, n_vocab], written when the item runs; may be null
+  int32_t* argmax = nullptr;        // host [n_out]: each of those rows' argmax (greedy), or null
   // Out: empty when the item ran (its sequence then holds the tokens); else why it did not (the
   // sequence is unchanged).
   std::string error;
@@ -73,6 +74,7 @@ class Engine {
   std::vector<BatchEntry> entries_;
   std::vector<int64_t> out_rows_;
   std::vector<float> logits_;
+  std::vector<int32_t> argmax_;
 };
 
 }  // namespace lmf

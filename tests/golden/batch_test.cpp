@@ -235,6 +235,44 @@ TEST(BatchErrors, OneBadItemDoesNotDisturbTheOthers) {
   EXPECT_EQ(s.eval(ok), la);
 }
 
+// StepItem::argmax: each row's greedy id from the backend, with or without its logits, equal to
+// the argmax of those logits; a step where no item asks for logits brings none to the host.
+TEST(BatchErrors, ArgmaxIdsEqualTheLogitsArgmax) {
+  Loaded l("qwen3-tiny-q4_0.gguf");
+  const int64_t V = l.model->hp.n_vocab;
+  EngineConfig cfg;
+  cfg.n_ctx = 32;
+  cfg.kv_positions = 96;
+  cfg.block_size = 8;
+  Engine e(*l.model, *l.backend, cfg);
+  const int32_t a = e.kv().create(), b = e.kv().create();
+  const std::vector<int32_t> ta = tokens(6, V, 4), tb = tokens(3, V, 5);
+  std::vector<float> la(static_cast<size_t>(6 * V));
+  std::vector<int32_t> ia(6, -1), ib(1, -1);
+  std::vector<StepItem> items(2);
+  items[0].seq = a, items[0].tokens = ta, items[0].all_logits = true, items[0].logits = la.data(), items[0].argmax = ia.data();
+  items[1].seq = b, items[1].tokens = tb, items[1].argmax = ib.data();  // ids only
+  ASSERT_EQ(e.step(items), 2);
+  for (int r = 0; r < 6; ++r) {
+    const float* row = la.data() + size_t(r) * size_t(V);
+    EXPECT_EQ(ia[size_t(r)], int32_t(std::max_element(row, row + V) - row)) << "row " << r;
+  }
+  Loaded r("qwen3-tiny-q4_0.gguf");
+  Session s(*r.model, *r.backend);
+  const auto lb = s.eval(tb);
+  EXPECT_EQ(ib[0], int32_t(std::max_element(lb.begin(), lb.end()) - lb.begin()));
+  // Ids only, for both: the same ids as with logits.
+  std::vector<int32_t> ja(1, -1), jb(1, -1);
+  const int32_t na = ia[5], nb = ib[0];
+  std::vector<StepItem> more(2);
+  more[0].seq = a, more[0].tokens = std::span(&na, 1), more[0].argmax = ja.data();
+  more[1].seq = b, more[1].tokens = std::span(&nb, 1), more[1].argmax = jb.data();
+  ASSERT_EQ(e.step(more), 2);
+  const auto lb2 = s.eval(std::span(&nb, 1));
+  EXPECT_EQ(jb[0], int32_t(std::max_element(lb2.begin(), lb2.end()) - lb2.begin()));
+  EXPECT_GE(ja[0], 0);
+}
+
 // A backend that runs at most 8 rows per step (as CUDA runs at most its 2048-row chunk): an item
 // that would take the step past it is refused with the reason, before any block is reserved; the
 // items that fit run, and the refused one runs in the next step.

@@ -182,14 +182,19 @@ TEST(CudaBatch, GreedyTogetherEqualsAloneWithAFork) {
     std::vector<std::vector<int32_t>> got(4);
     for (int i = 0; i <= kSteps; ++i) {
       std::vector<lmf::StepItem> items(4);
+      std::vector<int32_t> ids(4, -1);
       for (size_t s = 0; s < 4; ++s) {
         if (s < 3 || i > 0) got[s].push_back(next[s]);
         items[s].seq = seq[s];
         items[s].tokens = std::span(&next[s], 1);
         items[s].logits = logits.data() + s * size_t(V);
+        items[s].argmax = &ids[s];  // the device's argmax of the same rows
       }
       ASSERT_TRUE(e.step(items) == 4);
-      for (size_t s = 0; s < 4; ++s) next[s] = argmax(logits.data() + s * size_t(V), V);
+      for (size_t s = 0; s < 4; ++s) {
+        next[s] = argmax(logits.data() + s * size_t(V), V);
+        EXPECT_EQ(ids[s], next[s]) << name << " step " << i << " sequence " << s;
+      }
     }
     for (auto& g : got) g.resize(kSteps);
     for (size_t s = 0; s < 4; ++s) EXPECT_TRUE(got[s] == want[s]) << name << " sequence " << s;

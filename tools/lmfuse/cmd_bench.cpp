@@ -79,7 +79,8 @@ Row bench_one(Session& s, const std::string& kind, int64_t n, int64_t depth, int
 
 // tg with B independent sequences decoding together (runtime/engine.h): each holds its own
 // untimed prompt of depth + 1 random tokens, then n batch steps of one greedy token per sequence.
-// t/s is the aggregate (B x n tokens over the time); the row's note gives it per sequence.
+// t/s is the aggregate (B x n tokens over the time); the row's note gives it per sequence. The
+// greedy ids come from the backend (StepItem::argmax), not from logits copied to the host.
 Row bench_batch(lmf::Engine& eng, int64_t B, int64_t n, int64_t depth, int reps, int64_t vocab) {
   Row row;
   row.test = cat("tg", n, " b", B, depth > 0 ? cat(" @ d", depth) : "");
@@ -101,18 +102,16 @@ Row bench_batch(lmf::Engine& eng, int64_t B, int64_t n, int64_t depth, int reps,
     }
     const double t0 = now_s();
     for (int64_t i = 0; i < n; ++i) {
+      std::vector<int32_t> ids(static_cast<size_t>(B));
       for (int64_t b = 0; b < B; ++b) {
         items[size_t(b)].seq = seqs[size_t(b)];
         items[size_t(b)].tokens = std::span(&next[size_t(b)], 1);
-        items[size_t(b)].logits = logits.data() + size_t(b) * V;
+        items[size_t(b)].argmax = ids.data() + b;
       }
       if (eng.step(items) != B)
         for (const auto& it : items)
           if (!it.error.empty()) LMF_FAIL("batch step: ", it.error);
-      for (int64_t b = 0; b < B; ++b) {
-        const float* l = logits.data() + size_t(b) * V;
-        next[size_t(b)] = int32_t(std::max_element(l, l + V) - l);
-      }
+      next = ids;
     }
     const double dt = now_s() - t0;
     for (int32_t s : seqs) eng.kv().free(s);

@@ -240,6 +240,11 @@ class CpuBackend final : public Backend {
     const GTensor& lt = g.t(g.logits);
     const float* l = ptr(g, g.logits);
     if (in.logits) std::memcpy(in.logits, l, lt.bytes());
+    if (in.row_argmax)
+      for (int64_t r = 0; r < lt.rows; ++r) {
+        const float* row = l + r * lt.cols;
+        in.row_argmax[r] = int32_t(std::max_element(row, row + lt.cols) - row);  // as lmf::argmax
+      }
     if (in.argmax) {
       const float* last = l + (lt.rows - 1) * lt.cols;
       *in.argmax = int32_t(std::max_element(last, last + lt.cols) - last);

@@ -1649,17 +1649,17 @@ void CudaBackend::run_batch(Graph& g, GraphState& st, const StepInput& in) {
             "and its entries");
   LMF_CHECK(!kpool_.empty(), "cuda: no KV pools: alloc_kv first");
   LMF_CHECK(!in.chain_next && !in.queue && !in.token_on_device && !in.sample && !in.argmax,
-            "cuda: a batch step returns logits only");
+            "cuda: a batch step returns logits and row argmax ids only");
   const int64_t T = in.n_tokens, n_out = g.n_gather > 0 ? g.n_gather : g.t(g.logits).rows;
   LMF_CHECK(T == g.n_tokens && T <= kPrefillChunk && gemm_);
   LMF_CHECK(g.n_gather == 0 || in.out_rows);
   int64_t n_tab = 0;
   for (int64_t e = 0; e < in.n_entries; ++e) n_tab += in.entries[e].n_blocks;
   const size_t need = size_t(4 * T + n_out + in.n_entries + n_tab);
-  if (need > batch_cap_) {
+  if (need + size_t(n_out) > batch_cap_) {  // + the rows' argmax ids, after the inputs
     cudaFree(d_batch_);
     cudaFreeHost(h_batch_);
-    batch_cap_ = std::max(need, batch_cap_ * 2);
+    batch_cap_ = std::max(need + size_t(n_out), batch_cap_ * 2);
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_batch_), batch_cap_ * sizeof(int)));
     CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_batch_), batch_cap_ * sizeof(int)));
   }
@@ -1714,9 +1714,15 @@ void CudaBackend::run_batch(Graph& g, GraphState& st, const StepInput& in) {
   }
   batch_ = nullptr;
   ++st.runs;
-  if (in.logits) CUDA_CHECK(cudaMemcpyAsync(in.logits, ptr(st, g, g.logits), g.t(g.logits).bytes(),
-                                           cudaMemcpyDeviceToHost, stream_));
+  const GTensor& lt = g.t(g.logits);
+  if (in.logits) CUDA_CHECK(cudaMemcpyAsync(in.logits, ptr(st, g, g.logits), lt.bytes(), cudaMemcpyDeviceToHost, stream_));
+  if (in.row_argmax) {  // n_out ids instead of n_out x n_vocab floats
+    cuda::argmax_rows(ptr(st, g, g.logits), lt.rows, lt.cols, d_batch_ + need, stream_);
+    CUDA_CHECK(cudaMemcpyAsync(h_batch_ + need, d_batch_ + need, size_t(lt.rows) * sizeof(int), cudaMemcpyDeviceToHost,
+                               stream_));
+  }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (in.row_argmax) std::memcpy(in.row_argmax, h_batch_ + need, size_t(lt.rows) * sizeof(int32_t));
 }
 
 double CudaBackend::copy_bandwidth() {

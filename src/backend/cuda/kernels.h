@@ -330,6 +330,8 @@ struct ChainOut {
 };
 void argmax(const float* x, int64_t n, int* out, const ArgmaxScratch& scratch,
             cudaStream_t s = nullptr, ChainOut chain = {});
+// out[r] = argmax of row r of x [rows][n] (DEVICE), the rule above; one block per row.
+void argmax_rows(const float* x, int64_t rows, int64_t n, int* out, cudaStream_t s = nullptr);
 // The same outputs from an id already on the device (after sampling): one thread.
 void chain_id(const int* id, ChainOut chain, cudaStream_t s);
 

@@ -639,4 +639,41 @@ void sample(const float* x, int64_t n, const SamplingParams& p, const int* pen_i
   CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+// One block of 1024 threads per row: each thread scans a stride, keeping the largest value and
+// its smallest index (NaN skipped), then a shared-memory tree with the same rule.
+__global__ void argmax_rows_kernel(const float* x, int64_t n, int* out) {
+  constexpr int NT = 1024;
+  __shared__ float sv[NT];
+  __shared__ int si[NT];
+  const float* row = x + size_t(blockIdx.x) * size_t(n);
+  float best = -INFINITY;
+  int bi = -1;
+  for (int64_t i = threadIdx.x; i < n; i += NT) {
+    const float v = row[i];
+    if (v > best || (bi < 0 && !(v != v))) best = v, bi = int(i);  // first non-NaN, then strictly larger
+  }
+  sv[threadIdx.x] = best;
+  si[threadIdx.x] = bi;
+  __syncthreads();
+  for (int w = NT / 2; w > 0; w >>= 1) {
+    if (int(threadIdx.x) < w) {
+      const float ov = sv[threadIdx.x + w];
+      const int oi = si[threadIdx.x + w];
+      const int mi = si[threadIdx.x];
+      if (oi >= 0 && (mi < 0 || ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && oi < mi)))
+        sv[threadIdx.x] = ov, si[threadIdx.x] = oi;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = si[0] < 0 ? 0 : si[0];
+}
+}  // namespace
+
+void argmax_rows(const float* x, int64_t rows, int64_t n, int* out, cudaStream_t s) {
+  if (rows < 1 || n < 1 || rows > 65535 || n > (int64_t(1) << 31) - 1) LMF_FAIL("cuda argmax_rows: bad shape ", rows, " x ", n);
+  argmax_rows_kernel<<<unsigned(rows), 1024, 0, s>>>(x, n, out);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace lmf::cuda

@@ -234,10 +234,10 @@ TokenLogprob logprobs_of(const float* l, int64_t V, int32_t id, int top) {
 
 }  // namespace
 
-bool Scheduler::advance(Active& a, const float* logits) {
+bool Scheduler::advance(Active& a, const float* logits, int32_t picked) {
   const GenParams& p = a.req->params;
   const int64_t V = engine_.n_vocab();
-  const int32_t id = a.sampler->sample(std::span(logits, size_t(V)), a.tokens);
+  const int32_t id = logits ? a.sampler->sample(std::span(logits, size_t(V)), a.tokens) : picked;
   const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(metrics_.mu);
@@ -359,8 +359,17 @@ void Scheduler::loop() {
       update_gauges();  // cancelled or failed requests left: the gauges say so now
       continue;
     }
+    // Greedy requests without logprobs or penalties take the backend's argmax of their row (on a GPU
+    // the step then brings ids, not logits, to the host); the others sample from their logits.
     logits_.resize(items.size() * size_t(V));
-    for (size_t k = 0; k < items.size(); ++k) items[k].logits = logits_.data() + k * size_t(V);
+    picked_.assign(items.size(), -1);
+    for (size_t k = 0; k < items.size(); ++k) {
+      const GenParams& p = active_[who[k]].req->params;
+      if (p.sampling.temperature <= 0 && !has_penalty(p.sampling) && p.top_logprobs < 0)
+        items[k].argmax = &picked_[k];
+      else
+        items[k].logits = logits_.data() + k * size_t(V);
+    }
     try {
       engine_.step(items);
     } catch (const std::exception& ex) {  // a backend failure: every request of the step ends
@@ -386,7 +395,7 @@ void Scheduler::loop() {
         continue;
       }
       a.fed += int64_t(items[k].tokens.size());
-      if (a.fed == int64_t(a.tokens.size()) && !advance(a, items[k].logits)) done[who[k]] = 1;
+      if (a.fed == int64_t(a.tokens.size()) && !advance(a, items[k].logits, picked_[k])) done[who[k]] = 1;
     }
     for (size_t i = active_.size(); i-- > 0;)
       if (done[i]) active_.erase(active_.begin() + long(i));

@@ -135,7 +135,9 @@ class Scheduler {
   void loop();
   void admit();
   // After a step: the next token of `a` from its logits; false when the request is done.
-  bool advance(Active& a, const float* logits);
+  // The next token from the step's logits, or (logits null: a greedy request without logprobs or
+  // penalties) the id the backend picked.
+  bool advance(Active& a, const float* logits, int32_t picked);
   void finish(Active& a, const char* reason);
   void fail(Active& a, const std::string& why, int status);
   void release(Active& a, bool cache_prefix);
@@ -156,6 +158,7 @@ class Scheduler {
   bool idle_ = true;       // the engine thread waits with no active request
   std::vector<Active> active_;  // engine thread only
   std::vector<float> logits_;
+  std::vector<int32_t> picked_;  // the greedy rows' ids of a step (StepItem::argmax)
   std::thread thread_;
 };
 

@@ -305,7 +305,7 @@ void CudaBackend::run_batch(Graph& g, GraphState& st, const StepInput& in) {
   LMF_CHECK(g.n_gather == 0 || in.out_rows);
   int64_t n_tab = 0;
   for (int64_t e = 0; e < in.n_entries; ++e) n_tab += in.entries[e].n_blocks;
-  const size_t need = size_t(4 * T + n_out + in.n_entries + n_tab);
+  const size_t need = size_t(3 * T + n_out + in.n_entries + n_tab);  // pos, slot, seq | out rows | tables
   if (need + size_t(n_out) > batch_cap_) {  // + the rows' argmax ids, after the inputs
     cudaFree(d_batch_);
     cudaFreeHost(h_batch_);

@@ -43,8 +43,9 @@ if(LMFUSE_CUDA)
 endif()
 
 # The OpenAI-compatible server (src/server) over the runtime, on cpp-httplib (Debian's
-# libcpp-httplib-dev: a header and a shared library, found by pkg-config in deps_check.cmake; a
-# bench-only build without it has no `lmfuse serve`). The chat page is one static HTML file
+# libcpp-httplib-dev: a header and a shared library, found by pkg-config in deps_check.cmake, or
+# the single header scripts/carry_deps.sh carries to the GPU machine; a build without either has
+# no `lmfuse serve`). The chat page is one static HTML file
 # embedded in the binary as a string.
 if(HTTPLIB_FOUND)
   set(_page ${CMAKE_SOURCE_DIR}/src/server/chat_page.html)
@@ -55,7 +56,7 @@ if(HTTPLIB_FOUND)
   add_library(lmfuse_server STATIC ${server_srcs})
   target_include_directories(lmfuse_server PUBLIC ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include
     ${NLOHMANN_JSON_INCLUDE} PRIVATE ${CMAKE_BINARY_DIR}/generated)
-  target_link_libraries(lmfuse_server PUBLIC lmfuse_core PkgConfig::HTTPLIB Threads::Threads)
+  target_link_libraries(lmfuse_server PUBLIC lmfuse_core lmfuse_httplib Threads::Threads)
   target_compile_definitions(lmfuse_server PUBLIC LMFUSE_HAVE_SERVER=1)
   # lmfuse_build_info{version=...} in /metrics and "version" in /v1/models (project() above).
   target_compile_definitions(lmfuse_server PRIVATE LMFUSE_VERSION="${PROJECT_VERSION}")

@@ -6,8 +6,9 @@
 #   carry: .prebuilt (scripts/gpu_prebuild.sh lmfuse cuda_op_tests), .deps/include
 #          (scripts/carry_deps.sh) and .deps/llama.cpp-src-0.3.36.tar.gz
 #          (scripts/build_llama_cpp.sh --download-only)
-#   STAGES="tests golden bench serve peer" (default: all; serve: lmfuse serve on the GPU under
-#   scripts/loadtest.py, 1 and 16 concurrent streams); PRESETS (default "qwen3-0.6b qwen3-8b");
+#   STAGES="tests golden bench serve peer" (default: all; serve: lmfuse serve, then llama-server,
+#   on the GPU under scripts/loadtest.py, SERVE_C="1 64" streams x SERVE_N=256 tokens of
+#   SERVE_MODEL=qwen3-8b-q4_0); PRESETS (default "qwen3-0.6b qwen3-8b");
 #   TESTS: the cuda_op_tests filters; BATCH: lmfuse bench -b list for the bench stage (e.g. 1,8,32)
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
@@ -21,7 +22,8 @@ stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$S"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$S"
 
 # llama.cpp's CUDA build runs beside lmfuse's checks (its own cores; ~5 min at -j 10).
-if has peer; then
+LLAMA_PID=
+if has peer || has serve; then
   ( scripts/build_llama_cpp.sh --cuda --sdist .deps/llama.cpp-src-0.3.36.tar.gz -j 10 >"$OUT/llama_build.log" 2>&1
     echo "exit $?" >>"$OUT/llama_build.log" ) &
   LLAMA_PID=$!
@@ -61,26 +63,42 @@ if has bench; then
     done
   done
 fi
-if has serve; then
-  SM=$M/qwen3-0.6b-q4_0.gguf
-  [ -s $SM ] || "$L" random-model --preset qwen3-0.6b --type q4_0 -o $SM >>"$OUT/random.log" 2>&1
-  "$L" serve -m $SM --port 8093 --parallel 16 -c 1024 >"$OUT/serve.log" 2>&1 &
-  SPID=$!
-  for i in $(seq 1 120); do
-    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8093/health/ready', timeout=2)" 2>/dev/null && break
+# Serving: lmfuse serve and llama-server (when built) on the same random file, one after the
+# other, each under scripts/loadtest.py (completions API: the random file has no chat template
+# llama-server would take) at SERVE_C concurrent streams x SERVE_N tokens (issue 53's CUDA target:
+# qwen3-8b Q4_0, 64 x 256, and 1 stream against lmfuse bench's tg).
+serve_run() {  # NAME PID_CMD...: waits for readiness, runs the load, stops the server
+  local name=$1 port=$2; shift 2
+  "$@" >"$OUT/serve_$name.log" 2>&1 &
+  local spid=$!
+  for i in $(seq 1 240); do
+    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/v1/models', timeout=2)" 2>/dev/null && break
     sleep 0.5
   done
-  for c in 1 16; do
-    timeout 200 python3 scripts/loadtest.py --url http://127.0.0.1:8093 -c $c -n 128 --prompts $((2 * c)) \
-      >"$OUT/loadtest_c$c.log" 2>&1 || rc=1
-    stamp "lmfuse serve (cuda) qwen3-0.6b q4_0, $c streams:"
-    tail -8 "$OUT/loadtest_c$c.log" | tee -a "$S"
+  for c in ${SERVE_C:-1 64}; do
+    timeout 240 python3 scripts/loadtest.py --url http://127.0.0.1:$port -c $c -n ${SERVE_N:-256} \
+      --prompts $((c > 1 ? 2 * c : 4)) --completions >"$OUT/loadtest_${name}_c$c.log" 2>&1 || rc=1
+    stamp "$name serve, $SP, $c streams x ${SERVE_N:-256}:"
+    tail -8 "$OUT/loadtest_${name}_c$c.log" | tee -a "$S"
   done
-  kill $SPID; wait $SPID 2>/dev/null
-  tail -5 "$OUT/serve.log" >>"$S"
+  kill $spid; wait $spid 2>/dev/null
+  tail -3 "$OUT/serve_$name.log" >>"$S"
+}
+SP=${SERVE_MODEL:-qwen3-8b-q4_0}
+if has serve; then
+  SM=$M/$SP.gguf
+  [ -s $SM ] || "$L" random-model --preset ${SP%-*} --type ${SP##*-} -o $SM >>"$OUT/random.log" 2>&1
+  serve_run lmfuse 8093 "$L" serve -m $SM --port 8093 --parallel 64 --queue 256
+  [ -z "$LLAMA_PID" ] || { wait $LLAMA_PID; LLAMA_PID=; }
+  LS=.deps/llama.cpp-cuda/bin/llama-server
+  if [ -x $LS ]; then
+    serve_run llama 8094 $LS -m $SM --port 8094 --host 127.0.0.1 -np 64 -cb -c $((64 * 512)) -ngl 99
+  else
+    stamp "llama-server: not built ($(tail -1 "$OUT/llama_build.log"))"
+  fi
 fi
 if has peer; then
-  wait $LLAMA_PID
+  [ -z "$LLAMA_PID" ] || wait $LLAMA_PID
   stamp "llama.cpp build: $(tail -1 "$OUT/llama_build.log")"
   LB=.deps/llama.cpp-cuda/bin/llama-bench
   if [ -x $LB ]; then

@@ -109,7 +109,7 @@ void BM_matmul(benchmark::State& st, DType type, Shape s, int64_t T) {
 int register_all() {
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     for (const Shape& s : kShapes)
-      for (int64_t T : {1, 2, 4, 64, 512}) {
+      for (int64_t T : {1, 2, 4, 8, 16, 32, 64, 512}) {
         const bool unit_k = t == DType::Q4_K || t == DType::Q6_K;  // the two types of a Q4_K_M file
         if (T > 1 && t != DType::Q4_0 && t != DType::F16 && !unit_k) continue;
         if ((T == 2 || T == 4) && t != DType::Q4_K && t != DType::Q4_0) continue;  // batched decode rows

@@ -41,8 +41,10 @@ struct X16Q4_K {
 static_assert(sizeof(X16Q4_K) == 2304);
 
 // Below this many tokens the repacked GEMV runs; from it the prefill kernels run on rows rebuilt
-// from the panels.
-constexpr int64_t kX16GemvMaxTokens = 8;
+// from the panels. Measured (docs/PERF.md, session 52; bench_matmul q4_0 gate_up, 1 thread, cold):
+// the panel GEMV with 4-token groups beats rebuilt rows + GEMM at T = 8 (2.2-2.4x), 16 (1.4-1.6x),
+// 32 and 64 (1.05-1.45x), and is even (16-bit) or ahead (8-bit) at 512.
+constexpr int64_t kX16GemvMaxTokens = 65;
 
 struct X16Weight {
   DType type = DType::F32;

@@ -115,7 +115,6 @@ constexpr const char* kChainNames[kChainLaunches] = {"qkv gemv (norm)", "qkv epi
 
 // timeline: instead of the timing line, the per-launch timeline of the same graph (TimelineSlots,
 // backend/cuda/timeline.h), averaged over the layers.
-bool g_merge_fusion = false;  // the chain's attention: merge fused into the split kernel (knob auto: off)
 
 void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DType t, int pos,
                         bool timeline = false) {
@@ -156,7 +155,7 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   uint8_t* xq_buf = nullptr;
   if (xq) CUDA_CHECK(cudaMalloc(&xq_buf, gemv_xq_bytes(m.ffn)));
   // As the backend: automatic = on from the wide GEMVs' hidden size (session 13).
-  const bool xq_o = tri_resolve(kn.attn_xq, large) && !g_merge_fusion;  // needs the merge kernel
+  const bool xq_o = tri_resolve(kn.attn_xq, large);
   const bool staged = tri_resolve(kn.attn_staged, kAttnStagedAuto);  // as the backend
   uint8_t* xq_o_buf = nullptr;
   if (xq_o) CUDA_CHECK(cudaMalloc(&xq_o_buf, gemv_xq_bytes(int64_t(m.n_head) * m.hd)));
@@ -166,9 +165,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   CUDA_CHECK(cudaMemcpy(d_pos, &pos, sizeof(int), cudaMemcpyHostToDevice));
   const int splits = attn_plan_splits(m.n_kv, n_ctx);
   float* part = dev_floats(attn_scratch_floats(m.n_head, m.hd, splits));
-  unsigned* ctr = nullptr;  // merge fusion counters (used when g_merge_fusion)
-  CUDA_CHECK(cudaMalloc(&ctr, size_t(m.n_kv) * sizeof(unsigned)));
-  CUDA_CHECK(cudaMemset(ctr, 0, size_t(m.n_kv) * sizeof(unsigned)));
   const int n_slots = m.n_layer * kChainLaunches;
   std::unique_ptr<TimelineSlots> tslots;
   if (timeline) tslots = std::make_unique<TimelineSlots>(n_slots);
@@ -218,7 +214,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
       at.out = att;
       at.n_splits = splits;
       at.partial = part;
-      at.counters = g_merge_fusion ? ctr : nullptr;
       at.tl = slot(l, 2);  // and slot(l, 3) for the merge
       at.xq = xq_o_buf;
       at.staged = staged;
@@ -324,7 +319,6 @@ void bench_decode_chain(cudaStream_t s, double copy_gbs, const ModelShape& m, DT
   }
   for (float* p : {hidden, gamma, hn, q, att, act, raw, part}) CUDA_CHECK(cudaFree(p));
   CUDA_CHECK(cudaFree(d_pos));
-  CUDA_CHECK(cudaFree(ctr));
   if (xq_buf) CUDA_CHECK(cudaFree(xq_buf));
   if (xq_o_buf) CUDA_CHECK(cudaFree(xq_o_buf));
 }
@@ -403,13 +397,6 @@ int main(int argc, char** argv) {
       set_pdl_early_trigger(kEarlyAll);
       std::printf("pdl_early_trigger=1:\n");
       timed_chains();
-      // The merge fused into the split kernel (knob LMFUSE_ATTN_MERGE_FUSION=1): timeline at pos
-      // 64, then the timed chains.
-      g_merge_fusion = true;
-      std::printf("attn_merge_fusion=1:\n");
-      bench_decode_chain(s, copy, q8b, DType::Q4_0, 64, true);
-      timed_chains();
-      g_merge_fusion = false;
       return 0;
     }
     // `cuda_bench_gemv --chain 8b|4b|0.6b POS [timeline]`: only that Q4_0 decode chain, timed (a

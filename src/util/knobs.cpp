@@ -57,8 +57,6 @@ const std::vector<KnobInfo>& knob_table() {
        "CUDA decode: the direct attention launch (attn_direct) takes one query head per block instead of a KV head's whole group (staged form)"},
       {"attn_o_fusion", "LMFUSE_ATTN_O_FUSION", &Knobs::attn_o_fusion,
        "CUDA decode: in direct steps each attention block also multiplies its head's output by its slice of o_proj (Q4_0, head_dim 128) and adds the products into an accumulator that gate/up folds into the residual: no o_proj launch; the atomics' order makes the last bits vary run to run (auto = off)"},
-      {"attn_merge_fusion", "LMFUSE_ATTN_MERGE_FUSION", &Knobs::attn_merge_fusion,
-       "CUDA decode: the last attention split block of each KV head merges the splits (auto = off: a merge kernel)"},
       {"pdl_early_trigger", "LMFUSE_PDL_EARLY_TRIGGER", &Knobs::pdl_early_trigger,
        "CUDA decode: the QKV epilogue and attention kernels let the next kernel launch before their own wait, the embedding lookup as it starts (auto = the epilogue, the split and the embedding on every model, the merge from hidden size 2560)"},
       {"decode_pipeline", "LMFUSE_DECODE_PIPELINE", &Knobs::decode_pipeline,

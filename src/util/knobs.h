@@ -40,7 +40,6 @@ struct Knobs {
   Tri attn_direct = Tri::Auto;      // LMFUSE_ATTN_DIRECT: short decode steps replay a graph whose attention split writes the output (no merge kernel)
   Tri attn_head_split = Tri::Auto;  // LMFUSE_ATTN_HEAD_SPLIT: the direct attention launch takes one query head per block
   Tri attn_o_fusion = Tri::Auto;    // LMFUSE_ATTN_O_FUSION: o_proj inside the direct decode attention (split-K by head, atomics)
-  Tri attn_merge_fusion = Tri::Auto;  // LMFUSE_ATTN_MERGE_FUSION: decode attention merged by its last split block
   Tri pdl_early_trigger = Tri::Auto;  // LMFUSE_PDL_EARLY_TRIGGER: short decode kernels release the next before their wait (auto = per kernel: epilogue, split and embedding always, the merge from hidden size 2560)
   Tri decode_pipeline = Tri::Auto;  // LMFUSE_DECODE_PIPELINE: generation queues step i+1 (its token read on the device) before reading step i's token
   Tri sample_two_pass = Tri::Auto;  // LMFUSE_SAMPLE_TWO_PASS: GPU top-k sampling in two passes (auto = on: 110 -> 28 us per step, PERF.md S12-1)

@@ -254,10 +254,6 @@ void CudaBackend::prepare(Graph& g) {
   // of y it made, is even (S44-1: 8B 0.999, 4B 0.996): down is 1.2 µs shorter per 8B layer, gate/up
   // 1.1 µs longer. Automatic = off.
   gemv_xq_ = k.fusion != Tri::Off && tri_resolve(k.gemv_xq, false) && !act16_;
-  // Same arithmetic as the merge kernel (bitwise: cuda_op_tests CudaAttention), one launch fewer,
-  // but slower (docs/PERF.md, session 8: 0.93-0.96x; the last block's fence, count and merge are
-  // a longer serial chain than the merge kernel's launch): automatic = off.
-  attn_merge_fusion_ = fusion && tri_resolve(k.attn_merge_fusion, false);
   // A kernel form, not a fusion (so not under the master switch); automatic: kAttnStagedAuto.
   attn_staged_ = tri_resolve(k.attn_staged, cuda::kAttnStagedAuto);
   // A slicing policy of the staged form, not a fusion; automatic: kAttnSingleSplitAuto.
@@ -270,10 +266,10 @@ void CudaBackend::prepare(Graph& g) {
   attn_direct_max_ = fusion && tri_resolve(k.attn_direct, cuda::kAttnDirectAuto)
                          ? cuda::attn_direct_max(attn_direct_hpb_ > 0, hp.n_embd)
                          : 0;
-  // o_proj's x quantized by the attention's merge kernel (so not with merge fusion). Measured
+  // o_proj's x quantized by the attention's merge kernel. Measured
   // per model (docs/PERF.md, session 13, `--ab attn_xq`, two runs): 4B 1.012 / 1.012, 8B 1.013 /
   // 0.999, 0.6B 0.983 / 0.993: automatic = on from the wide GEMVs' hidden size.
-  attn_xq_ = fusion && tri_resolve(k.attn_xq, cuda::large_decode_model(hp.n_embd)) && !attn_merge_fusion_ && !act16_;
+  attn_xq_ = fusion && tri_resolve(k.attn_xq, cuda::large_decode_model(hp.n_embd)) && !act16_;
   // In the direct steps' graph the codes come from the direct split's tail, on its critical path:
   // slower where o_proj is small (docs/PERF.md S36-2/S36-3, `--ab attn_xq` with every tg128 step
   // direct: 0.6B 0.967, 4B 0.985, 0.993 and 0.991), faster on 8B's (1.005, 1.006 twice), whose
@@ -420,8 +416,6 @@ void CudaBackend::finalize(Graph& g) {
   st.attn_splits = cuda::attn_plan_splits(int(hp.n_head_kv), opts_.n_ctx);
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.attn_partial),
                         cuda::attn_scratch_floats(int(hp.n_head), int(hp.head_dim), st.attn_splits) * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st.attn_counters), size_t(hp.n_head_kv) * sizeof(unsigned)));
-  CUDA_CHECK(cudaMemset(st.attn_counters, 0, size_t(hp.n_head_kv) * sizeof(unsigned)));
   plan_xq(g, st);
 }
 
@@ -558,7 +552,6 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
       a.out = OUT(0);
       a.n_splits = st.attn_splits;
       a.partial = st.attn_partial;
-      if (attn_merge_fusion_) a.counters = st.attn_counters;
       a.tl = tl_op_;
       a.staged = attn_staged_;
       a.single_split = attn_single_split_;

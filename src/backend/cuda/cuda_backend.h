@@ -56,7 +56,6 @@ struct GraphState {
   float* qkv_raw = nullptr;     // QKV epilogue scratch [q_dim + 2 kv_dim]
   float* gateup_tmp = nullptr;  // unfused fallback over an interleaved weight [2 n_ff]
   float* attn_partial = nullptr;
-  unsigned* attn_counters = nullptr;  // merge fusion: n_kv_head counters, zero between launches
   // x quantized once, by its producer (knobs attn_xq, gemv_xq; plan_xq): per op, whether it
   // writes xq (the attention op, the gate/up leader) or reads it (the o_proj, down leader); the
   // one scratch every pair shares.
@@ -202,7 +201,6 @@ class CudaBackend final : public Backend {
     cudaFree(st.qkv_raw);
     cudaFree(st.gateup_tmp);
     cudaFree(st.attn_partial);
-    cudaFree(st.attn_counters);
     cudaFree(st.xq);
     st = GraphState{};
   }
@@ -376,7 +374,6 @@ class CudaBackend final : public Backend {
   bool gemv_xq_ = false;                     // decode: down's x quantized by gate/up (plan_xq)
   bool attn_xq_ = false;                     // decode: o_proj's x quantized by the merge (plan_xq)
   bool attn_xq_direct_ = false;              // ... and by the direct split in direct steps (attn_xq_direct_auto)
-  bool attn_merge_fusion_ = false;           // decode: the last split block merges (no merge kernel)
   bool attn_staged_ = false;                 // decode: attention pass 1 from shared-memory stages
   bool attn_single_split_ = false;           // decode: staged attention up to 64 positions in one split
   // Decode steps at lengths up to this run a direct attention (one split per KV head writing the

@@ -236,12 +236,7 @@ struct AttnArgs {
   const float* rope_ff = nullptr;   // DEVICE [head_dim / 2] RoPE frequency divisors or null
   const float2* rope_cs = nullptr;  // RoPE's (cos, sin) per position and pair (rope_table_alloc) or null: computed
   unsigned long long* tl = nullptr;  // launch timeline: two slots, split then merge (measurement)
-  // Merge fusion (knob LMFUSE_ATTN_MERGE_FUSION, automatic off: measured slower): n_kv_head
-  // counters, zeroed once by the caller and left zero by every launch; the last split block of
-  // each KV head merges the splits, so the merge kernel is not launched. Null: the merge kernel.
-  unsigned* counters = nullptr;
-  // Optional (written by the merge kernel, or by the split of a direct launch; not with counters
-  // otherwise): out also quantized to int8 for the o_proj GEMV's Int8 prologue,
+  // Optional (written by the merge kernel, or by the split of a direct launch): out also quantized to int8 for the o_proj GEMV's Int8 prologue,
   // gemv_xq_bytes(n_head * head_dim) bytes, 16-byte aligned (knob LMFUSE_ATTN_XQ).
   uint8_t* xq = nullptr;
   // Pass 1 from shared-memory stages, a lane per position (kernels/attention_staged.cuh; knob
@@ -253,7 +248,7 @@ struct AttnArgs {
   bool single_split = false;
   // One block per KV head over the whole length, writing out (and xq) itself: no partials, no
   // merge kernel, one launch instead of two. Correct at any length, meant for short ones (the
-  // backend's second decode graph, knob LMFUSE_ATTN_DIRECT); counters are then not used.
+  // backend's second decode graph, knob LMFUSE_ATTN_DIRECT).
   bool direct = false;
   // With direct and staged (qkv_raw or not): query heads per block, a divisor of the group size
   // n_head / n_kv_head (0 = the whole group, one block per KV head). Fewer heads per block spread

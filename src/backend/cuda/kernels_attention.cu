@@ -36,10 +36,10 @@ AttnSliceRule attn_slice_rule(int head_dim, bool single) {
 
 namespace {
 // The staged split kernel's shared memory (above the 48 KB default), set once per instance.
-template <int HD, int GMAX, bool POST, bool MERGE>
+template <int HD, int GMAX, bool POST>
 void launch_staged(const dev::AttnParams& p, dim3 grid, cudaStream_t s) {
   constexpr size_t smem = dev::attn_staged_smem<HD, GMAX>();
-  auto* kernel = &dev::attn_staged_kernel<HD, GMAX, POST, false, MERGE>;
+  auto* kernel = &dev::attn_staged_kernel<HD, GMAX, POST, false>;
   static const bool ready = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
@@ -48,14 +48,13 @@ void launch_staged(const dev::AttnParams& p, dim3 grid, cudaStream_t s) {
   dev::launch_pdl(kernel, grid, dim3(dev::kAttnWarps * 32), smem, s, p);
 }
 // Pass 1 in the staged or register form, with or without the QKV epilogue (POST = p.raw).
-template <int HD, int GMAX, bool MERGE>
+template <int HD, int GMAX>
 void launch_pass1(const dev::AttnParams& p, dim3 grid, bool staged, cudaStream_t s) {
   if (staged) {
-    if (p.raw) launch_staged<HD, GMAX, true, MERGE>(p, grid, s);
-    else launch_staged<HD, GMAX, false, MERGE>(p, grid, s);
+    if (p.raw) launch_staged<HD, GMAX, true>(p, grid, s);
+    else launch_staged<HD, GMAX, false>(p, grid, s);
   } else {
-    auto* kernel =
-        p.raw ? &dev::attn_split_kernel<HD, GMAX, true, MERGE> : &dev::attn_split_kernel<HD, GMAX, false, MERGE>;
+    auto* kernel = p.raw ? &dev::attn_split_kernel<HD, GMAX, true> : &dev::attn_split_kernel<HD, GMAX, false>;
     dev::launch_pdl(kernel, grid, dim3(dev::kAttnWarps * 32), 0, s, p);
   }
 }
@@ -92,10 +91,8 @@ void launch_oproj(const dev::AttnParams& p, int64_t rows, cudaStream_t s) {
 template <int HD, int GMAX>
 void launch(const dev::AttnParams& p, bool staged, cudaStream_t s) {
   const dim3 grid(p.n_head / p.hpb, p.direct_only ? 1 : p.n_splits);  // pass 1, either form (hpb = G: n_kv)
-  // The forms with the merge fusion's tail only where its counters are passed (MERGE).
-  if (p.counters && !p.direct_only) launch_pass1<HD, GMAX, true>(p, grid, staged, s);
-  else launch_pass1<HD, GMAX, false>(p, grid, staged, s);
-  if (!p.counters && !p.direct_only) {
+  launch_pass1<HD, GMAX>(p, grid, staged, s);
+  if (!p.direct_only) {
     dev::AttnParams pm = p;
     pm.early = (dev::pdl_early_trigger() & kEarlyMerge) != 0;
     dev::launch_pdl(p.xq ? &dev::attn_merge_kernel<HD, true> : &dev::attn_merge_kernel<HD, false>, dim3(p.n_head),
@@ -159,8 +156,6 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.early = (dev::pdl_early_trigger() & (a.direct ? kEarlyDirect : kEarlySplit)) != 0;
   p.direct_only = a.direct;
   p.slice = dev::attn_slice_rule(a.head_dim, a.staged && a.single_split);
-  p.counters = a.n_splits <= dev::kMaxFusedSplits ? a.counters : nullptr;
-  if (a.xq && p.counters && !a.direct) LMF_FAIL("cuda attention: xq needs the merge kernel (no merge fusion counters)");
   if ((reinterpret_cast<uintptr_t>(a.xq) & 15) != 0) LMF_FAIL("cuda attention: xq must be 16-byte aligned");
   p.xq = a.xq;
   // POST appends this token's k, v: the caches are the backend's device buffers (writable).

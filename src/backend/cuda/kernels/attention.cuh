@@ -75,12 +75,8 @@ struct AttnParams {
   __half* v_w;
   unsigned long long* tl;  // launch timeline: split slot, merge slot (kTlWords apart) or null
   bool early;  // trigger the next kernel before the PDL wait (pdl_wait_trigger)
-  // Merge fusion (or null: the separate merge kernel): n_kv counters, zero before the launch and
-  // left zero after it; the last split block of each KV head merges (attn_merge_heads).
-  unsigned* counters;
   // Or null: the merge kernel also writes out quantized for the o_proj GEMV's Int8 prologue
-  // (act_quant.cuh layout, n_head * HD / 32 blocks; the merge kernel or a direct split, not with
-  // counters).
+  // (act_quant.cuh layout, n_head * HD / 32 blocks; the merge kernel or a direct split).
   uint8_t* xq;
   // One split per KV head (grid y = 1) over the whole length, which writes out (and xq) itself:
   // no partials, no merge kernel (AttnArgs::direct).
@@ -112,10 +108,10 @@ __device__ __forceinline__ void attn_direct_store(const AttnParams& p, int h, in
 }
 
 // This block's slice of the positions [0, L), L = *pos + 1: [start, end) (empty when start >= L),
-// the splits the merge reads, and whether the block writes the output itself (a direct launch,
-// or merge fusion with one used split). The same for both forms of pass 1.
+// and whether the block writes the output itself (a direct launch).
+// The same for both forms of pass 1.
 struct AttnSlice {
-  int L, start, end, used;
+  int L, start, end;
   bool direct;
 };
 __device__ __forceinline__ AttnSlice attn_block_slice(const AttnParams& p, int split) {
@@ -124,15 +120,13 @@ __device__ __forceinline__ AttnSlice attn_block_slice(const AttnParams& p, int s
   if (p.direct_only) {
     s.start = 0;
     s.end = s.L;
-    s.used = 1;
     s.direct = true;
     return s;
   }
   const int chunk = attn_slice(s.L, p.n_splits, p.slice);
   s.start = split * chunk;
   s.end = min(s.L, s.start + chunk);
-  s.used = attn_used_splits(s.L, p.n_splits, chunk);
-  s.direct = p.counters && s.used == 1;
+  s.direct = false;
   return s;
 }
 
@@ -188,90 +182,6 @@ __device__ __forceinline__ void head_post_warp(const float* src, const float* ga
   __syncwarp();
 }
 
-// The merge (pass 2) of the G query heads of KV head kvh over its `used` splits, run by the last
-// split block of that KV head (merge fusion, AttnParams::counters): the same expressions and
-// order as attn_merge_kernel (M over the splits with l_s > 0, w_s = l_s e^(m_s - M), den += w_s,
-// num = fma(o_s, w_s, num) in split order, out = num / den), so both paths give the same bits.
-// smem: 2 * G * used floats (the split block's sm_acc, free by now; attention_decode passes the
-// counters only for n_splits <= kMaxFusedSplits, which fits).
-// Each thread owns up to NI outputs and keeps kFusedMergeBatch part_o loads of each in flight.
-constexpr int kFusedMergeBatch = 8;
-// Splits a fused merge can take: its weights use the split block's shared memory (sm_acc here:
-// 1024 * GMAX floats for every head_dim; the staged kernel's ring) for 2 * G * used floats.
-constexpr int kMaxFusedSplits = 512;
-// The split kernels come in two forms (template parameter MERGE): with the merge fusion's tail
-// (attn_merge_last_block, launched only when attention_decode passes merge fusion counters) and
-// without it. The tail is ~1,750-1,970 of the staged 8B instance's 4,488 instructions, and every
-// decode launch runs cold: carrying it where it never runs cost 0.1-1 % of tg128 (docs/PERF.md
-// S30-6 / S31-1).
-template <int HD, int GMAX>
-__device__ __forceinline__ void attn_merge_heads(const AttnParams& p, int kvh, int G, int used, float* smem) {
-  constexpr int NT = kAttnWarps * 32;
-  constexpr int NI = (GMAX * HD + NT - 1) / NT;
-  constexpr int MB = kFusedMergeBatch;
-  __shared__ float sm_M2[GMAX];
-  const int tid = threadIdx.x;
-  float* sw = smem;               // [G][used]: m_s, then w_s
-  float* sl = smem + G * used;    // [G][used]: l_s
-  for (int i = tid; i < G * used; i += NT) {
-    const int g = i / used, s = i % used;
-    const float* ml = p.part_ml + (size_t(kvh * G + g) * p.n_splits + s) * 2;
-    sw[i] = __ldcg(ml);
-    sl[i] = __ldcg(ml + 1);
-  }
-  float v[NI][MB];
-  auto load = [&](int s0) {
-#pragma unroll
-    for (int i = 0; i < NI; ++i) {
-      const int idx = tid + NT * i;
-      if (idx >= G * HD) break;
-      const float* po = p.part_o + size_t(kvh * G + idx / HD) * p.n_splits * HD + idx % HD;
-#pragma unroll
-      for (int j = 0; j < MB; ++j) v[i][j] = s0 + j < used ? __ldcg(po + size_t(s0 + j) * HD) : 0.f;
-    }
-  };
-  load(0);  // the first batch while the weights are worked out
-  __syncthreads();
-  if (tid < G) {
-    float M = -INFINITY;
-    for (int s = 0; s < used; ++s)
-      if (sl[tid * used + s] > 0.f) M = fmaxf(M, sw[tid * used + s]);
-    sm_M2[tid] = M;
-  }
-  __syncthreads();
-  for (int i = tid; i < G * used; i += NT) {
-    const float M = sm_M2[i / used];
-    sw[i] = sl[i] > 0.f ? sl[i] * __expf(sw[i] - M) : 0.f;
-  }
-  __syncthreads();
-  float num[NI], den[NI];
-#pragma unroll
-  for (int i = 0; i < NI; ++i) {
-    num[i] = den[i] = 0.f;
-    const int idx = tid + NT * i;
-    if (idx < G * HD)
-      for (int s = 0; s < used; ++s) den[i] += sw[(idx / HD) * used + s];
-  }
-  for (int s0 = 0;;) {
-#pragma unroll
-    for (int i = 0; i < NI; ++i) {
-      const int idx = tid + NT * i;
-      if (idx >= G * HD) break;
-      const float* w = sw + (idx / HD) * used;
-#pragma unroll
-      for (int j = 0; j < MB; ++j)
-        if (s0 + j < used) num[i] = fmaf(v[i][j], w[s0 + j], num[i]);
-    }
-    s0 += MB;
-    if (s0 >= used) break;
-    load(s0);
-  }
-#pragma unroll
-  for (int i = 0; i < NI; ++i) {
-    const int idx = tid + NT * i;
-    if (idx < G * HD) p.out[size_t(kvh * G) * HD + idx] = num[i] / den[i];
-  }
-}
 
 // POST, after the PDL wait: every warp normalizes and rotates the block's query heads into q_out
 // (HB of them from head h0; q_out[g] for head h0 + g) and, in a block whose slice holds pos, warp 0
@@ -300,25 +210,7 @@ __device__ __forceinline__ void attn_post_epilogue(const AttnParams& p, int kvh,
   }
 }
 
-// Merge fusion, after a split block has written its partials: the last block of KV head kvh to
-// finish merges its used splits (the merge kernel's arithmetic, attn_merge_heads), so no second
-// launch. Classic last-block pattern: publish the partials, count, and the block that sees
-// used - 1 reads them through L2. smem: 2 * G * used floats the block no longer needs.
-template <int HD, int GMAX>
-__device__ __forceinline__ void attn_merge_last_block(const AttnParams& p, int kvh, int G, int used, float* smem) {
-  __shared__ bool sm_last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) sm_last = atomicAdd(&p.counters[kvh], 1u) == unsigned(used - 1);
-  __syncthreads();
-  if (sm_last) {
-    __threadfence();
-    attn_merge_heads<HD, GMAX>(p, kvh, G, used, smem);
-    if (threadIdx.x == 0) p.counters[kvh] = 0;  // ready for the next launch
-  }
-}
-
-template <int HD, int GMAX, bool POST, bool MERGE = false>
+template <int HD, int GMAX, bool POST>
 __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __grid_constant__ AttnParams p) {
   constexpr int LPT = HD / 8;     // lanes per timestep
   constexpr int TPW = 32 / LPT;   // timesteps per warp step
@@ -340,8 +232,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   // need not wait for the previous kernel. q and the row at pos (that kernel's output, or this
   // block's under POST) are read after the wait.
   const AttnSlice bs = attn_block_slice(p, split);
-  const int L = bs.L, start = bs.start, end = bs.end, used = bs.used;
-  const bool direct = bs.direct;  // the only split (direct launch, or merge fusion): write the output
+  const int L = bs.L, start = bs.start, end = bs.end;
+  const bool direct = bs.direct;  // the only split (a direct launch): write the output
   if (start >= L) {  // unused split: the merge does not read it
     tl_end(p.tl);
     return;
@@ -512,8 +404,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
       p.part_ml[ps * 2 + 1] = den;
     }
   }
-  if constexpr (MERGE)
-    if (p.counters && !direct) attn_merge_last_block<HD, GMAX>(p, kvh, G, used, &sm_acc[0][0][0]);
   tl_end(p.tl);
 }
 

@@ -1,6 +1,6 @@
 // Decode attention pass 1 from shared-memory stages (knob LMFUSE_ATTN_STAGED; the register form
 // is attn_split_kernel in attention.cuh). Same grid, slices, POST epilogue, partial outputs and
-// merge (kernel or fused) as the register form; a different inner layout:
+// merge kernel as the register form; a different inner layout:
 // - K/V rows of the block's slice are copied to shared memory by cp.async in stages of
 //   kStagePos positions, kStages stages in flight, the first ones issued before the PDL wait
 //   (every row but pos is final then). Rows are padded by 16 bytes, so lanes reading the same
@@ -41,16 +41,14 @@ constexpr int kStageRow = HD + 8;  // halves per row in shared memory (16-byte p
 template <int GMAX>
 constexpr int kStagedDpt = GMAX >= 8 ? 2 : 4;
 // Dynamic shared memory: the ring of stages, which at the end also holds the position groups'
-// accumulators and, for the fused merge, its 2 * G * used weights; then q [GMAX][HD], the dim
+// accumulators; then q [GMAX][HD], the dim
 // parts' partial scores [DSPLIT][GMAX][kStagePos] and the probabilities [kStagePos][GMAX] (all
 // floats).
 template <int HD, int GMAX>
 constexpr size_t attn_staged_ring() {
   const size_t ring = size_t(kStages) * 2 * kStagePos * kStageRow<HD> * sizeof(__half);
-  const size_t merge = size_t(2) * GMAX * kMaxFusedSplits * sizeof(float);
   const size_t red = size_t(kAttnWarps * 32 / (HD / kStagedDpt<GMAX>)) * GMAX * HD * sizeof(float);
-  const size_t m = ring > merge ? ring : merge;
-  return m > red ? m : red;
+  return ring > red ? ring : red;
 }
 template <int HD, int GMAX>
 constexpr size_t attn_staged_smem_used() {
@@ -112,7 +110,7 @@ __device__ __forceinline__ void attn_oproj_rows(const AttnParams& p, const uint4
   }
 }
 
-template <int HD, int GMAX, bool POST, bool OPROJ = false, bool MERGE = false>
+template <int HD, int GMAX, bool POST, bool OPROJ = false>
 __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   constexpr int NT = kAttnWarps * 32;
   constexpr int SP = kStagePos;
@@ -146,8 +144,8 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   const int kvh = h0 / G, split = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const AttnSlice bs = attn_block_slice(p, split);
-  const int L = bs.L, start = bs.start, end = bs.end, used = bs.used;
-  const bool direct = bs.direct;  // the only split (direct launch, or merge fusion): write the output
+  const int L = bs.L, start = bs.start, end = bs.end;
+  const bool direct = bs.direct;  // the only split (a direct launch): write the output
   if (start >= L) {  // unused split: the merge does not read it
     tl_end(p.tl);
     return;
@@ -406,15 +404,12 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
     __syncthreads();  // the slice and sxq
     attn_oproj_rows<NT>(p, sw, sws, sxq, tid);
   }
-  if constexpr (MERGE)
-    if (p.counters && !direct) attn_merge_last_block<HD, GMAX>(p, kvh, G, used, reinterpret_cast<float*>(attn_ring));
   tl_end(p.tl);
 }
 
-template <int HD, int GMAX, bool POST, bool OPROJ = false, bool MERGE = false>
+template <int HD, int GMAX, bool POST, bool OPROJ = false>
 __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const __grid_constant__ AttnParams p) {
-  static_assert(!(OPROJ && MERGE), "the o_proj-fused launch is direct: no merge");
-  attn_staged_body<HD, GMAX, POST, OPROJ, MERGE>(p);
+  attn_staged_body<HD, GMAX, POST, OPROJ>(p);
 }
 
 }  // namespace lmf::cuda::dev

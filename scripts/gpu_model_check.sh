@@ -40,7 +40,7 @@ if has bench; then
   done
 fi
 if has ab; then
-  for k in ${KNOBS:-ln_fusion qkv_fusion gateup_fusion cuda_graph resid_fusion fusion logits_norm_fusion rope_fusion attn_rope_fusion qkv_post_pdl qkv_post_room o_room gateup_room down_fit rope_table pdl_early_trigger gemv_coresident gemv_wide gemv_keep_x gemv_split_k gemv_split3 gemv_xq attn_xq attn_direct attn_head_split attn_staged attn_single_split attn_o_fusion decode_pipeline}; do
+  for k in ${KNOBS:-ln_fusion qkv_fusion gateup_fusion cuda_graph resid_fusion fusion logits_norm_fusion rope_fusion qkv_post_pdl qkv_post_room o_room gateup_room down_fit rope_table pdl_early_trigger gemv_coresident gemv_wide gemv_keep_x gemv_split_k gemv_split3 gemv_xq attn_xq attn_direct attn_head_split attn_staged attn_single_split attn_o_fusion decode_pipeline}; do
     for p in ${AB_PRESETS:-qwen3-0.6b qwen3-4b qwen3-8b}; do
       [ -s $M/$p.gguf ] && $L bench -m $M/$p.gguf -p 0 -n 128 -r ${AB_REPS:-3} --ab $k 2>&1 | tee -a "$OUT/ab.md"
     done

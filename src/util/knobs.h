@@ -20,7 +20,6 @@ struct Knobs {
   Tri gateup_fusion = Tri::Auto;    // LMFUSE_GATEUP_FUSION: gate/up as one launch with silu*mul epilogue
   Tri resid_fusion = Tri::Auto;     // LMFUSE_RESID_FUSION: residual add in o_proj / down epilogues
   Tri rope_fusion = Tri::Auto;      // LMFUSE_ROPE_FUSION: q/k norm + RoPE + KV append in the QKV epilogue
-  Tri attn_rope_fusion = Tri::Auto; // LMFUSE_ATTN_ROPE_FUSION: ... in the decode attention kernel instead
   Tri cuda_graph = Tri::Auto;       // LMFUSE_CUDA_GRAPH: decode step captured once and replayed
   Tri gemv_coresident = Tri::Auto;  // LMFUSE_GEMV_CORESIDENT: one GEMV block per SM, room for the next kernel's (auto = short shapes)
   Tri gemv_wide = Tri::Auto;        // LMFUSE_GEMV_WIDE: integer-dot decode GEMVs as one 16-warp block per SM (auto = hidden size >= 2560)

@@ -236,11 +236,7 @@ void CudaBackend::prepare(Graph& g) {
   const bool fusion = k.fusion != Tri::Off;
   const auto& hp = m_->hp;
   // Decode policies that depend on the knobs and the shape only (not on the groups).
-  qkv_epilogue_in_gemv_ = tri_resolve(k.rope_fusion, false);
-  // Else: the layer's attention kernel runs the epilogue (one launch fewer per layer) or its own
-  // kernel between the GEMV and the attention (knob attn_rope_fusion, automatic = own kernel
-  // until measured otherwise: docs/PERF.md, session 5).
-  qkv_epilogue_in_attention_ = !qkv_epilogue_in_gemv_ && tri_resolve(k.attn_rope_fusion, false);
+  qkv_epilogue_in_gemv_ = tri_resolve(k.rope_fusion, false);  // else its own kernel after the GEMV
   // Lost 2-3 % in session 4, when every GEMV filled the SMs; with the short GEMVs at one block
   // per SM it wins on every size (docs/PERF.md, session 7: 0.6B +5.0 %, 4B +1.3 %, 8B +1.9 %).
   // launch_pdl still honours set_programmatic_launch.
@@ -383,13 +379,13 @@ void CudaBackend::prepare(Graph& g) {
 }
 
 // The shapes and forms the o_proj fusion has a kernel for (AttnArgs::wo), from the policies
-// prepare has set: direct steps with one query head per block (staged) at head_dim 128, no QKV
-// epilogue in the attention, every layer's o_proj Q4_0, gate/up able to fold the add, and two
+// prepare has set: direct steps with one query head per block (staged) at head_dim 128, every
+// layer's o_proj Q4_0, gate/up able to fold the add, and two
 // layers or more (a layer zeroes the previous one's accumulator).
 bool CudaBackend::attn_o_possible() const {
   const Knobs& k = opts_.knobs;
   const auto& hp = m_->hp;
-  if (attn_direct_max_ == 0 || attn_direct_hpb_ != 1 || qkv_epilogue_in_attention_ || hp.head_dim != 128 ||
+  if (attn_direct_max_ == 0 || attn_direct_hpb_ != 1 || hp.head_dim != 128 ||
       hp.n_layer < 2 || k.gateup_fusion == Tri::Off || k.ln_fusion == Tri::Off)
     return false;
   for (const auto& W : m_->layers) {
@@ -565,19 +561,6 @@ void CudaBackend::launch_op(Graph& g, GraphState& st, const Op& op) {
         a.o_zero = o_acc_ + ((op.layer + L - 1) % L) * n;
         a.xq = nullptr;
       }
-      if (qkv_epilogue_in_attention_)
-        for (const auto& grp : g.groups)
-          if (grp.kind == GroupKind::QKV && grp.layer == op.layer && grp.accepted) {
-            const cuda::QkvPostArgs e = qkv_epilogue_args(g, st, grp);
-            a.qkv_raw = st.qkv_raw;  // the group's GEMV left q|k|v there; q (IN(0)) is unwritten
-            a.q_norm = e.q_norm;
-            a.k_norm = e.k_norm;
-            a.norm_eps = e.eps;
-            a.rope = e.rope;
-            a.theta = e.theta;
-            a.rope_ff = e.rope_ff;
-            a.rope_cs = e.rope_cs;  // the RoPE table when rope_table is on (the same values)
-          }
       cuda::attention_decode(a, stream_);
       break;
     }
@@ -667,9 +650,8 @@ void CudaBackend::launch_group(Graph& g, GraphState& st, const FusionGroup& grp)
         break;
       }
       a.y = st.qkv_raw;  // plain GEMV into [q|k|v], then the epilogue kernel
-      if (!qkv_epilogue_in_attention_) a.spare_sms = qkv_post_spare_sms(e, L->qkv.type);
+      a.spare_sms = qkv_post_spare_sms(e, L->qkv.type);
       cuda::gemv(pro, Epilogue::Store, a, stream_);
-      if (qkv_epilogue_in_attention_) break;  // the layer's Attention op runs it
       cuda::QkvPostArgs pa = e;
       pa.raw = st.qkv_raw;
       pa.pdl = qkv_post_pdl_;

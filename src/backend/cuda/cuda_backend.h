@@ -361,7 +361,6 @@ class CudaBackend final : public Backend {
   unsigned long long* tl_op_ = nullptr;  // timeline slots of the op being launched (launch_all)
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   bool qkv_epilogue_in_gemv_ = true;
-  bool qkv_epilogue_in_attention_ = false;  // decode: the attention kernel runs it (POST)
   bool qkv_post_pdl_ = false;                // decode: the epilogue kernel launched with PDL
   Tri qkv_post_room_ = Tri::Auto;            // decode: SMs left free for it by the QKV GEMV (qkv_post_spare_sms)
   bool o_room_ = false;                      // decode: o_proj's grid leaves SMs free (o_spare_sms)

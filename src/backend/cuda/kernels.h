@@ -223,18 +223,6 @@ struct AttnArgs {
   float* out = nullptr;      // [n_head][head_dim]
   int n_splits = 1;          // from attn_plan
   float* partial = nullptr;  // scratch, attn_scratch_floats(...) floats
-  // Optional: the QKV epilogue in the attention kernel (kernels/attention.cuh, POST). With qkv_raw
-  // set ([(n_head + 2 n_kv_head) * head_dim] q|k|v of this token, bias added), q is not read: the
-  // kernel normalizes (q_norm/k_norm, or none when null) and rotates q and k itself and appends
-  // k and v at *pos to the caches (which it then writes), exactly as qkv_post would.
-  const float* qkv_raw = nullptr;
-  const float* q_norm = nullptr;
-  const float* k_norm = nullptr;
-  float norm_eps = 1e-6f;
-  RopeStyle rope = RopeStyle::NeoX;
-  float theta = 1e6f;
-  const float* rope_ff = nullptr;   // DEVICE [head_dim / 2] RoPE frequency divisors or null
-  const float2* rope_cs = nullptr;  // RoPE's (cos, sin) per position and pair (rope_table_alloc) or null: computed
   unsigned long long* tl = nullptr;  // launch timeline: two slots, split then merge (measurement)
   // Optional (written by the merge kernel, or by the split of a direct launch): out also quantized to int8 for the o_proj GEMV's Int8 prologue,
   // gemv_xq_bytes(n_head * head_dim) bytes, 16-byte aligned (knob LMFUSE_ATTN_XQ).
@@ -250,12 +238,12 @@ struct AttnArgs {
   // merge kernel, one launch instead of two. Correct at any length, meant for short ones (the
   // backend's second decode graph, knob LMFUSE_ATTN_DIRECT).
   bool direct = false;
-  // With direct and staged (qkv_raw or not): query heads per block, a divisor of the group size
+  // With direct and staged: query heads per block, a divisor of the group size
   // n_head / n_kv_head (0 = the whole group, one block per KV head). Fewer heads per block spread
   // the direct launch's per-head work (scores, softmax, P.V) over n_head / heads_per_block
   // blocks, each reading its KV head's rows (from L2 after the first); knob LMFUSE_ATTN_HEAD_SPLIT.
   int heads_per_block = 0;
-  // Optional, with direct, staged, heads_per_block 1, head_dim 128, no qkv_raw and no xq: o_proj
+  // Optional, with direct, staged, heads_per_block 1, head_dim 128 and no xq: o_proj
   // in the same launch (knob LMFUSE_ATTN_O_FUSION; kernels/attention_staged.cuh, OPROJ). wo is the
   // Q4_0 o_proj [rows][n_head * head_dim]; o_acc[rows] (zero before the launch) receives
   // wo * out by atomics (so its last bits vary run to run), and o_zero[rows] is zeroed after the

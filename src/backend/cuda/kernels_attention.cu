@@ -36,10 +36,10 @@ AttnSliceRule attn_slice_rule(int head_dim, bool single) {
 
 namespace {
 // The staged split kernel's shared memory (above the 48 KB default), set once per instance.
-template <int HD, int GMAX, bool POST>
+template <int HD, int GMAX>
 void launch_staged(const dev::AttnParams& p, dim3 grid, cudaStream_t s) {
   constexpr size_t smem = dev::attn_staged_smem<HD, GMAX>();
-  auto* kernel = &dev::attn_staged_kernel<HD, GMAX, POST, false>;
+  auto* kernel = &dev::attn_staged_kernel<HD, GMAX, false>;
   static const bool ready = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
@@ -47,14 +47,13 @@ void launch_staged(const dev::AttnParams& p, dim3 grid, cudaStream_t s) {
   (void)ready;
   dev::launch_pdl(kernel, grid, dim3(dev::kAttnWarps * 32), smem, s, p);
 }
-// Pass 1 in the staged or register form, with or without the QKV epilogue (POST = p.raw).
+// Pass 1 in the staged or register form.
 template <int HD, int GMAX>
 void launch_pass1(const dev::AttnParams& p, dim3 grid, bool staged, cudaStream_t s) {
   if (staged) {
-    if (p.raw) launch_staged<HD, GMAX, true>(p, grid, s);
-    else launch_staged<HD, GMAX, false>(p, grid, s);
+    launch_staged<HD, GMAX>(p, grid, s);
   } else {
-    auto* kernel = p.raw ? &dev::attn_split_kernel<HD, GMAX, true> : &dev::attn_split_kernel<HD, GMAX, false>;
+    auto* kernel = &dev::attn_split_kernel<HD, GMAX>;
     dev::launch_pdl(kernel, grid, dim3(dev::kAttnWarps * 32), 0, s, p);
   }
 }
@@ -67,7 +66,7 @@ int smem_optin() {
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&r, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, &dev::attn_staged_kernel<128, 1, false, true>));
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, &dev::attn_staged_kernel<128, 1, true>));
     return r - int(fa.sharedSizeBytes);
   }();
   return v;
@@ -78,7 +77,7 @@ size_t oproj_smem(int o_rows) {
 // The o_proj-fused direct launch (AttnParams::o_acc): grid n_head x (rows / o_rows), shared
 // memory for the stages plus the o_proj slice (the instance opted in once to the maximum).
 void launch_oproj(const dev::AttnParams& p, int64_t rows, cudaStream_t s) {
-  auto* kernel = &dev::attn_staged_kernel<128, 1, false, true>;
+  auto* kernel = &dev::attn_staged_kernel<128, 1, true>;
   static const bool ready = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin()));
     return true;
@@ -128,7 +127,7 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   if (a.n_kv_head <= 0 || a.n_head % a.n_kv_head != 0 || a.n_head / a.n_kv_head > 8)
     LMF_FAIL("cuda attention: n_head ", a.n_head, " must be a multiple (<= 8x) of n_kv_head ",
              a.n_kv_head);
-  if ((!a.q && !a.qkv_raw) || !a.k_cache || !a.v_cache || !a.pos || !a.out || !a.partial || a.n_splits < 1 ||
+  if (!a.q || !a.k_cache || !a.v_cache || !a.pos || !a.out || !a.partial || a.n_splits < 1 ||
       a.n_ctx <= 0 || a.n_ctx > (int64_t(1) << 30))
     LMF_FAIL("cuda attention: missing pointer or bad n_ctx/n_splits");
   dev::AttnParams p{};
@@ -144,32 +143,21 @@ void attention_decode(const AttnArgs& a, cudaStream_t s) {
   p.part_o = a.partial;
   p.part_ml = a.partial + size_t(a.n_head) * a.n_splits * a.head_dim;
   p.scale = 1.0f / std::sqrt(float(a.head_dim));
-  p.raw = a.qkv_raw;
-  p.q_norm = a.q_norm;
-  p.k_norm = a.k_norm;
-  p.eps = a.norm_eps;
-  p.rope_neox = a.rope == RopeStyle::NeoX ? 1 : 0;
-  p.theta = a.theta;
-  p.rope_ff = a.rope_ff;
-  p.rope_cs = a.rope_cs;
   p.tl = a.tl;
   p.early = (dev::pdl_early_trigger() & (a.direct ? kEarlyDirect : kEarlySplit)) != 0;
   p.direct_only = a.direct;
   p.slice = dev::attn_slice_rule(a.head_dim, a.staged && a.single_split);
   if ((reinterpret_cast<uintptr_t>(a.xq) & 15) != 0) LMF_FAIL("cuda attention: xq must be 16-byte aligned");
   p.xq = a.xq;
-  // POST appends this token's k, v: the caches are the backend's device buffers (writable).
-  p.k_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.k_cache));
-  p.v_w = reinterpret_cast<__half*>(const_cast<uint16_t*>(a.v_cache));
   const int G = a.n_head / a.n_kv_head;
   const int hpb = a.heads_per_block == 0 ? G : a.heads_per_block;
   if (hpb != G && (hpb < 1 || G % hpb != 0 || !a.direct || !a.staged))
     LMF_FAIL("cuda attention: heads_per_block ", a.heads_per_block, " needs a direct staged launch and a divisor of ", G);
   p.hpb = hpb;
   if (a.wo) {
-    if (a.head_dim != 128 || hpb != 1 || !a.direct || !a.staged || a.qkv_raw || a.xq)
+    if (a.head_dim != 128 || hpb != 1 || !a.direct || !a.staged || a.xq)
       LMF_FAIL("cuda attention: the o_proj fusion needs a direct staged launch with one query head per block, "
-               "head_dim 128, no QKV epilogue and no int8 codes");
+               "head_dim 128 and no int8 codes");
     if (a.wo->type != DType::Q4_0 || a.wo->cols != int64_t(a.n_head) * a.head_dim || !a.o_acc || !a.o_zero ||
         a.wo->rows > (int64_t(1) << 24))
       LMF_FAIL("cuda attention: the o_proj fusion needs a Q4_0 o_proj of n_head * head_dim columns and accumulators");

@@ -1,9 +1,7 @@
 // The Q/K/V epilogue as its own kernel: per-head RMSNorm of q and k (Qwen3), RoPE, q to its
 // buffer, k and v appended to the fp16 KV cache at the position read from device memory. It
 // follows a plain Store GEMV over the concatenated Q|K|V weight, as the alternative to the
-// epilogue inside the GEMV (knob LMFUSE_ROPE_FUSION: 1 = inside the GEMV, 0 = this kernel) and
-// to the same epilogue inside the decode attention kernel (LMFUSE_ATTN_ROPE_FUSION=1,
-// kernels/attention.cuh POST; bit-identical by the shared arithmetic in kernels/common.cuh).
+// epilogue inside the GEMV (knob LMFUSE_ROPE_FUSION: 1 = inside the GEMV, 0 = this kernel).
 #pragma once
 #include <cuda_runtime_api.h>
 

@@ -8,12 +8,6 @@
 // (m, l, acc); the block merges its groups in shared memory and writes, per query head and
 // split, the normalized partial output o_s [HD] and (m_s, l_s).
 // Pass 2, grid n_head: o = sum_s o_s l_s e^(m_s - M) / sum_s l_s e^(m_s - M), M = max m_s.
-// POST: the QKV epilogue (per-head q/k RMSNorm, RoPE, K/V append at pos) runs here instead of in
-// its own kernel (qkv_post.cu) between the QKV GEMV and this one: every block normalizes and
-// rotates its G query heads from the raw Q|K|V row, and the one block whose slice holds pos also
-// builds that position's k and v, writes them to the cache (for later tokens) and uses them from
-// shared memory for this one. Same arithmetic as qkv_post (common.cuh head_norm / rope_rotate,
-// the sums of squares in block_sum's order), so q and the cached k/v are bit-identical to it.
 // Short contexts. n_splits is planned for n_ctx, but the slice length is chosen on the device from
 // L: at least kMinSliceSteps warp steps' worth of positions (attn_slice), so at L = 20 one or two
 // splits per KV head do the work; the other blocks exit at once and the merge reads only the
@@ -61,18 +55,6 @@ struct AttnParams {
   float* part_o;   // [n_head][n_splits][HD]
   float* part_ml;  // [n_head][n_splits][2]
   float scale;
-  // POST only: raw Q|K|V of this token ([(n_head + 2 n_kv) * HD], bias added), per-head norm
-  // weights (or null), and the writable caches.
-  const float* raw;
-  const float* q_norm;
-  const float* k_norm;
-  float eps;
-  int rope_neox;
-  float theta;
-  const float* rope_ff;   // DEVICE [HD / 2] RoPE frequency divisors or null
-  const float2* rope_cs;  // RoPE's (cos, sin) table [n_ctx][HD / 2] (rope_table_alloc) or null: computed
-  __half* k_w;
-  __half* v_w;
   unsigned long long* tl;  // launch timeline: split slot, merge slot (kTlWords apart) or null
   bool early;  // trigger the next kernel before the PDL wait (pdl_wait_trigger)
   // Or null: the merge kernel also writes out quantized for the o_proj GEMV's Int8 prologue
@@ -130,87 +112,7 @@ __device__ __forceinline__ AttnSlice attn_block_slice(const AttnParams& p, int s
   return s;
 }
 
-// Head `src` [HD] -> out [HD] (shared memory) for one warp: optional RMSNorm (gamma), then RoPE
-// at pos unless rope is false; lane l handles elements l, l + 32, ... Norm and RoPE arithmetic
-// of the unfused kernels (common.cuh, head_sumsq_warp / head_norm / rope_rotate); RoPE's (cos,
-// sin) from the table when cs_table is set (the same values, rope_table_alloc), as qkv_post reads
-// them.
-template <int HD>
-__device__ __forceinline__ void head_post_warp(const float* src, const float* gamma, float eps, bool rope,
-                                               bool neox, float theta, const float* ff,
-                                               const float2* cs_table, int pos,
-                                               float* out, int lane) {
-  constexpr int NJ = HD / 32;
-  float x[NJ];
-#pragma unroll
-  for (int j = 0; j < NJ; ++j) x[j] = src[32 * j + lane];
-  if (gamma) {
-    const float ss = head_sumsq_warp(reinterpret_cast<const float4*>(src), HD, lane);
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) x[j] = head_norm(x[j], ss, HD, eps, gamma[32 * j + lane]);
-  }
-#pragma unroll
-  for (int j = 0; j < NJ; ++j) out[32 * j + lane] = x[j];
-  __syncwarp();
-  if (!rope) return;
-  constexpr int half = HD / 2;
-  float y[NJ];
-#pragma unroll
-  for (int j = 0; j < NJ; ++j) {
-    const int d = 32 * j + lane;
-    int i, partner;
-    bool first;
-    if (neox) {
-      first = d < half;
-      i = first ? d : d - half;
-      partner = first ? d + half : d - half;
-    } else {
-      first = (d & 1) == 0;
-      i = d / 2;
-      partner = first ? d + 1 : d - 1;
-    }
-    float c, s;
-    if (cs_table)
-      rope_cs_table(cs_table, pos, i, HD, &c, &s);
-    else
-      rope_cs(pos, i, HD, theta, ff, &c, &s);
-    y[j] = rope_rotate(x[j], out[partner], c, s, first);
-  }
-  __syncwarp();
-#pragma unroll
-  for (int j = 0; j < NJ; ++j) out[32 * j + lane] = y[j];
-  __syncwarp();
-}
-
-
-// POST, after the PDL wait: every warp normalizes and rotates the block's query heads into q_out
-// (HB of them from head h0; q_out[g] for head h0 + g) and, in a block whose slice holds pos, warp 0
-// builds k (norm + RoPE) and warp 1 v at pos into kv (fp32) and kv_h (fp16, as cached); the block
-// that `writes` also stores them to the caches (with a head split every block of the KV head
-// builds them, one stores). Used by both forms of pass 1 (attention_staged.cuh).
-template <int HD>
-__device__ __forceinline__ void attn_post_epilogue(const AttnParams& p, int kvh, int h0, int HB, int pos, bool has_pos,
-                                                   bool writes, float (*q_out)[HD], float (*kv)[HD],
-                                                   __half (*kv_h)[HD]) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int g = warp; g < HB; g += kAttnWarps)
-    head_post_warp<HD>(p.raw + size_t(h0 + g) * HD, p.q_norm, p.eps, true, p.rope_neox != 0, p.theta, p.rope_ff,
-                       p.rope_cs, pos, q_out[g], lane);
-  if (has_pos && warp < 2) {  // warp 0: k (norm + RoPE), warp 1: v (as is)
-    const bool is_k = warp == 0;
-    const float* src = p.raw + size_t(p.n_head + (is_k ? 0 : p.n_kv) + kvh) * HD;
-    head_post_warp<HD>(src, is_k ? p.k_norm : nullptr, p.eps, is_k, p.rope_neox != 0, p.theta, p.rope_ff,
-                       p.rope_cs, pos, kv[warp], lane);
-    __half* dst = (is_k ? p.k_w : p.v_w) + (size_t(kvh) * p.n_ctx + pos) * HD;
-    for (int d = lane; d < HD; d += 32) {
-      const __half h = __float2half_rn(kv[warp][d]);
-      if (writes) dst[d] = h;
-      kv_h[warp][d] = h;
-    }
-  }
-}
-
-template <int HD, int GMAX, bool POST>
+template <int HD, int GMAX>
 __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __grid_constant__ AttnParams p) {
   constexpr int LPT = HD / 8;     // lanes per timestep
   constexpr int TPW = 32 / LPT;   // timesteps per warp step
@@ -218,9 +120,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   static_assert(HD % 32 == 0 && LPT <= 32, "head_dim 32, 64 or 128");
   __shared__ float sm_m[SLOTS][GMAX], sm_l[SLOTS][GMAX], sm_w[SLOTS][GMAX], sm_M[GMAX];
   __shared__ float sm_acc[SLOTS][GMAX][HD];
-  __shared__ __align__(16) float sm_q[POST ? GMAX : 1][POST ? HD : 1];  // POST: this block's q heads
-  __shared__ float sm_kv[POST ? 2 : 1][POST ? HD : 1];    // POST: k, v at pos (fp32 staging)
-  __shared__ __align__(16) __half sm_kvh[POST ? 2 : 1][POST ? HD : 1];  // ... as cached (fp16)
 
   tl_start(p.tl);
   const int kvh = blockIdx.x, split = blockIdx.y;
@@ -229,8 +128,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   const int sub = lane % LPT, tg = lane / LPT, slot = warp * TPW + tg;
   // Before the PDL wait: pos (copied from the host before the step began) and every cache row
   // before it (written by earlier steps) are final, so the slice and the first batch of K/V loads
-  // need not wait for the previous kernel. q and the row at pos (that kernel's output, or this
-  // block's under POST) are read after the wait.
+  // need not wait for the previous kernel. q and the row at pos (that kernel's output) are read
+  // after the wait.
   const AttnSlice bs = attn_block_slice(p, split);
   const int L = bs.L, start = bs.start, end = bs.end;
   const bool direct = bs.direct;  // the only split (a direct launch): write the output
@@ -239,7 +138,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
     return;
   }
   const int pos = L - 1;
-  const bool has_pos = POST && start <= pos && pos < end;  // this block appends k, v at pos
   const __half* K = p.k + size_t(kvh) * p.n_ctx * HD + sub * 8;
   const __half* V = p.v + size_t(kvh) * p.n_ctx * HD + sub * 8;
 
@@ -249,13 +147,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   constexpr int NB = kStepsInFlight<GMAX>;
   uint4 kb[NB], vb[NB];
   auto load_pos_row = [&](int j) {
-    if (has_pos) {  // written by this block in this launch: not through the read-only path
-      kb[j] = *reinterpret_cast<const uint4*>(&sm_kvh[0][sub * 8]);
-      vb[j] = *reinterpret_cast<const uint4*>(&sm_kvh[POST ? 1 : 0][sub * 8]);
-    } else {
-      kb[j] = __ldg(reinterpret_cast<const uint4*>(K + size_t(pos) * HD));
-      vb[j] = __ldg(reinterpret_cast<const uint4*>(V + size_t(pos) * HD));
-    }
+    kb[j] = __ldg(reinterpret_cast<const uint4*>(K + size_t(pos) * HD));
+    vb[j] = __ldg(reinterpret_cast<const uint4*>(V + size_t(pos) * HD));
   };
   auto load_batch = [&](int t00, bool with_pos) {  // with_pos false: the row at pos is left zero
 #pragma unroll
@@ -277,10 +170,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
 
   pdl_wait_trigger(p.early);  // q and the cache row at pos come from the previous kernel
   tl_waited_phase(p.tl);
-  if constexpr (POST) {
-    attn_post_epilogue<HD>(p, kvh, kvh * G, G, pos, has_pos, true, sm_q, sm_kv, sm_kvh);
-    __syncthreads();
-  }
 #pragma unroll
   for (int j = 0; j < NB; ++j) {  // the first batch's row at pos, now written
     const int t = t_first + j * SLOTS + tg;
@@ -292,11 +181,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32, 1) attn_split_kernel(const __
   for (int g = 0; g < GMAX; ++g) {
     float4 qa = make_float4(0.f, 0.f, 0.f, 0.f), qb = qa;
     if (g < G) {
-      const float* src;
-      if constexpr (POST)
-        src = &sm_q[g][sub * 8];
-      else
-        src = p.q + size_t(kvh * G + g) * HD + sub * 8;
+      const float* src = p.q + size_t(kvh * G + g) * HD + sub * 8;
       qa = reinterpret_cast<const float4*>(src)[0];  // two 16-byte loads (32-byte aligned)
       qb = reinterpret_cast<const float4*>(src)[1];
     }

@@ -1,5 +1,5 @@
 // Decode attention pass 1 from shared-memory stages (knob LMFUSE_ATTN_STAGED; the register form
-// is attn_split_kernel in attention.cuh). Same grid, slices, POST epilogue, partial outputs and
+// is attn_split_kernel in attention.cuh). Same grid, slices, partial outputs and
 // merge kernel as the register form; a different inner layout:
 // - K/V rows of the block's slice are copied to shared memory by cp.async in stages of
 //   kStagePos positions, kStages stages in flight, the first ones issued before the PDL wait
@@ -15,7 +15,7 @@
 //   registers; at the end the NTG position groups are summed in a fixed order.
 // - Head split (direct launch only, AttnParams::hpb < G): a block takes hpb of its KV head's G
 //   query heads, the instance's GMAX sized for hpb; the other blocks of the KV head read the
-//   same rows. POST: each of them builds k and v at pos for itself, the first one stores them.
+//   same rows.
 //   Per head the same sums in the same order as the whole group's block when both instances
 //   have the same kStagedDpt (GMAX < 8): bitwise equal outputs.
 // The outputs are (m, l, o = num / l) per split and head, as the register form writes them (not
@@ -110,7 +110,7 @@ __device__ __forceinline__ void attn_oproj_rows(const AttnParams& p, const uint4
   }
 }
 
-template <int HD, int GMAX, bool POST, bool OPROJ = false>
+template <int HD, int GMAX, bool OPROJ = false>
 __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   constexpr int NT = kAttnWarps * 32;
   constexpr int SP = kStagePos;
@@ -126,15 +126,13 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   constexpr int RPI = NT / CH;              // copy: rows per pass of the block
   static_assert(NPG * DSPLIT == kAttnWarps && CH % DSPLIT == 0 && NT % DQ == 0 && SP % RPI == 0, "layout");
   // OPROJ: one head per block, one output element per thread (a warp quantizes a 32-block).
-  static_assert(!OPROJ || (GMAX == 1 && HD == NT && HD == 32 * kOprojBlk && !POST), "o_proj fusion shape");
+  static_assert(!OPROJ || (GMAX == 1 && HD == NT && HD == 32 * kOprojBlk), "o_proj fusion shape");
   extern __shared__ __align__(16) unsigned char attn_ring[];  // [kStages][K, V][SP][RS] halves, ...
   // ... then this block's query heads (not scaled; 0 past G), the partial scores, the probabilities.
   auto sq = reinterpret_cast<float(*)[HD]>(attn_ring + attn_staged_ring<HD, GMAX>());
   auto ss = reinterpret_cast<float(*)[GMAX][SP]>(&sq[GMAX][0]);
   auto sp = reinterpret_cast<float(*)[GMAX]>(&ss[DSPLIT][0][0]);
   __shared__ float scorr[GMAX], sl[GMAX], smx[GMAX];
-  __shared__ float sm_kv[POST ? 2 : 1][POST ? HD : 1];                  // POST: k, v at pos (fp32)
-  __shared__ __align__(16) __half sm_kvh[POST ? 2 : 1][POST ? HD : 1];  // ... as cached (fp16)
 
   tl_start(p.tl);
   pdl_trigger_early(p.early);  // before the position's load and the copies
@@ -207,13 +205,10 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   // The row at pos (written by the QKV epilogue kernel) issued with q's loads, so the stage that
   // holds it does not wait for L2 a second time.
   uint4 pos_val = make_uint4(0, 0, 0, 0);
-  if constexpr (!POST)
-    if (has_pos && tid < 2 * CH)
-      pos_val = __ldcg(reinterpret_cast<const uint4*>((tid / CH ? p.v : p.k) + (size_t(kvh) * p.n_ctx + pos) * HD +
-                                                      (tid % CH) * 8));
-  if constexpr (POST) {
-    attn_post_epilogue<HD>(p, kvh, h0, HB, pos, has_pos, h0 == kvh * G, sq, sm_kv, sm_kvh);
-  } else {
+  if (has_pos && tid < 2 * CH)
+    pos_val = __ldcg(reinterpret_cast<const uint4*>((tid / CH ? p.v : p.k) + (size_t(kvh) * p.n_ctx + pos) * HD +
+                                                    (tid % CH) * 8));
+  {
     const float4* src = reinterpret_cast<const float4*>(p.q + size_t(h0) * HD);
     for (int i = tid; i < HB * HD / 4; i += NT) reinterpret_cast<float4*>(&sq[0][0])[i] = src[i];
   }
@@ -244,9 +239,7 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
     else cp_async_wait<kStages - 1>();
     if (has_pos && pos < a + n && tid < 2 * CH) {  // the row at pos, now final
       const int kv = tid / CH, c = tid % CH;
-      uint4 val = pos_val;
-      if constexpr (POST) val = *reinterpret_cast<const uint4*>(&sm_kvh[kv][c * 8]);
-      *reinterpret_cast<uint4*>((kv ? sv : sk) + (pos - a) * RS + c * 8) = val;
+      *reinterpret_cast<uint4*>((kv ? sv : sk) + (pos - a) * RS + c * 8) = pos_val;
     }
     __syncthreads();
     if (pg * 32 < n) {  // warp-uniform: scores of positions a + pg * 32 + lane, this warp's dims
@@ -407,9 +400,9 @@ __device__ __forceinline__ void attn_staged_body(const AttnParams& p) {
   tl_end(p.tl);
 }
 
-template <int HD, int GMAX, bool POST, bool OPROJ = false>
+template <int HD, int GMAX, bool OPROJ = false>
 __global__ void __launch_bounds__(kAttnWarps * 32, 2) attn_staged_kernel(const __grid_constant__ AttnParams p) {
-  attn_staged_body<HD, GMAX, POST, OPROJ>(p);
+  attn_staged_body<HD, GMAX, OPROJ>(p);
 }
 
 }  // namespace lmf::cuda::dev

@@ -67,7 +67,7 @@ fi
 # other, each under scripts/loadtest.py (completions API: the random file has no chat template
 # llama-server would take) at SERVE_C concurrent streams x SERVE_N tokens (issue 53's CUDA target:
 # qwen3-8b Q4_0, 64 x 256, and 1 stream against lmfuse bench's tg).
-serve_run() {  # NAME PID_CMD...: waits for readiness, runs the load, stops the server
+serve_run() {  # NAME PORT CMD...: starts CMD, waits for it to answer on PORT, runs the load, stops it
   local name=$1 port=$2; shift 2
   "$@" >"$OUT/serve_$name.log" 2>&1 &
   local spid=$!

@@ -139,24 +139,21 @@ void run_attn(int n_head, int n_kv, int hd, int64_t n_ctx, int len, uint32_t see
     EXPECT_TRUE(untouched) << tag << " wrote the partials";
     return o;
   };
-  {
-    const AttnArgs d = a;
-    const std::string dw = what + " direct";
-    const auto out4 = run_direct(d, 0, dw);
-    if (staged && single && len <= 64) {
-      EXPECT_TRUE(std::memcmp(out4.data(), out.data(), out.size() * sizeof(float)) == 0) << dw << " differs from the copy";
-    }
-    // Head split (staged form): hpb of the G query heads per block, the same checks; bitwise
-    // equal to the whole group's block when both instances take 4 dims per P.V thread (G <= 4:
-    // GMAX < 8; G = 5..7 round up to the GMAX = 8 instance, 2 dims per thread, another order).
-    for (int hpb : {1, 2}) {
-      if (!staged || hpb >= G || G % hpb != 0) continue;
-      const std::string hw = dw + " heads_per_block " + std::to_string(hpb);
-      const auto out5 = run_direct(d, hpb, hw);
-      if (G <= 4) {
-        EXPECT_TRUE(std::memcmp(out5.data(), out4.data(), out.size() * sizeof(float)) == 0)
-            << hw << " differs from the whole group's block, rel_l2 " << rel_l2(out5, out4);
-      }
+  const std::string dw = what + " direct";
+  const auto out4 = run_direct(a, 0, dw);
+  if (staged && single && len <= 64) {
+    EXPECT_TRUE(std::memcmp(out4.data(), out.data(), out.size() * sizeof(float)) == 0) << dw << " differs from the copy";
+  }
+  // Head split (staged form): hpb of the G query heads per block, the same checks; bitwise
+  // equal to the whole group's block when both instances take 4 dims per P.V thread (G <= 4:
+  // GMAX < 8; G = 5..7 round up to the GMAX = 8 instance, 2 dims per thread, another order).
+  for (int hpb : {1, 2}) {
+    if (!staged || hpb >= G || G % hpb != 0) continue;
+    const std::string hw = dw + " heads_per_block " + std::to_string(hpb);
+    const auto out5 = run_direct(a, hpb, hw);
+    if (G <= 4) {
+      EXPECT_TRUE(std::memcmp(out5.data(), out4.data(), out.size() * sizeof(float)) == 0)
+          << hw << " differs from the whole group's block, rel_l2 " << rel_l2(out5, out4);
     }
   }
 }
